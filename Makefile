@@ -1,0 +1,34 @@
+# Two commands for a fresh machine: `make demo` and `make test` (plus `make bench`).
+# Each creates .venv and installs the pinned dependencies on first use.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export TIDEMARK_DEV ?= 1
+
+.PHONY: demo test bench lint format clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) manage.py demo
+
+test: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest
+
+bench: $(VENV)/.installed
+	$(PY) bench/run_all.py
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) var

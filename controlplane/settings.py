@@ -1,0 +1,118 @@
+"""Tidemark settings: one module, typed environment variables, embedded services when none are given."""
+
+from pathlib import Path
+
+import dj_database_url
+
+from controlplane import embedded
+from controlplane.env import ConfigError, env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("DEBUG", False)
+DATA_DIR = Path(env_str("TIDEMARK_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG and not env_bool("TIDEMARK_DEV", False):
+        raise ConfigError(
+            "SECRET_KEY is not set (set it, or DEBUG=true / TIDEMARK_DEV=true for development)"
+        )
+    SECRET_KEY = "tidemark-development-only-not-secret"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "django_celery_beat",
+    "inventory",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+WSGI_APPLICATION = "controlplane.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Services: the given servers, or embedded ones under DATA_DIR -------------------------------
+DATABASE_URL = env_str("DATABASE_URL") or embedded.postgres_url(DATA_DIR)
+_db = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
+if _db.get("ENGINE") != "django.db.backends.postgresql":
+    raise ConfigError(f"DATABASE_URL must point at PostgreSQL, got engine {_db.get('ENGINE')!r}")
+DATABASES = {"default": _db}
+
+REDIS_URL = env_str("REDIS_URL") or embedded.redis_url(DATA_DIR)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+
+LOGIN_URL = "/admin/login/"
+
+# --- Celery ------------------------------------------------------------------------------------
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = TIME_ZONE
+
+# --- Spark -------------------------------------------------------------------------------------
+SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
+SPARK_CONF = dict(item.split("=", 1) for item in env_list("SPARK_CONF", []) if "=" in item)
+
+# --- Tidemark ----------------------------------------------------------------------------------
+TIDEMARK_LEASE_SECONDS = env_int("TIDEMARK_LEASE_SECONDS", 120, minimum=1)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}

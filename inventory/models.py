@@ -1,0 +1,382 @@
+"""The inventory: connectors, assets, jobs, batches, watermarks, backfills.
+
+The database holds the invariants (DESIGN.md): named unique and check constraints, and an exclusion
+constraint so that no two live batches of one job's lane cover the same item id.
+"""
+
+from django.contrib.postgres.constraints import ExclusionConstraint
+from django.contrib.postgres.fields import BigIntegerRangeField, RangeOperators
+from django.db import models
+from django.db.models import F, Func, Q, Value
+from django.db.models.functions import Coalesce
+
+
+class ConnectorKind(models.TextChoices):
+    FILES = "files", "files"
+    TABLE = "table", "table"
+    KAFKA = "kafka", "kafka"
+    JOB_OUTPUT = "job_output", "job output"
+
+
+class ConnectorState(models.TextChoices):
+    ACTIVE = "active", "active"
+    PAUSED = "paused", "paused"
+    WAITING = "waiting", "waiting"
+    COMPLETED = "completed", "completed"
+
+
+class Connector(models.Model):
+    """A source of data. Secrets in `config` are referenced by environment-variable name only."""
+
+    name = models.SlugField(max_length=100)
+    kind = models.CharField(max_length=20, choices=ConnectorKind.choices)
+    labels = models.JSONField(default=list, blank=True)
+    config = models.JSONField(default=dict, blank=True)
+    state = models.CharField(
+        max_length=20, choices=ConnectorState.choices, default=ConnectorState.ACTIVE
+    )
+    start_after = models.CharField(max_length=100, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["name"], name="connector_name_unique"),
+            models.CheckConstraint(
+                condition=Q(kind__in=ConnectorKind.values), name="connector_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=ConnectorState.values), name="connector_state_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Asset(models.Model):
+    """One processable unit of a `files` connector. Ids follow visibility order (invariant 5)."""
+
+    connector = models.ForeignKey(Connector, on_delete=models.CASCADE, related_name="assets")
+    location = models.TextField()
+    weight = models.BigIntegerField()
+    discovered_at = models.DateTimeField(auto_now_add=True)
+    extra = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["connector", "location"], name="asset_connector_location_unique"
+            ),
+            models.CheckConstraint(condition=Q(weight__gte=0), name="asset_weight_non_negative"),
+        ]
+        indexes = [
+            # batch planning: "items of connector C with id >= x, in id order"
+            models.Index(fields=["connector", "id"], name="asset_connector_id_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.location
+
+
+class WatermarkType(models.TextChoices):
+    INT = "int", "int"
+    DATETIME = "datetime", "datetime"
+    KEY_VALUE = "key_value", "key/value"
+    FILE_SET = "file_set", "file set"
+
+
+class Job(models.Model):
+    """What to do with a connector's data, and how much of it at a time."""
+
+    name = models.SlugField(max_length=100)
+    connector = models.ForeignKey(Connector, on_delete=models.PROTECT, related_name="jobs")
+    processor = models.CharField(max_length=100, default="passthrough")
+    params = models.JSONField(default=dict, blank=True)
+    sink = models.JSONField(default=dict, blank=True)
+    watermark_type = models.CharField(
+        max_length=20, choices=WatermarkType.choices, default=WatermarkType.INT
+    )
+    batch_weight = models.BigIntegerField(help_text="weight budget of one batch")
+    max_items = models.PositiveIntegerField(default=1000, help_text="item cap of one batch")
+    lookback_seconds = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveSmallIntegerField(default=3)
+    retry_backoff_seconds = models.PositiveIntegerField(default=30)
+    lease_seconds = models.PositiveIntegerField(default=120)
+    schedule_seconds = models.PositiveIntegerField(null=True, blank=True)
+    schedule_cron = models.CharField(max_length=100, blank=True, default="")
+    max_concurrency = models.PositiveSmallIntegerField(default=1)
+    executor = models.CharField(max_length=20, default="warm")
+    start_position = models.BigIntegerField(default=0, help_text="first item id this job considers")
+    paused = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["name"], name="job_name_unique"),
+            models.CheckConstraint(
+                condition=Q(batch_weight__gt=0), name="job_batch_weight_positive"
+            ),
+            models.CheckConstraint(condition=Q(max_items__gt=0), name="job_max_items_positive"),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gt=0), name="job_max_attempts_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(watermark_type__in=WatermarkType.values),
+                name="job_watermark_type_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class BatchKind(models.TextChoices):
+    INCREMENTAL = "incremental", "incremental"
+    BACKFILL = "backfill", "backfill"
+
+
+class BatchStatus(models.TextChoices):
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    DEAD = "dead", "dead"
+    SKIPPED = "skipped", "skipped"
+    CANCELLED = "cancelled", "cancelled"
+    SUPERSEDED = "superseded", "superseded (replayed)"
+
+
+# Batches that hold their range: nobody else may plan over it.
+HOLDING_STATUSES = (
+    BatchStatus.QUEUED,
+    BatchStatus.RUNNING,
+    BatchStatus.SUCCEEDED,
+    BatchStatus.FAILED,
+    BatchStatus.DEAD,
+    BatchStatus.SKIPPED,
+)
+# Batches the watermark may move over.
+COMMITTED_STATUSES = (BatchStatus.SUCCEEDED, BatchStatus.SKIPPED)
+
+
+class BackfillStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    PAUSED = "paused", "paused"
+    COMPLETED = "completed", "completed"
+    CANCELLED = "cancelled", "cancelled"
+
+
+class Backfill(models.Model):
+    """A request to (re)process the closed id range [range_start, range_end] of a job."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="backfills")
+    range_start = models.BigIntegerField()
+    range_end = models.BigIntegerField()
+    batch_weight = models.BigIntegerField()
+    max_items = models.PositiveIntegerField()
+    max_concurrency = models.PositiveSmallIntegerField(default=1)
+    priority = models.SmallIntegerField(
+        default=0, help_text="above 0 runs before incremental work, below 0 after it"
+    )
+    status = models.CharField(
+        max_length=20, choices=BackfillStatus.choices, default=BackfillStatus.PENDING
+    )
+    reason = models.TextField(blank=True, default="")
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(range_end__gte=F("range_start")), name="backfill_range_ordered"
+            ),
+            models.CheckConstraint(
+                condition=Q(batch_weight__gt=0), name="backfill_batch_weight_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=BackfillStatus.values), name="backfill_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"backfill {self.pk} of {self.job_id} [{self.range_start}, {self.range_end}]"
+
+
+def _point_range(expression):
+    """int8range(x, x, '[]'): lets a GiST exclusion constraint compare plain ints without btree_gist."""
+    return Func(expression, expression, Value("[]"), function="int8range")
+
+
+class Batch(models.Model):
+    """One unit of work of one job: the half-open id range `span` = [first item, last item + 1)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="batches")
+    backfill = models.ForeignKey(
+        Backfill, on_delete=models.CASCADE, null=True, blank=True, related_name="batches"
+    )
+    kind = models.CharField(max_length=20, choices=BatchKind.choices)
+    status = models.CharField(max_length=20, choices=BatchStatus.choices)
+    span = BigIntegerRangeField()
+    item_count = models.PositiveIntegerField()
+    weight = models.BigIntegerField()
+    attempt = models.PositiveSmallIntegerField(default=0)
+    max_attempts = models.PositiveSmallIntegerField()
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True, default="")
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    watermark_value = models.JSONField(
+        null=True, blank=True, help_text="source-derived watermark reported on success"
+    )
+    error = models.JSONField(default=dict, blank=True)
+    skip_reason = models.TextField(blank=True, default="")
+    config_snapshot = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=BatchStatus.values), name="batch_status_valid"
+            ),
+            models.CheckConstraint(condition=Q(kind__in=BatchKind.values), name="batch_kind_valid"),
+            models.CheckConstraint(
+                condition=Q(kind=BatchKind.BACKFILL, backfill__isnull=False)
+                | Q(kind=BatchKind.INCREMENTAL, backfill__isnull=True),
+                name="batch_backfill_matches_kind",
+            ),
+            models.CheckConstraint(condition=Q(span__isempty=False), name="batch_span_not_empty"),
+            models.CheckConstraint(condition=Q(weight__gte=0), name="batch_weight_non_negative"),
+            models.CheckConstraint(
+                condition=~Q(status=BatchStatus.RUNNING) | Q(lease_expires_at__isnull=False),
+                name="batch_running_has_lease",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=BatchStatus.SKIPPED) | ~Q(skip_reason=""),
+                name="batch_skipped_has_reason",
+            ),
+            # Invariant 2 in the database: within one job's lane (incremental = backfill 0, or one
+            # backfill), no two batches that hold their range overlap. Single-column range
+            # expressions only, so it needs no btree_gist and holds on pgserver's PostgreSQL too.
+            ExclusionConstraint(
+                name="batch_no_overlap_per_job_lane",
+                expressions=[
+                    (_point_range(F("job_id")), RangeOperators.OVERLAPS),
+                    (_point_range(Coalesce(F("backfill_id"), Value(0))), RangeOperators.OVERLAPS),
+                    (F("span"), RangeOperators.OVERLAPS),
+                ],
+                condition=Q(status__in=HOLDING_STATUSES),
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["job", "status"], name="batch_job_status_idx"),
+            # planning and watermark advance: "incremental batches of job J ending after position P"
+            models.Index(
+                F("job"),
+                Func(F("span"), function="upper", output_field=models.BigIntegerField()),
+                name="batch_incremental_upper_idx",
+                condition=Q(backfill__isnull=True),
+            ),
+            # the reaper: "running batches whose lease expired"
+            models.Index(
+                fields=["lease_expires_at"],
+                name="batch_running_lease_idx",
+                condition=Q(status=BatchStatus.RUNNING),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"batch {self.pk} of job {self.job_id} {self.span} ({self.status})"
+
+    @property
+    def first_item(self) -> int:
+        return self.span.lower
+
+    @property
+    def last_item(self) -> int:
+        return self.span.upper - 1
+
+
+class BatchAttempt(models.Model):
+    """One start of a batch, kept for the batch's history."""
+
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveSmallIntegerField()
+    worker = models.CharField(max_length=200, blank=True, default="")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=20, blank=True, default="")
+    error = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["batch", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["batch", "number"], name="attempt_batch_number_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of batch {self.batch_id}"
+
+
+class Watermark(models.Model):
+    """How far a job has committed: `position` is the end of the contiguous committed id prefix,
+    `value` the typed high-water mark (int, datetime ISO string, key -> int map, or file list)."""
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="watermark")
+    type = models.CharField(max_length=20, choices=WatermarkType.choices)
+    position = models.BigIntegerField()
+    value = models.JSONField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job"], name="watermark_one_per_job"),
+            models.CheckConstraint(
+                condition=Q(type__in=WatermarkType.values), name="watermark_type_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"watermark of job {self.job_id}: {self.value}"
+
+
+class WatermarkSource(models.TextChoices):
+    BATCH = "batch", "batch"
+    ADMIN = "admin", "admin"
+    API = "api", "api"
+    SYSTEM = "system", "system"
+
+
+class WatermarkEvent(models.Model):
+    """Every change of a watermark, with who and why."""
+
+    watermark = models.ForeignKey(Watermark, on_delete=models.CASCADE, related_name="events")
+    old_position = models.BigIntegerField()
+    new_position = models.BigIntegerField()
+    old_value = models.JSONField(null=True, blank=True)
+    new_value = models.JSONField(null=True, blank=True)
+    source = models.CharField(max_length=20, choices=WatermarkSource.choices)
+    batch = models.ForeignKey(Batch, on_delete=models.SET_NULL, null=True, blank=True)
+    actor = models.CharField(max_length=150, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    is_replay = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["watermark", "-id"], name="wm_event_history_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.old_value} -> {self.new_value}"

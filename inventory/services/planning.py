@@ -1,0 +1,100 @@
+"""Batch planning in the database: continuous id ranges bounded by a weight budget and an item cap.
+
+Planning runs inside PostgreSQL: the function tidemark_plan_batches walks the item index in id
+order and reads only as many rows as the batches it cuts, so one incremental
+step costs the same whatever the backlog, and a whole backfill plan is one pass. Planners of one
+job serialize on the job's row lock; the exclusion constraint on Batch.span is the backstop.
+"""
+
+from dataclasses import dataclass
+
+from django.db import DataError, connection
+
+from inventory.models import HOLDING_STATUSES
+from inventory.services.errors import InvalidInput
+from inventory.services.items import ItemSource
+
+
+@dataclass(frozen=True)
+class PlannedRange:
+    """The half-open id range [lower, upper) of one batch and what it holds."""
+
+    lower: int
+    upper: int
+    item_count: int
+    weight: int
+
+
+def plan_step(
+    *, source: ItemSource, lower: int, upper: int | None, budget: int, max_items: int
+) -> PlannedRange | None:
+    """The next batch starting at `lower` (and before `upper`), or None when there is no item.
+
+    The range starts at `lower`, not at its first item, so consecutive batches cover the id space
+    without gaps; when the stretch before `upper` is exhausted the range reaches `upper`.
+    """
+    plan = _plan(source=source, first=lower, end=upper, budget=budget, max_items=max_items, limit=1)
+    return plan[0] if plan else None
+
+
+def plan_closed_range(
+    *, source: ItemSource, first: int, last: int, budget: int, max_items: int
+) -> list[PlannedRange]:
+    """Plan [first, last] completely (a backfill or its preview): exact, no batch over budget."""
+    if last < first:
+        raise InvalidInput("range_end", f"must not be before range_start ({last} < {first})")
+    return _plan(source=source, first=first, end=last + 1, budget=budget, max_items=max_items)
+
+
+def _plan(
+    *,
+    source: ItemSource,
+    first: int,
+    end: int | None,
+    budget: int,
+    max_items: int,
+    limit: int | None = None,
+) -> list[PlannedRange]:
+    """Run tidemark_plan_batches (migration 0002) over the source's items in id order."""
+    # one batch never reads more than max_items + 1 rows; the LIMIT also steers the plan to the index
+    row_limit = max_items * limit + 1 if limit else None
+    items_sql, params = source.select(lower=first, upper=end, limit=row_limit, with_item=False)
+    # the driver binds the values into the statement text, exactly as it does for any query
+    items_query = connection.ops.compose_sql(items_sql, params)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT lower, upper, item_count, weight "
+                "FROM tidemark_plan_batches(%s, %s, %s, %s, %s, %s)",
+                [items_query, first, end, budget, max_items, limit],
+            )
+            rows = cursor.fetchall()
+    except DataError as exc:
+        raise InvalidInput("weight", str(exc).strip().splitlines()[0]) from None
+    return [PlannedRange(*row) for row in rows]
+
+
+def incremental_start(*, job_id: int, position: int) -> tuple[int, int | None]:
+    """Where the next incremental batch starts, and the bound it must stay below (None: open).
+
+    Normally after the last batch that holds its range; if a cancelled batch left a hole above the
+    watermark, the hole is filled first so the watermark can move over it.
+    """
+    sql = """
+        WITH held AS (
+            SELECT lower(span) AS lo, upper(span) AS hi
+            FROM inventory_batch
+            WHERE job_id = %s AND backfill_id IS NULL AND status = ANY(%s) AND upper(span) > %s
+        ), ordered AS (
+            SELECT lo, hi, lag(hi, 1, %s) OVER (ORDER BY lo) AS prev_hi FROM held
+        ), hole AS (
+            SELECT prev_hi AS lo, lo AS hi FROM ordered WHERE lo > prev_hi ORDER BY lo LIMIT 1
+        )
+        SELECT (SELECT lo FROM hole), (SELECT hi FROM hole), (SELECT max(hi) FROM held)
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [job_id, list(HOLDING_STATUSES), position, position])
+        hole_lo, hole_hi, end = cursor.fetchone()
+    if hole_lo is not None:
+        return hole_lo, hole_hi
+    return (end if end is not None else position), None

@@ -1,0 +1,42 @@
+"""factory_boy factories for the inventory; jobs are created through the service (with a watermark)."""
+
+import factory
+
+from inventory.models import Asset, Connector, ConnectorKind
+from inventory.services.jobs import job_create
+
+
+class ConnectorFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Connector
+
+    name = factory.Sequence(lambda n: f"connector-{n}")
+    kind = ConnectorKind.FILES
+    config = factory.LazyFunction(lambda: {"path": "/tmp"})
+
+
+class AssetFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Asset
+
+    connector = factory.SubFactory(ConnectorFactory)
+    location = factory.Sequence(lambda n: f"/data/file-{n:06d}.parquet")
+    weight = 10
+
+
+_job_counter = iter(range(1_000_000))
+
+
+def make_job(*, connector=None, name=None, batch_weight=100, max_items=10, **options):
+    return job_create(
+        name=name or f"job-{next(_job_counter)}",
+        connector=connector or ConnectorFactory(),
+        batch_weight=batch_weight,
+        max_items=max_items,
+        **options,
+    )
+
+
+def make_assets(connector, weights):
+    """Register assets with the given weights, in order; returns them (ids ascending)."""
+    return [AssetFactory(connector=connector, weight=w) for w in weights]
