@@ -1,5 +1,7 @@
 """Connectors: create with validated config, pause/resume, orchestration by `start_after`."""
 
+import re
+
 from django.db import transaction
 from django.db.models import Q
 
@@ -8,7 +10,50 @@ from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.items import check_meta_table
 
 # Config keys that look like secrets must name an environment variable (`<key>_env`) instead.
-SECRET_HINTS = ("password", "secret", "token", "api_key", "credentials")
+SECRET_HINTS = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "access_key",
+    "private_key",
+    "credentials",
+    "jaas",
+)
+# A URL with a password in it (postgres://user:pw@host/db) holds a secret whatever its key.
+_URL_WITH_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]+@")
+
+
+def is_secret_key(key: str) -> bool:
+    lowered = str(key).lower()
+    return any(hint in lowered for hint in SECRET_HINTS) and not lowered.endswith("_env")
+
+
+def _check_secrets(value, path: str) -> None:
+    """Refuse secrets anywhere in a config, nested objects and lists included."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            field = f"{path}.{key}"
+            if is_secret_key(key):
+                raise InvalidInput(
+                    field,
+                    f"secrets are not stored; put it in an environment variable and set {key}_env "
+                    "to that variable's name",
+                )
+            if str(key).lower().endswith("_env") and not (
+                isinstance(inner, str) and inner.isidentifier()
+            ):
+                raise InvalidInput(field, "must be the name of an environment variable")
+            _check_secrets(inner, field)
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            _check_secrets(inner, f"{path}[{index}]")
+    elif isinstance(value, str) and _URL_WITH_PASSWORD.search(value):
+        raise InvalidInput(
+            path, "this URL contains a password; put the password in an environment variable"
+        )
 
 
 def validate_config(kind: str, config: dict) -> dict:
@@ -18,16 +63,7 @@ def validate_config(kind: str, config: dict) -> dict:
         )
     if not isinstance(config, dict):
         raise InvalidInput("config", "must be an object")
-    for key, value in config.items():
-        lowered = key.lower()
-        if any(hint in lowered for hint in SECRET_HINTS) and not lowered.endswith("_env"):
-            raise InvalidInput(
-                f"config.{key}",
-                f"secrets are not stored; put it in an environment variable and set {key}_env "
-                "to that variable's name",
-            )
-        if lowered.endswith("_env") and not (isinstance(value, str) and value.isidentifier()):
-            raise InvalidInput(f"config.{key}", "must be the name of an environment variable")
+    _check_secrets(config, "config")
     if "meta_table" in config:
         check_meta_table(config["meta_table"])
     elif kind == ConnectorKind.FILES and not config.get("path"):
@@ -110,3 +146,41 @@ def connectors_release_waiting() -> list[str]:
             )
             released.append(connector.name)
     return released
+
+
+_UNSET = object()
+
+
+@transaction.atomic
+def connector_update(
+    *, connector: Connector, config=_UNSET, labels=_UNSET, start_after=_UNSET
+) -> Connector:
+    """Change a connector's config, labels or `start_after`; its name and kind are fixed."""
+    connector = Connector.objects.select_for_update().get(pk=connector.pk)
+    fields = []
+    if config is not _UNSET:
+        connector.config = validate_config(connector.kind, config or {})
+        fields.append("config")
+    if labels is not _UNSET:
+        if not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels):
+            raise InvalidInput("labels", "must be a list of non-empty strings")
+        connector.labels = labels
+        fields.append("labels")
+    if start_after is not _UNSET:
+        connector.start_after = start_after or ""
+        fields.append("start_after")
+    if fields:
+        connector.save(update_fields=[*fields, "updated_at"])
+    return connector
+
+
+@transaction.atomic
+def connector_delete(*, connector: Connector) -> None:
+    """Delete a connector and its assets; refused while jobs still read from it."""
+    connector = Connector.objects.select_for_update().get(pk=connector.pk)
+    jobs = list(connector.jobs.values_list("name", flat=True)[:5])
+    if jobs:
+        raise Conflict(
+            f"connector {connector.name} is used by job(s) {', '.join(jobs)}; delete them first"
+        )
+    connector.delete()

@@ -2,7 +2,7 @@
 
 from django.db import transaction
 
-from inventory.models import Connector, Job, WatermarkType
+from inventory.models import BatchStatus, Connector, Job, WatermarkType
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.watermarks import watermark_create
 
@@ -45,3 +45,40 @@ def job_create(
     )
     watermark_create(job=job)
     return job
+
+
+# Fixed at creation: they decide which items the job's batches and watermark refer to.
+FIXED_JOB_FIELDS = ("name", "connector", "watermark_type", "start_position")
+
+
+@transaction.atomic
+def job_update(*, job: Job, **changes) -> Job:
+    """Change a job's settings; batches already planned keep the config they were planned with."""
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    for field in FIXED_JOB_FIELDS:
+        if field in changes and changes[field] != getattr(job, field):
+            raise InvalidInput(field, "cannot be changed after the job is created")
+        changes.pop(field, None)
+    settable = {f.name for f in Job._meta.concrete_fields} - {"id", "created_at", "updated_at"}
+    unknown = set(changes) - settable
+    if unknown:
+        raise InvalidInput(sorted(unknown)[0], "is not a job setting")
+    validate_budget(
+        batch_weight=changes.get("batch_weight", job.batch_weight),
+        max_items=changes.get("max_items", job.max_items),
+    )
+    for field, value in changes.items():
+        setattr(job, field, value)
+    if changes:
+        job.save(update_fields=[*changes, "updated_at"])
+    return job
+
+
+@transaction.atomic
+def job_delete(*, job: Job) -> None:
+    """Delete a job with its batches and watermark history; refused while a batch is running."""
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    running = job.batches.filter(status=BatchStatus.RUNNING).values_list("pk", flat=True).first()
+    if running is not None:
+        raise Conflict(f"batch {running} of job {job.name} is running; cancel it or wait")
+    job.delete()
