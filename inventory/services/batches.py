@@ -5,10 +5,12 @@ queued|running|failed -> cancelled; dead -> skipped (with a reason). `attempt` i
 only the holder of the current attempt, with a live lease, may commit (invariant 8).
 """
 
+import json
 from datetime import timedelta
 
-from django.db import transaction
-from django.db.models import Count, F, Q
+from django.db import connection, transaction
+from django.db.models import Count, Exists, F, OuterRef, Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from inventory.models import (
@@ -48,13 +50,15 @@ def job_is_runnable(job: Job) -> str | None:
     return None
 
 
-def batch_plan_next(*, job: Job) -> Batch | None:
-    """Plan the next incremental batch of `job` as `queued`, or None if no new item is waiting.
+def batch_plan_next(
+    *, job: Job, worker: str = "", lease_seconds: int | None = None
+) -> Batch | None:
+    """Plan the next incremental batch of `job`, or None if no new item is waiting.
 
-    Runs in the caller's transaction, which must hold the job's row lock.
+    With a `worker` the batch starts at once as its first attempt (acquire); without, it is
+    queued. Runs in the caller's transaction, which must hold the job's row lock.
     """
-    position = watermarks.Watermark.objects.values_list("position", flat=True).get(job_id=job.pk)
-    lower, upper = incremental_start(job_id=job.pk, position=position)
+    lower, upper = incremental_start(job_id=job.pk)
     planned = plan_step(
         source=source_for_connector(job.connector),
         lower=lower,
@@ -64,22 +68,55 @@ def batch_plan_next(*, job: Job) -> Batch | None:
     )
     if planned is None:
         return None
-    return Batch.objects.create(
-        job=job,
-        kind=BatchKind.INCREMENTAL,
-        status=BatchStatus.QUEUED,
-        span=(planned.lower, planned.upper),
-        item_count=planned.item_count,
-        weight=planned.weight,
-        max_attempts=job.max_attempts,
-        config_snapshot=config_snapshot(job),
+    return _insert_incremental(job, planned, worker=worker, lease_seconds=lease_seconds)
+
+
+# Inserting a batch and (when it starts at once) its first attempt is one statement: the acquire
+# path is the hot path of every worker and external client.
+_INSERT_BATCH_SQL = """
+    WITH created AS (
+        INSERT INTO inventory_batch (
+            job_id, kind, status, span, item_count, weight, attempt, max_attempts,
+            lease_expires_at, worker, created_at, started_at, result, error, skip_reason,
+            config_snapshot
+        ) VALUES (
+            %(job)s, 'incremental', %(status)s, int8range(%(lower)s, %(upper)s), %(count)s,
+            %(weight)s, %(attempt)s, %(max_attempts)s,
+            CASE WHEN %(start)s THEN now() + make_interval(secs => %(lease)s) END, %(worker)s,
+            now(), CASE WHEN %(start)s THEN now() END, '{}', '{}', '', %(snapshot)s::jsonb
+        )
+        RETURNING *
+    ), first_attempt AS (
+        INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
+        SELECT id, attempt, worker, started_at, '', '{}' FROM created WHERE %(start)s
     )
+    SELECT * FROM created
+"""
+
+
+def _insert_incremental(job: Job, planned, *, worker: str, lease_seconds: int | None) -> Batch:
+    start = bool(worker)
+    params = {
+        "job": job.pk,
+        "status": BatchStatus.RUNNING if start else BatchStatus.QUEUED,
+        "lower": planned.lower,
+        "upper": planned.upper,
+        "count": planned.item_count,
+        "weight": planned.weight,
+        "attempt": 1 if start else 0,
+        "max_attempts": job.max_attempts,
+        "lease": lease_seconds or job.lease_seconds,
+        "worker": worker,
+        "start": start,
+        "snapshot": json.dumps(config_snapshot(job)),
+    }
+    return _one(Batch.objects.raw(_INSERT_BATCH_SQL, params))
 
 
 @transaction.atomic
 def batches_plan(*, job: Job, limit: int) -> list[Batch]:
     """Plan up to `limit` new incremental batches (a scheduled run), under the job's row lock."""
-    job = Job.objects.select_for_update().select_related("connector").get(pk=job.pk)
+    job = Job.objects.select_for_update(of=("self",)).select_related("connector").get(pk=job.pk)
     if job_is_runnable(job):
         return []
     planned = []
@@ -98,27 +135,44 @@ def batch_acquire(*, job: Job, worker: str, lease_seconds: int | None = None) ->
     Backfill batches with a priority above 0 come before incremental work, the others after it,
     and a backfill never has more than its `max_concurrency` batches running.
     """
-    job = Job.objects.select_for_update().select_related("connector").get(pk=job.pk)
+    if not worker:
+        raise InvalidInput("worker", "name the worker taking the batch")
+    job = (
+        Job.objects.select_for_update(of=("self",))
+        .select_related("connector")
+        .annotate(
+            has_backfills=Exists(
+                Backfill.objects.filter(job=OuterRef("pk"), status=BackfillStatus.RUNNING)
+            )
+        )
+        .get(pk=job.pk)
+    )
     blocked = job_is_runnable(job)
     if blocked:
         raise Conflict(blocked)
-    batches_requeue_due(job_id=job.pk)
-    batch = (
-        _claim_backfill(job, urgent=True)
-        or _claim_queued(job)
-        or batch_plan_next(job=job)
-        or _claim_backfill(job, urgent=False)
-    )
-    if batch is None:
-        return None
-    return _start(batch, worker=worker, lease_seconds=lease_seconds or job.lease_seconds)
+    lease = lease_seconds or job.lease_seconds
+    waiting = (job.has_backfills and _claim_backfill(job, urgent=True)) or _claim_queued(job)
+    if waiting:
+        return _start(waiting.pk, worker=worker, lease_seconds=lease)
+    batch = batch_plan_next(job=job, worker=worker, lease_seconds=lease)
+    if batch is None and job.has_backfills:
+        waiting = _claim_backfill(job, urgent=False)
+        if waiting:
+            return _start(waiting.pk, worker=worker, lease_seconds=lease)
+    return batch
 
 
 def _claim_queued(job: Job) -> Batch | None:
+    """The lowest incremental batch waiting for a worker: queued, or failed with its backoff over."""
     return (
         Batch.objects.select_for_update(skip_locked=True)
-        .filter(job=job, kind=BatchKind.INCREMENTAL, status=BatchStatus.QUEUED)
-        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=timezone.now()))
+        .filter(job=job, kind=BatchKind.INCREMENTAL)
+        .filter(
+            Q(status=BatchStatus.QUEUED)
+            & (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=Now()))
+            | Q(status=BatchStatus.FAILED, next_attempt_at__lte=Now())
+        )
+        .only("id")
         .order_by("span")
         .first()
     )
@@ -126,9 +180,8 @@ def _claim_queued(job: Job) -> Batch | None:
 
 def _claim_backfill(job: Job, *, urgent: bool) -> Batch | None:
     backfills = (
-        Backfill.objects.filter(
-            job=job, status=BackfillStatus.RUNNING, priority__gt=0 if urgent else -32768
-        )
+        Backfill.objects.filter(job=job, status=BackfillStatus.RUNNING)
+        .filter(priority__gt=0 if urgent else -32768)
         .annotate(in_flight=Count("batches", filter=Q(batches__status=BatchStatus.RUNNING)))
         .filter(in_flight__lt=F("max_concurrency"))
         .order_by("-priority", "id")
@@ -138,8 +191,13 @@ def _claim_backfill(job: Job, *, urgent: bool) -> Batch | None:
     for backfill in backfills:
         batch = (
             Batch.objects.select_for_update(skip_locked=True)
-            .filter(backfill=backfill, status=BatchStatus.QUEUED)
-            .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=timezone.now()))
+            .filter(backfill=backfill)
+            .filter(
+                Q(status=BatchStatus.QUEUED)
+                & (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=Now()))
+                | Q(status=BatchStatus.FAILED, next_attempt_at__lte=Now())
+            )
+            .only("id")
             .order_by("span")
             .first()
         )
@@ -148,28 +206,31 @@ def _claim_backfill(job: Job, *, urgent: bool) -> Batch | None:
     return None
 
 
-def _start(batch: Batch, *, worker: str, lease_seconds: int) -> Batch:
-    now = timezone.now()
-    batch.status = BatchStatus.RUNNING
-    batch.attempt += 1
-    batch.worker = worker
-    batch.lease_expires_at = now + timedelta(seconds=lease_seconds)
-    batch.started_at = now
-    batch.finished_at = None
-    batch.next_attempt_at = None
-    batch.save(
-        update_fields=[
-            "status",
-            "attempt",
-            "worker",
-            "lease_expires_at",
-            "started_at",
-            "finished_at",
-            "next_attempt_at",
-        ]
+_START_SQL = """
+    WITH started AS (
+        UPDATE inventory_batch
+        SET status = 'running', attempt = attempt + 1, worker = %(worker)s,
+            lease_expires_at = now() + make_interval(secs => %(lease)s), started_at = now(),
+            finished_at = NULL, next_attempt_at = NULL
+        WHERE id = %(id)s AND status = ANY(%(from)s)
+        RETURNING *
+    ), new_attempt AS (
+        INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
+        SELECT id, attempt, worker, started_at, '', '{}' FROM started
     )
-    BatchAttempt.objects.create(batch=batch, number=batch.attempt, worker=worker, started_at=now)
-    return batch
+    SELECT * FROM started
+"""
+
+
+def _start(
+    batch_id: int,
+    *,
+    worker: str,
+    lease_seconds: int,
+    from_statuses=(BatchStatus.QUEUED, BatchStatus.FAILED),
+) -> Batch | None:
+    params = {"id": batch_id, "worker": worker, "lease": lease_seconds, "from": list(from_statuses)}
+    return _one(Batch.objects.raw(_START_SQL, params))
 
 
 @transaction.atomic
@@ -178,22 +239,52 @@ def batch_start(*, batch_id: int, worker: str, lease_seconds: int | None = None)
     batch = _locked(batch_id)
     if batch.status != BatchStatus.QUEUED:
         raise Conflict(f"batch {batch_id} is {batch.status}, not queued")
-    return _start(batch, worker=worker, lease_seconds=lease_seconds or batch.job.lease_seconds)
+    return _start(
+        batch_id,
+        worker=worker,
+        lease_seconds=lease_seconds or batch.job.lease_seconds,
+        from_statuses=(BatchStatus.QUEUED,),
+    )
 
 
 def batch_heartbeat(*, batch_id: int, attempt: int, lease_seconds: int | None = None):
-    """Extend the lease of a running attempt; StaleAttempt if the lease was lost."""
-    batch = Batch.objects.select_related("job").filter(pk=batch_id).first()
-    if batch is None:
-        raise NotFound(f"batch {batch_id} does not exist")
-    now = timezone.now()
-    expires = now + timedelta(seconds=lease_seconds or batch.job.lease_seconds)
-    updated = Batch.objects.filter(
-        pk=batch_id, status=BatchStatus.RUNNING, attempt=attempt, lease_expires_at__gt=now
-    ).update(lease_expires_at=expires)
-    if not updated:
+    """Extend the lease of a running attempt and return its new expiry; StaleAttempt if lost."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE inventory_batch AS b
+            SET lease_expires_at = now() + make_interval(secs => coalesce(%s, j.lease_seconds))
+            FROM inventory_job AS j
+            WHERE b.id = %s AND j.id = b.job_id AND b.status = 'running' AND b.attempt = %s
+              AND b.lease_expires_at > now()
+            RETURNING b.lease_expires_at
+            """,
+            [lease_seconds, batch_id, attempt],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        if not Batch.objects.filter(pk=batch_id).exists():
+            raise NotFound(f"batch {batch_id} does not exist")
         raise StaleAttempt(f"batch {batch_id} attempt {attempt} no longer holds the lease")
-    return expires
+    return row[0]
+
+
+# The fence (running, this attempt, lease alive) and the commit are one conditional update.
+_SUCCEED_SQL = """
+    WITH done AS (
+        UPDATE inventory_batch
+        SET status = 'succeeded', result = %(result)s::jsonb, watermark_value = %(value)s::jsonb,
+            finished_at = now(), lease_expires_at = NULL, error = '{}'
+        WHERE id = %(id)s AND status = 'running' AND attempt = %(attempt)s
+          AND lease_expires_at > now()
+        RETURNING *
+    ), closed AS (
+        UPDATE inventory_batchattempt AS a
+        SET finished_at = done.finished_at, outcome = 'succeeded', error = '{}'
+        FROM done WHERE a.batch_id = done.id AND a.number = done.attempt
+    )
+    SELECT * FROM done
+"""
 
 
 @transaction.atomic
@@ -205,39 +296,39 @@ def batch_succeed(
     The watermark row is locked first (lock order job -> watermark -> batch), then the batch is
     fenced: it must be running, on this attempt, with its lease not expired.
     """
-    job_id = Batch.objects.values_list("job_id", flat=True).filter(pk=batch_id).first()
-    if job_id is None:
+    watermark = (
+        watermarks.Watermark.objects.select_for_update(of=("self",))
+        .filter(job__batches__id=batch_id)
+        .first()
+    )
+    if watermark is None:
         raise NotFound(f"batch {batch_id} does not exist")
-    watermark = watermarks._lock_watermark(job_id)
-    batch = _locked(batch_id)
-    _fence(batch, attempt, require_lease=True)
     if watermark_value is not None:
         watermark_value = watermarks.parse_value(
             watermark.type, watermark_value, field="watermark_value"
         )
-    now = timezone.now()
-    batch.status = BatchStatus.SUCCEEDED
-    batch.result = result or {}
-    batch.watermark_value = watermark_value
-    batch.finished_at = now
-    batch.lease_expires_at = None
-    batch.error = {}
-    batch.save(
-        update_fields=[
-            "status",
-            "result",
-            "watermark_value",
-            "finished_at",
-            "lease_expires_at",
-            "error",
-        ]
-    )
-    _close_attempt(batch, outcome=BatchStatus.SUCCEEDED, now=now)
+    if result is not None and not isinstance(result, dict):
+        raise InvalidInput("result", "must be an object")
+    params = {
+        "id": batch_id,
+        "attempt": attempt,
+        "result": json.dumps(result or {}),
+        "value": None if watermark_value is None else json.dumps(watermark_value),
+    }
+    batch = _one(Batch.objects.raw(_SUCCEED_SQL, params))
+    if batch is None:
+        _fence(_locked(batch_id), attempt, require_lease=True)
+        raise StaleAttempt(f"batch {batch_id} attempt {attempt} may not commit")
     if batch.kind == BatchKind.INCREMENTAL:
         watermarks.watermark_advance(watermark=watermark, trigger=batch)
     elif batch.backfill_id:
         _complete_backfill_if_done(batch.backfill_id)
     return batch
+
+
+def _one(raw_queryset) -> Batch | None:
+    rows = list(raw_queryset)
+    return rows[0] if rows else None
 
 
 @transaction.atomic

@@ -74,27 +74,32 @@ def _plan(
     return [PlannedRange(*row) for row in rows]
 
 
-def incremental_start(*, job_id: int, position: int) -> tuple[int, int | None]:
+def incremental_start(*, job_id: int) -> tuple[int, int | None]:
     """Where the next incremental batch starts, and the bound it must stay below (None: open).
 
     Normally after the last batch that holds its range; if a cancelled batch left a hole above the
     watermark, the hole is filled first so the watermark can move over it.
     """
     sql = """
-        WITH held AS (
+        WITH wm AS (
+            SELECT position FROM inventory_watermark WHERE job_id = %(job)s
+        ), held AS (
             SELECT lower(span) AS lo, upper(span) AS hi
             FROM inventory_batch
-            WHERE job_id = %s AND backfill_id IS NULL AND status = ANY(%s) AND upper(span) > %s
+            WHERE job_id = %(job)s AND backfill_id IS NULL AND status = ANY(%(holding)s)
+              AND upper(span) > (SELECT position FROM wm)
         ), ordered AS (
-            SELECT lo, hi, lag(hi, 1, %s) OVER (ORDER BY lo) AS prev_hi FROM held
+            SELECT lo, hi, lag(hi, 1, (SELECT position FROM wm)) OVER (ORDER BY lo) AS prev_hi
+            FROM held
         ), hole AS (
             SELECT prev_hi AS lo, lo AS hi FROM ordered WHERE lo > prev_hi ORDER BY lo LIMIT 1
         )
-        SELECT (SELECT lo FROM hole), (SELECT hi FROM hole), (SELECT max(hi) FROM held)
+        SELECT (SELECT lo FROM hole), (SELECT hi FROM hole), (SELECT max(hi) FROM held),
+               (SELECT position FROM wm)
     """
     with connection.cursor() as cursor:
-        cursor.execute(sql, [job_id, list(HOLDING_STATUSES), position, position])
-        hole_lo, hole_hi, end = cursor.fetchone()
+        cursor.execute(sql, {"job": job_id, "holding": list(HOLDING_STATUSES)})
+        hole_lo, hole_hi, end, position = cursor.fetchone()
     if hole_lo is not None:
         return hole_lo, hole_hi
     return (end if end is not None else position), None

@@ -4,6 +4,7 @@ Lock order everywhere: job row -> watermark row -> batch rows. Keeping one order
 correction and a skip can never deadlock each other.
 """
 
+import json
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -16,7 +17,6 @@ from inventory.models import (
     BatchStatus,
     Job,
     Watermark,
-    WatermarkEvent,
     WatermarkSource,
     WatermarkType,
 )
@@ -156,6 +156,8 @@ def watermark_advance(*, watermark: Watermark, trigger: Batch | None = None) -> 
     else:
         for _hi, reported in rows:
             if reported is not None:
+                # raw cursors return jsonb as text (Django's psycopg2 setup)
+                reported = json.loads(reported) if isinstance(reported, str) else reported
                 value = merge_values(watermark.type, value, reported)
     _record(
         watermark,
@@ -172,21 +174,41 @@ def watermark_advance(*, watermark: Watermark, trigger: Batch | None = None) -> 
 def _record(
     watermark: Watermark, *, new_position, new_value, source, batch, actor, reason, replay=False
 ):
-    WatermarkEvent.objects.create(
-        watermark=watermark,
-        old_position=watermark.position,
-        new_position=new_position,
-        old_value=watermark.value,
-        new_value=new_value,
-        source=source,
-        batch=batch,
-        actor=actor,
-        reason=reason,
-        is_replay=replay,
-    )
+    """Write the event and the new watermark in one statement (this runs on every commit)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH event AS (
+                INSERT INTO inventory_watermarkevent (
+                    watermark_id, old_position, new_position, old_value, new_value, source,
+                    batch_id, actor, reason, is_replay, created_at
+                ) VALUES (%(id)s, %(old_position)s, %(new_position)s, %(old_value)s::jsonb,
+                          %(new_value)s::jsonb, %(source)s, %(batch)s, %(actor)s, %(reason)s,
+                          %(replay)s, now())
+            )
+            UPDATE inventory_watermark
+            SET position = %(new_position)s, value = %(new_value)s::jsonb, updated_at = now()
+            WHERE id = %(id)s
+            """,
+            {
+                "id": watermark.pk,
+                "old_position": watermark.position,
+                "new_position": new_position,
+                "old_value": _json_or_null(watermark.value),
+                "new_value": _json_or_null(new_value),
+                "source": source,
+                "batch": batch.pk if batch else None,
+                "actor": actor or "",
+                "reason": reason or "",
+                "replay": replay,
+            },
+        )
     watermark.position = new_position
     watermark.value = new_value
-    watermark.save(update_fields=["position", "value", "updated_at"])
+
+
+def _json_or_null(value):
+    return None if value is None else json.dumps(value)
 
 
 @transaction.atomic
