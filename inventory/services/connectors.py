@@ -31,7 +31,7 @@ def is_secret_key(key: str) -> bool:
     return any(hint in lowered for hint in SECRET_HINTS) and not lowered.endswith("_env")
 
 
-def _check_secrets(value, path: str) -> None:
+def check_no_secrets(value, path: str) -> None:
     """Refuse secrets anywhere in a config, nested objects and lists included."""
     if isinstance(value, dict):
         for key, inner in value.items():
@@ -46,10 +46,10 @@ def _check_secrets(value, path: str) -> None:
                 isinstance(inner, str) and inner.isidentifier()
             ):
                 raise InvalidInput(field, "must be the name of an environment variable")
-            _check_secrets(inner, field)
+            check_no_secrets(inner, field)
     elif isinstance(value, list):
         for index, inner in enumerate(value):
-            _check_secrets(inner, f"{path}[{index}]")
+            check_no_secrets(inner, f"{path}[{index}]")
     elif isinstance(value, str) and _URL_WITH_PASSWORD.search(value):
         raise InvalidInput(
             path, "this URL contains a password; put the password in an environment variable"
@@ -63,7 +63,7 @@ def validate_config(kind: str, config: dict) -> dict:
         )
     if not isinstance(config, dict):
         raise InvalidInput("config", "must be an object")
-    _check_secrets(config, "config")
+    check_no_secrets(config, "config")
     if "meta_table" in config:
         check_meta_table(config["meta_table"])
     elif kind == ConnectorKind.FILES and not config.get("path"):

@@ -3,6 +3,7 @@
 from django.db import transaction
 
 from inventory.models import BatchStatus, Connector, Job, WatermarkType
+from inventory.services.connectors import check_no_secrets
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.watermarks import watermark_create
 
@@ -25,6 +26,8 @@ def job_create(
     **options,
 ) -> Job:
     validate_budget(batch_weight=batch_weight, max_items=max_items)
+    for field in ("params", "sink"):
+        check_no_secrets(options.get(field), field)
     if watermark_type not in WatermarkType.values:
         raise InvalidInput(
             "watermark_type",
@@ -67,6 +70,8 @@ def job_update(*, job: Job, **changes) -> Job:
         batch_weight=changes.get("batch_weight", job.batch_weight),
         max_items=changes.get("max_items", job.max_items),
     )
+    for field in ("params", "sink"):
+        check_no_secrets(changes.get(field), field)
     for field, value in changes.items():
         setattr(job, field, value)
     if changes:
