@@ -8,9 +8,7 @@ only the holder of the current attempt, with a live lease, may commit (invariant
 import json
 from datetime import timedelta
 
-from django.db import connection, transaction
-from django.db.models import Count, Exists, F, OuterRef, Q
-from django.db.models.functions import Now
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from inventory.models import (
@@ -82,8 +80,8 @@ _INSERT_BATCH_SQL = """
         ) VALUES (
             %(job)s, 'incremental', %(status)s, int8range(%(lower)s, %(upper)s), %(count)s,
             %(weight)s, %(attempt)s, %(max_attempts)s,
-            CASE WHEN %(start)s THEN now() + make_interval(secs => %(lease)s) END, %(worker)s,
-            now(), CASE WHEN %(start)s THEN now() END, '{}', '{}', '', %(snapshot)s::jsonb
+            CASE WHEN %(start)s THEN statement_timestamp() + make_interval(secs => %(lease)s) END, %(worker)s,
+            statement_timestamp(), CASE WHEN %(start)s THEN statement_timestamp() END, '{}', '{}', '', %(snapshot)s::jsonb
         )
         RETURNING *
     ), first_attempt AS (
@@ -130,87 +128,46 @@ def batches_plan(*, job: Job, limit: int) -> list[Batch]:
 
 @transaction.atomic
 def batch_acquire(*, job: Job, worker: str, lease_seconds: int | None = None) -> Batch | None:
-    """Take the next batch of `job` and start it: a due retry or queued batch, else a new plan.
+    """Take the next batch of `job` and start it, or None when there is no work.
 
-    Backfill batches with a priority above 0 come before incremental work, the others after it,
-    and a backfill never has more than its `max_concurrency` batches running.
+    In order: a waiting batch of an urgent backfill (priority > 0), a due retry or queued
+    incremental batch, a newly planned incremental batch, a waiting batch of another backfill;
+    no backfill ever has more than its `max_concurrency` batches running. All of it is one call
+    to tidemark_acquire (migration 0002) under the job's row lock: this is every worker's hot path.
     """
     if not worker:
         raise InvalidInput("worker", "name the worker taking the batch")
-    job = (
-        Job.objects.select_for_update(of=("self",))
-        .select_related("connector")
-        .annotate(
-            has_backfills=Exists(
-                Backfill.objects.filter(job=OuterRef("pk"), status=BackfillStatus.RUNNING)
+    source = source_for_connector(job.connector)
+    try:
+        return _one(
+            Batch.objects.raw(
+                "SELECT * FROM tidemark_acquire(%s, %s, %s, %s, %s::jsonb)",
+                [
+                    job.pk,
+                    source.planning_query(),
+                    worker,
+                    lease_seconds or job.lease_seconds,
+                    json.dumps(config_snapshot(job)),
+                ],
             )
         )
-        .get(pk=job.pk)
-    )
-    blocked = job_is_runnable(job)
-    if blocked:
-        raise Conflict(blocked)
-    lease = lease_seconds or job.lease_seconds
-    waiting = (job.has_backfills and _claim_backfill(job, urgent=True)) or _claim_queued(job)
-    if waiting:
-        return _start(waiting.pk, worker=worker, lease_seconds=lease)
-    batch = batch_plan_next(job=job, worker=worker, lease_seconds=lease)
-    if batch is None and job.has_backfills:
-        waiting = _claim_backfill(job, urgent=False)
-        if waiting:
-            return _start(waiting.pk, worker=worker, lease_seconds=lease)
-    return batch
-
-
-def _claim_queued(job: Job) -> Batch | None:
-    """The lowest incremental batch waiting for a worker: queued, or failed with its backoff over."""
-    return (
-        Batch.objects.select_for_update(skip_locked=True)
-        .filter(job=job, kind=BatchKind.INCREMENTAL)
-        .filter(
-            Q(status=BatchStatus.QUEUED)
-            & (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=Now()))
-            | Q(status=BatchStatus.FAILED, next_attempt_at__lte=Now())
-        )
-        .only("id")
-        .order_by("span")
-        .first()
-    )
-
-
-def _claim_backfill(job: Job, *, urgent: bool) -> Batch | None:
-    backfills = (
-        Backfill.objects.filter(job=job, status=BackfillStatus.RUNNING)
-        .filter(priority__gt=0 if urgent else -32768)
-        .annotate(in_flight=Count("batches", filter=Q(batches__status=BatchStatus.RUNNING)))
-        .filter(in_flight__lt=F("max_concurrency"))
-        .order_by("-priority", "id")
-    )
-    if not urgent:
-        backfills = backfills.filter(priority__lte=0)
-    for backfill in backfills:
-        batch = (
-            Batch.objects.select_for_update(skip_locked=True)
-            .filter(backfill=backfill)
-            .filter(
-                Q(status=BatchStatus.QUEUED)
-                & (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=Now()))
-                | Q(status=BatchStatus.FAILED, next_attempt_at__lte=Now())
-            )
-            .only("id")
-            .order_by("span")
-            .first()
-        )
-        if batch is not None:
-            return batch
-    return None
+    except DatabaseError as exc:
+        code = getattr(exc.__cause__, "pgcode", None)
+        message = str(exc).strip().splitlines()[0]
+        if code == "TM409":
+            raise Conflict(message) from None
+        if code == "TM404":
+            raise NotFound(message) from None
+        if code == "22023":
+            raise InvalidInput("weight", message) from None
+        raise
 
 
 _START_SQL = """
     WITH started AS (
         UPDATE inventory_batch
         SET status = 'running', attempt = attempt + 1, worker = %(worker)s,
-            lease_expires_at = now() + make_interval(secs => %(lease)s), started_at = now(),
+            lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s), started_at = statement_timestamp(),
             finished_at = NULL, next_attempt_at = NULL
         WHERE id = %(id)s AND status = ANY(%(from)s)
         RETURNING *
@@ -253,10 +210,10 @@ def batch_heartbeat(*, batch_id: int, attempt: int, lease_seconds: int | None = 
         cursor.execute(
             """
             UPDATE inventory_batch AS b
-            SET lease_expires_at = now() + make_interval(secs => coalesce(%s, j.lease_seconds))
+            SET lease_expires_at = statement_timestamp() + make_interval(secs => coalesce(%s, j.lease_seconds))
             FROM inventory_job AS j
             WHERE b.id = %s AND j.id = b.job_id AND b.status = 'running' AND b.attempt = %s
-              AND b.lease_expires_at > now()
+              AND b.lease_expires_at > statement_timestamp()
             RETURNING b.lease_expires_at
             """,
             [lease_seconds, batch_id, attempt],
@@ -269,21 +226,30 @@ def batch_heartbeat(*, batch_id: int, attempt: int, lease_seconds: int | None = 
     return row[0]
 
 
-# The fence (running, this attempt, lease alive) and the commit are one conditional update.
+# One statement locks the job's watermark (lock order job -> watermark -> batch), fences the batch
+# (running, this attempt, lease alive) and commits it; the watermark's current row comes back with
+# it. The advance then runs as its own statement, so it reads with a snapshot taken after the lock.
 _SUCCEED_SQL = """
-    WITH done AS (
+    WITH wm AS (
+        SELECT w.id, w.type, w.position, w.value
+        FROM inventory_watermark AS w JOIN inventory_batch AS b ON b.job_id = w.job_id
+        WHERE b.id = %(id)s
+        FOR UPDATE OF w
+    ), done AS (
         UPDATE inventory_batch
         SET status = 'succeeded', result = %(result)s::jsonb, watermark_value = %(value)s::jsonb,
-            finished_at = now(), lease_expires_at = NULL, error = '{}'
+            finished_at = statement_timestamp(), lease_expires_at = NULL, error = '{}'
         WHERE id = %(id)s AND status = 'running' AND attempt = %(attempt)s
-          AND lease_expires_at > now()
+          AND lease_expires_at > statement_timestamp() AND EXISTS (SELECT 1 FROM wm)
         RETURNING *
     ), closed AS (
         UPDATE inventory_batchattempt AS a
         SET finished_at = done.finished_at, outcome = 'succeeded', error = '{}'
         FROM done WHERE a.batch_id = done.id AND a.number = done.attempt
     )
-    SELECT * FROM done
+    SELECT done.*, wm.id AS wm_id, wm.type AS wm_type, wm.position AS wm_position,
+           wm.value AS wm_value
+    FROM done, wm
 """
 
 
@@ -291,24 +257,19 @@ _SUCCEED_SQL = """
 def batch_succeed(
     *, batch_id: int, attempt: int, result: dict | None = None, watermark_value=None
 ) -> Batch:
-    """Commit a batch whose output is durably written: the status and the watermark move together.
-
-    The watermark row is locked first (lock order job -> watermark -> batch), then the batch is
-    fenced: it must be running, on this attempt, with its lease not expired.
-    """
-    watermark = (
-        watermarks.Watermark.objects.select_for_update(of=("self",))
-        .filter(job__batches__id=batch_id)
-        .first()
-    )
-    if watermark is None:
-        raise NotFound(f"batch {batch_id} does not exist")
-    if watermark_value is not None:
-        watermark_value = watermarks.parse_value(
-            watermark.type, watermark_value, field="watermark_value"
-        )
+    """Commit a batch whose output is durably written: the status and the watermark move together
+    in one transaction, and only for the current attempt holding a live lease (invariants 1, 8)."""
     if result is not None and not isinstance(result, dict):
         raise InvalidInput("result", "must be an object")
+    if watermark_value is not None:
+        wm_type = (
+            watermarks.Watermark.objects.filter(job__batches__id=batch_id)
+            .values_list("type", flat=True)
+            .first()
+        )
+        if wm_type is None:
+            raise NotFound(f"batch {batch_id} does not exist")
+        watermark_value = watermarks.parse_value(wm_type, watermark_value, field="watermark_value")
     params = {
         "id": batch_id,
         "attempt": attempt,
@@ -320,6 +281,13 @@ def batch_succeed(
         _fence(_locked(batch_id), attempt, require_lease=True)
         raise StaleAttempt(f"batch {batch_id} attempt {attempt} may not commit")
     if batch.kind == BatchKind.INCREMENTAL:
+        watermark = watermarks.Watermark(
+            id=batch.wm_id,
+            job_id=batch.job_id,
+            type=batch.wm_type,
+            position=batch.wm_position,
+            value=None if batch.wm_value is None else json.loads(batch.wm_value),
+        )
         watermarks.watermark_advance(watermark=watermark, trigger=batch)
     elif batch.backfill_id:
         _complete_backfill_if_done(batch.backfill_id)
@@ -360,7 +328,9 @@ def _fail(batch: Batch, *, error: dict) -> Batch:
 
 def batches_requeue_due(*, job_id: int | None = None) -> list[int]:
     """failed -> queued for every batch whose backoff has passed; returns their ids."""
-    due = Batch.objects.filter(status=BatchStatus.FAILED, next_attempt_at__lte=timezone.now())
+    due = Batch.objects.filter(
+        status=BatchStatus.FAILED, next_attempt_at__lte=timezone.now()
+    )
     if job_id is not None:
         due = due.filter(job_id=job_id)
     ids = list(due.values_list("id", flat=True))

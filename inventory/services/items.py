@@ -79,6 +79,16 @@ class ItemSource:
             params.append(limit)
         return sql, params
 
+    def planning_query(self) -> str:
+        """(uid, weight) rows in uid order from uid $1 on, as the text the planning functions
+        execute (they add the end bound); filter values are bound by the driver (mogrify)."""
+        where = [*self.where, f"{self.uid} >= $1"]
+        sql = (
+            f"SELECT {self.uid} AS uid, {self.weight} AS weight FROM {self.relation} "
+            f"WHERE {' AND '.join(where)} ORDER BY {self.uid}"
+        )
+        return connection.ops.compose_sql(sql, self.params)
+
 
 def assets_source(connector_id: int) -> ItemSource:
     return ItemSource(

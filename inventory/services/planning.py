@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from django.db import DataError, connection
 
-from inventory.models import HOLDING_STATUSES
 from inventory.services.errors import InvalidInput
 from inventory.services.items import ItemSource
 
@@ -56,17 +55,12 @@ def _plan(
     limit: int | None = None,
 ) -> list[PlannedRange]:
     """Run tidemark_plan_batches (migration 0002) over the source's items in id order."""
-    # one batch never reads more than max_items + 1 rows; the LIMIT also steers the plan to the index
-    row_limit = max_items * limit + 1 if limit else None
-    items_sql, params = source.select(lower=first, upper=end, limit=row_limit, with_item=False)
-    # the driver binds the values into the statement text, exactly as it does for any query
-    items_query = connection.ops.compose_sql(items_sql, params)
     try:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT lower, upper, item_count, weight "
                 "FROM tidemark_plan_batches(%s, %s, %s, %s, %s, %s)",
-                [items_query, first, end, budget, max_items, limit],
+                [source.planning_query(), first, end, budget, max_items, limit],
             )
             rows = cursor.fetchall()
     except DataError as exc:
@@ -78,28 +72,8 @@ def incremental_start(*, job_id: int) -> tuple[int, int | None]:
     """Where the next incremental batch starts, and the bound it must stay below (None: open).
 
     Normally after the last batch that holds its range; if a cancelled batch left a hole above the
-    watermark, the hole is filled first so the watermark can move over it.
-    """
-    sql = """
-        WITH wm AS (
-            SELECT position FROM inventory_watermark WHERE job_id = %(job)s
-        ), held AS (
-            SELECT lower(span) AS lo, upper(span) AS hi
-            FROM inventory_batch
-            WHERE job_id = %(job)s AND backfill_id IS NULL AND status = ANY(%(holding)s)
-              AND upper(span) > (SELECT position FROM wm)
-        ), ordered AS (
-            SELECT lo, hi, lag(hi, 1, (SELECT position FROM wm)) OVER (ORDER BY lo) AS prev_hi
-            FROM held
-        ), hole AS (
-            SELECT prev_hi AS lo, lo AS hi FROM ordered WHERE lo > prev_hi ORDER BY lo LIMIT 1
-        )
-        SELECT (SELECT lo FROM hole), (SELECT hi FROM hole), (SELECT max(hi) FROM held),
-               (SELECT position FROM wm)
+    watermark, the hole is filled first so the watermark can move over it (migration 0002).
     """
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"job": job_id, "holding": list(HOLDING_STATUSES)})
-        hole_lo, hole_hi, end, position = cursor.fetchone()
-    if hole_lo is not None:
-        return hole_lo, hole_hi
-    return (end if end is not None else position), None
+        cursor.execute("SELECT lo, hi FROM tidemark_incremental_start(%s)", [job_id])
+        return cursor.fetchone()

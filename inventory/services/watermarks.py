@@ -184,10 +184,10 @@ def _record(
                     batch_id, actor, reason, is_replay, created_at
                 ) VALUES (%(id)s, %(old_position)s, %(new_position)s, %(old_value)s::jsonb,
                           %(new_value)s::jsonb, %(source)s, %(batch)s, %(actor)s, %(reason)s,
-                          %(replay)s, now())
+                          %(replay)s, statement_timestamp())
             )
             UPDATE inventory_watermark
-            SET position = %(new_position)s, value = %(new_value)s::jsonb, updated_at = now()
+            SET position = %(new_position)s, value = %(new_value)s::jsonb, updated_at = statement_timestamp()
             WHERE id = %(id)s
             """,
             {
