@@ -414,7 +414,7 @@ def batch_skip(*, batch_id: int, actor: str, reason: str) -> Batch:
     batch.skip_reason = f"{actor}: {reason}" if actor else reason
     batch.save(update_fields=["status", "skip_reason"])
     if batch.kind == BatchKind.INCREMENTAL:
-        watermarks.watermark_advance(watermark=watermark, trigger=batch)
+        watermarks.watermark_advance(watermark=watermark, trigger=batch, actor=actor, reason=reason)
     return batch
 
 

@@ -115,10 +115,13 @@ def _lock_watermark(job_id: int) -> Watermark:
     return Watermark.objects.select_for_update().get(job_id=job_id)
 
 
-def watermark_advance(*, watermark: Watermark, trigger: Batch | None = None) -> Watermark:
+def watermark_advance(
+    *, watermark: Watermark, trigger: Batch | None = None, actor: str | None = None, reason=""
+) -> Watermark:
     """Move the watermark over the gap-free run of committed batches that starts at its position.
 
     Must run inside the transaction holding the watermark's row lock (see _lock_watermark).
+    `actor`/`reason` name an operator who caused the move (a skip); else the batch's worker.
     """
     sql = """
         WITH held AS (
@@ -165,8 +168,8 @@ def watermark_advance(*, watermark: Watermark, trigger: Batch | None = None) -> 
         new_value=value,
         source=WatermarkSource.BATCH,
         batch=trigger,
-        actor=trigger.worker if trigger else "",
-        reason="",
+        actor=actor if actor is not None else (trigger.worker if trigger else ""),
+        reason=reason,
     )
     return watermark
 

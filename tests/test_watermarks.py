@@ -1,0 +1,315 @@
+"""Watermarks: typed values that never decrease by accident (invariant 4), audited corrections.
+
+The merge rules are tested twice: as pure functions, and end to end through batch_succeed with
+the watermark value a batch reports.
+"""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from inventory.models import Batch, BatchStatus, Watermark, WatermarkEvent, WatermarkType
+from inventory.services import batches
+from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.watermarks import decreases, merge_values, parse_value, watermark_correct
+from tests.factories import ConnectorFactory, make_assets, make_job
+
+# ---- pure value rules --------------------------------------------------------------------------
+
+
+def test_key_value_merge_takes_the_per_key_maximum_and_keeps_missing_keys():
+    old = {"p0": 10, "p1": 5, "p2": 7}
+    new = {"p0": 8, "p1": 9, "p3": 1}
+    assert merge_values(WatermarkType.KEY_VALUE, old, new) == {"p0": 10, "p1": 9, "p2": 7, "p3": 1}
+    assert old == {"p0": 10, "p1": 5, "p2": 7}  # the stored value is not mutated
+
+
+@given(
+    old=st.dictionaries(st.sampled_from("abcdef"), st.integers(-100, 100)),
+    new=st.dictionaries(st.sampled_from("abcdef"), st.integers(-100, 100)),
+)
+def test_a_key_value_merge_never_decreases_any_key(old, new):
+    merged = merge_values(WatermarkType.KEY_VALUE, old, new)
+    assert set(merged) == set(old) | set(new)
+    for key, offset in merged.items():
+        assert offset == max(old.get(key, offset), new.get(key, offset))
+    assert decreases(WatermarkType.KEY_VALUE, old, merged) == []
+
+
+def test_decreases_names_every_key_that_would_go_back_or_vanish():
+    found = decreases(WatermarkType.KEY_VALUE, {"p0": 10, "p1": 5, "p2": 1}, {"p0": 3, "p1": 6})
+    assert found == ["p0: 3 < 10", "p2: removed < 1"]
+    assert decreases(WatermarkType.INT, 10, 9) == ["9 < 10"]
+    assert decreases(WatermarkType.INT, 10, 10) == []
+    assert decreases(WatermarkType.FILE_SET, ["a", "b"], ["b"]) == ["a removed"]
+
+
+def test_datetime_values_need_a_time_zone_and_merge_by_instant():
+    with pytest.raises(InvalidInput) as refused:
+        parse_value(WatermarkType.DATETIME, "2024-05-01T10:00:00", field="watermark_value")
+    assert refused.value.field == "watermark_value"
+    assert "time zone" in refused.value.message
+    with pytest.raises(InvalidInput):
+        parse_value(WatermarkType.DATETIME, "yesterday")
+
+    # 10:00+02:00 is 08:00 UTC: earlier than 09:00 UTC although its text sorts later
+    east = parse_value(WatermarkType.DATETIME, "2024-05-01T10:00:00+02:00")
+    utc = parse_value(WatermarkType.DATETIME, "2024-05-01T09:00:00+00:00")
+    assert merge_values(WatermarkType.DATETIME, utc, east) == utc
+    assert decreases(WatermarkType.DATETIME, utc, east) == [f"{east} is before {utc}"]
+
+
+def test_file_set_merge_is_the_union_and_int_merge_the_maximum():
+    assert merge_values(WatermarkType.FILE_SET, ["b", "a"], ["c", "a"]) == ["a", "b", "c"]
+    assert parse_value(WatermarkType.FILE_SET, ["b", "a", "b"]) == ["a", "b"]
+    assert merge_values(WatermarkType.INT, 7, 3) == 7
+    assert merge_values(WatermarkType.INT, None, 3) == 3
+    assert merge_values(WatermarkType.KEY_VALUE, {"a": 1}, None) == {"a": 1}
+
+
+def test_values_of_the_wrong_shape_are_refused_naming_the_field():
+    with pytest.raises(InvalidInput) as refused:
+        parse_value(WatermarkType.KEY_VALUE, {"p0": "12"}, field="watermark_value")
+    assert refused.value.field == "watermark_value.p0"
+    with pytest.raises(InvalidInput):
+        parse_value(WatermarkType.INT, True)
+    with pytest.raises(InvalidInput):
+        parse_value(WatermarkType.FILE_SET, "a.parquet")
+
+
+# ---- end to end through batch commits ----------------------------------------------------------
+
+
+def _job(count, watermark_type=WatermarkType.INT, **options):
+    """A job whose budget makes every item a batch of its own."""
+    connector = ConnectorFactory()
+    assets = make_assets(connector, [10] * count)
+    job = make_job(
+        connector=connector,
+        batch_weight=10,
+        max_items=1,
+        watermark_type=watermark_type,
+        **options,
+    )
+    return job, assets
+
+
+def _commit(job, value=None):
+    batch = batches.batch_acquire(job=job, worker="w")
+    return batches.batch_succeed(batch_id=batch.id, attempt=batch.attempt, watermark_value=value)
+
+
+def _value(job):
+    return Watermark.objects.get(job=job).value
+
+
+@pytest.mark.django_db
+def test_key_value_commits_merge_per_key_and_keep_keys_missing_from_a_report():
+    job, _ = _job(3, WatermarkType.KEY_VALUE)
+    _commit(job, {"p0": 10, "p1": 5})
+    assert _value(job) == {"p0": 10, "p1": 5}
+    _commit(job, {"p0": 8})  # p0 reported lower, p1 not reported
+    assert _value(job) == {"p0": 10, "p1": 5}
+    _commit(job, {"p1": 7, "p2": 1})
+    assert _value(job) == {"p0": 10, "p1": 7, "p2": 1}
+    assert WatermarkEvent.objects.filter(watermark__job=job, source="batch").count() == 3
+
+
+@pytest.mark.django_db
+def test_key_value_reports_of_out_of_order_commits_are_merged_when_the_prefix_reaches_them():
+    job, _ = _job(2, WatermarkType.KEY_VALUE)
+    first = batches.batch_acquire(job=job, worker="w")
+    second = batches.batch_acquire(job=job, worker="w")
+    batches.batch_succeed(batch_id=second.id, attempt=second.attempt, watermark_value={"p1": 4})
+    assert _value(job) is None
+    batches.batch_succeed(batch_id=first.id, attempt=first.attempt, watermark_value={"p0": 3})
+    assert _value(job) == {"p0": 3, "p1": 4}
+
+
+@pytest.mark.django_db
+def test_a_datetime_watermark_needs_a_time_zone_and_never_goes_back_through_commits():
+    job, _ = _job(3, WatermarkType.DATETIME)
+    batch = batches.batch_acquire(job=job, worker="w")
+    with pytest.raises(InvalidInput) as refused:
+        batches.batch_succeed(
+            batch_id=batch.id, attempt=batch.attempt, watermark_value="2024-05-01T10:00:00"
+        )
+    assert refused.value.field == "watermark_value"
+    assert Batch.objects.get(pk=batch.id).status == BatchStatus.RUNNING
+    assert _value(job) is None
+
+    batches.batch_succeed(
+        batch_id=batch.id, attempt=batch.attempt, watermark_value="2024-05-01T10:00:00+00:00"
+    )
+    assert _value(job) == "2024-05-01T10:00:00+00:00"
+    _commit(job, "2024-05-01T11:00:00+02:00")  # 09:00 UTC: late data, the watermark stays
+    assert _value(job) == "2024-05-01T10:00:00+00:00"
+    position_before = Watermark.objects.get(job=job).position
+    _commit(job, "2024-05-01T12:00:00+00:00")
+    assert _value(job) == "2024-05-01T12:00:00+00:00"
+    assert Watermark.objects.get(job=job).position > position_before
+
+
+@pytest.mark.django_db
+def test_a_file_set_watermark_is_the_union_of_the_reported_files():
+    job, _ = _job(2, WatermarkType.FILE_SET)
+    _commit(job, ["b.parquet", "a.parquet"])
+    _commit(job, ["c.parquet", "a.parquet"])
+    assert _value(job) == ["a.parquet", "b.parquet", "c.parquet"]
+
+
+# ---- corrections -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_decreasing_correction_needs_a_reason_and_a_replay_and_then_replans_later_batches():
+    job, assets = _job(3)
+    committed = [_commit(job) for _ in range(3)]
+    assert _value(job) == assets[2].id
+    events_before = WatermarkEvent.objects.filter(watermark__job=job).count()
+
+    with pytest.raises(InvalidInput) as no_reason:
+        watermark_correct(job=job, value=assets[0].id, actor="alice", reason="", replay=True)
+    assert no_reason.value.field == "reason"
+    with pytest.raises(InvalidInput) as no_replay:
+        watermark_correct(job=job, value=assets[0].id, actor="alice", reason="bad sink output")
+    assert no_replay.value.field == "replay"
+    assert "replay" in no_replay.value.message
+    assert _value(job) == assets[2].id
+    assert WatermarkEvent.objects.filter(watermark__job=job).count() == events_before
+    assert all(
+        b.status == BatchStatus.SUCCEEDED for b in Batch.objects.filter(job=job, kind="incremental")
+    )
+
+    watermark_correct(
+        job=job, value=assets[0].id, actor="alice", reason="bad sink output", replay=True
+    )
+    watermark = Watermark.objects.get(job=job)
+    assert (watermark.position, watermark.value) == (assets[0].id + 1, assets[0].id)
+    statuses = {b.id: b.status for b in Batch.objects.filter(job=job)}
+    assert [statuses[b.id] for b in committed] == [
+        BatchStatus.SUCCEEDED,
+        BatchStatus.SUPERSEDED,
+        BatchStatus.SUPERSEDED,
+    ]
+    event = WatermarkEvent.objects.filter(watermark__job=job).latest("id")
+    assert (event.source, event.actor, event.reason, event.is_replay) == (
+        "api",
+        "alice",
+        "bad sink output",
+        True,
+    )
+    assert (event.old_value, event.new_value) == (assets[2].id, assets[0].id)
+
+    # the superseded items are planned and committed again
+    replayed = _commit(job)
+    assert (replayed.span.lower, replayed.span.upper) == (
+        committed[1].span.lower,
+        committed[1].span.upper,
+    )
+    _commit(job)
+    assert _value(job) == assets[2].id
+
+
+@pytest.mark.django_db
+def test_a_replay_must_start_at_a_batch_boundary_and_wait_for_batches_in_flight():
+    connector = ConnectorFactory()
+    assets = make_assets(connector, [1] * 4)
+    job = make_job(connector=connector, batch_weight=2, max_items=2)
+    _commit(job)  # assets 0 and 1
+    with pytest.raises(InvalidInput) as inside:
+        watermark_correct(job=job, value=assets[0].id, actor="a", reason="r", replay=True)
+    assert inside.value.field == "value"
+
+    batches.batch_acquire(job=job, worker="w")  # assets 2 and 3, running
+    with pytest.raises(Conflict):
+        watermark_correct(job=job, value=job.start_position - 1, actor="a", reason="r", replay=True)
+    assert _value(job) == assets[1].id
+
+
+@pytest.mark.django_db
+def test_a_forward_correction_covers_the_jumped_items_with_a_skipped_batch():
+    job, assets = _job(5)
+    _commit(job)
+    watermark_correct(
+        job=job, value=assets[2].id, actor="bob", reason="files 1-2 lost", source="admin"
+    )
+
+    watermark = Watermark.objects.get(job=job)
+    assert (watermark.position, watermark.value) == (assets[2].id + 1, assets[2].id)
+    skipped = Batch.objects.get(job=job, status=BatchStatus.SKIPPED)
+    assert (skipped.span.lower, skipped.span.upper) == (assets[0].id + 1, assets[2].id + 1)
+    assert "files 1-2 lost" in skipped.skip_reason
+    event = WatermarkEvent.objects.filter(watermark__job=job).latest("id")
+    assert (event.source, event.actor, event.reason, event.is_replay) == (
+        "admin",
+        "bob",
+        "files 1-2 lost",
+        False,
+    )
+
+    following = _commit(job)
+    assert following.span.lower == assets[2].id + 1
+    assert _value(job) == assets[3].id
+
+
+@pytest.mark.django_db
+def test_a_forward_correction_cannot_jump_over_a_running_batch():
+    job, assets = _job(3)
+    _commit(job)
+    running = batches.batch_acquire(job=job, worker="w")
+    with pytest.raises(Conflict):
+        watermark_correct(job=job, value=assets[2].id, actor="bob", reason="skip ahead")
+    assert Batch.objects.get(pk=running.id).status == BatchStatus.RUNNING
+    assert _value(job) == assets[0].id
+
+
+@pytest.mark.django_db
+def test_a_key_value_correction_that_lowers_a_key_is_a_replay():
+    job, _ = _job(1, WatermarkType.KEY_VALUE)
+    _commit(job, {"p0": 10, "p1": 5})
+    with pytest.raises(InvalidInput) as refused:
+        watermark_correct(job=job, value={"p0": 4, "p1": 5}, actor="a", reason="reprocess p0")
+    assert refused.value.field == "replay"
+    assert "p0" in refused.value.message
+    # raising one key and keeping the others is not a decrease
+    watermark_correct(job=job, value={"p0": 12, "p1": 5}, actor="a", reason="known gap")
+    assert _value(job) == {"p0": 12, "p1": 5}
+    watermark_correct(
+        job=job, value={"p0": 4, "p1": 5}, actor="a", reason="reprocess p0", replay=True
+    )
+    assert _value(job) == {"p0": 4, "p1": 5}
+    assert list(
+        WatermarkEvent.objects.filter(watermark__job=job, source="api")
+        .order_by("id")
+        .values_list("is_replay", "reason")
+    ) == [(False, "known gap"), (True, "reprocess p0")]
+
+
+@pytest.mark.django_db
+def test_every_watermark_change_leaves_an_event_with_source_actor_and_reason():
+    job, assets = _job(3, max_attempts=1)
+    first = batches.batch_acquire(job=job, worker="worker-a")
+    second = batches.batch_acquire(job=job, worker="worker-b")
+    batches.batch_fail(batch_id=first.id, attempt=first.attempt, error={"type": "Boom"})
+    batches.batch_succeed(batch_id=second.id, attempt=second.attempt)
+    batches.batch_skip(batch_id=first.id, actor="carol", reason="corrupt input")
+    watermark_correct(job=job, value=assets[2].id, actor="dave", reason="third file dropped")
+
+    events = list(
+        WatermarkEvent.objects.filter(watermark__job=job)
+        .order_by("id")
+        .values_list("source", "actor", "reason", "new_value")
+    )
+    assert events[0][0] == "batch"
+    assert events[0][1:] == ("carol", "corrupt input", assets[1].id)
+    assert events[1] == ("api", "dave", "third file dropped", assets[2].id)
+    old_new = list(
+        WatermarkEvent.objects.filter(watermark__job=job)
+        .order_by("id")
+        .values_list("old_position", "new_position")
+    )
+    assert old_new == [
+        (job.start_position, assets[1].id + 1),
+        (assets[1].id + 1, assets[2].id + 1),
+    ]
