@@ -12,3 +12,32 @@ def django_db_modify_db_settings():
 
     suffix = os.environ.get("TIDEMARK_TEST_DB_SUFFIX") or str(os.getpid())
     settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_tidemark_{suffix}"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession for the whole test session (local[2]), the same warm session workers use."""
+    from workers.spark.session import get_session, stop_session
+
+    session = get_session("local[2]")
+    yield session
+    stop_session()
+
+
+@pytest.fixture
+def role_users(db):
+    """Named users, one per role (groups from migration 0003_roles), plus one with no role."""
+    from django.contrib.auth.models import Group, User
+
+    from inventory.roles import role_groups_ensure
+
+    role_groups_ensure()  # a transactional test before this one may have flushed them
+    users = {}
+    for role in ("viewer", "operator", "admin"):
+        user = User.objects.create_user(username=f"{role}-user", password="pw-for-tests-only")
+        user.is_staff = True  # may open the admin site; what they may do there follows the role
+        user.save(update_fields=["is_staff"])
+        user.groups.add(Group.objects.get(name=role))
+        users[role] = user
+    users["norole"] = User.objects.create_user(username="norole-user", password="pw-for-tests")
+    return users

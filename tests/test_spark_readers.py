@@ -1,0 +1,100 @@
+"""Readers: Parquet, JSON lines and CSV items, lineage columns, clear errors for bad input."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import functions as F
+
+from workers.spark.errors import ReadError
+from workers.spark.readers import read_items
+
+LINEAGE = {"batch_id": 7, "job": "orders", "processed_at": "2026-01-02T03:04:05+00:00"}
+
+
+def write_parquet(path, rows):
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return str(path)
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def lineage_of(df):
+    rows = df.select(
+        "_tm_batch_id",
+        "_tm_job",
+        F.date_format("_tm_processed_at", "yyyy-MM-dd'T'HH:mm:ssxxx").alias("at"),
+        "_tm_source_file",
+    ).collect()
+    return {(r[0], r[1], r[2], r[3].rsplit("/", 1)[-1]) for r in rows}
+
+
+def test_parquet_items_with_lineage(spark, tmp_path):
+    a = write_parquet(tmp_path / "a.parquet", [{"id": 1, "name": "x"}, {"id": 2, "name": "y"}])
+    b = write_parquet(tmp_path / "b.parquet", [{"id": 3, "name": "z"}])
+    df = read_items(spark, [a, b], "parquet", lineage=LINEAGE)
+    assert sorted((r.id, r.name) for r in df.collect()) == [(1, "x"), (2, "y"), (3, "z")]
+    assert dict(df.dtypes)["_tm_processed_at"] == "timestamp"
+    assert lineage_of(df) == {
+        (7, "orders", "2026-01-02T03:04:05+00:00", "a.parquet"),
+        (7, "orders", "2026-01-02T03:04:05+00:00", "b.parquet"),
+    }
+    per_file = {
+        (r._tm_source_file.rsplit("/", 1)[-1], r.id)
+        for r in df.select("_tm_source_file", "id").collect()
+    }
+    assert per_file == {("a.parquet", 1), ("a.parquet", 2), ("b.parquet", 3)}
+
+
+def test_json_lines_items_without_lineage_have_only_their_columns(spark, tmp_path):
+    path = write_jsonl(tmp_path / "e.json", [{"id": 1, "tag": "a"}, {"id": 2, "tag": None}])
+    df = read_items(spark, [path], "json")
+    assert sorted(df.columns) == ["id", "tag"]
+    assert sorted((r.id, r.tag) for r in df.collect()) == [(1, "a"), (2, None)]
+
+
+def test_json_lines_with_a_ddl_schema_and_lineage(spark, tmp_path):
+    path = write_jsonl(tmp_path / "e.json", [{"id": 1, "at": "2026-01-01T10:00:00Z"}])
+    df = read_items(spark, [path], "json", schema="id BIGINT, at TIMESTAMP", lineage=LINEAGE)
+    assert dict(df.dtypes)["at"] == "timestamp"
+    assert df.select(F.date_format("at", "HH:mm").alias("t")).first().t == "10:00"
+    assert lineage_of(df) == {(7, "orders", "2026-01-02T03:04:05+00:00", "e.json")}
+
+
+def test_csv_items_with_header_options_schema_and_lineage(spark, tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text('id;name\n1;ann\n2;"bob; jr"\n')
+    df = read_items(
+        spark,
+        [str(path)],
+        "csv",
+        options={"sep": ";"},
+        schema="id INT, name STRING",
+        lineage=LINEAGE,
+    )
+    assert sorted((r.id, r.name) for r in df.collect()) == [(1, "ann"), (2, "bob; jr")]
+    assert lineage_of(df) == {(7, "orders", "2026-01-02T03:04:05+00:00", "c.csv")}
+
+
+def test_an_unknown_format_is_a_clear_error(spark, tmp_path):
+    with pytest.raises(ReadError, match="unknown input format 'avro'"):
+        read_items(spark, [str(tmp_path / "x")], "avro")
+
+
+def test_a_corrupt_parquet_file_is_a_read_error_naming_the_file(spark, tmp_path):
+    bad = tmp_path / "broken.parquet"
+    bad.write_bytes(b"PAR1 this is not parquet at all" * 4)
+    with pytest.raises(ReadError) as caught:
+        read_items(spark, [str(bad)], "parquet")
+    message = str(caught.value)
+    assert message.startswith("cannot read parquet input:")
+    assert "broken.parquet" in message and "not a Parquet file" in message
+
+
+def test_a_missing_item_is_a_read_error(spark, tmp_path):
+    with pytest.raises(ReadError, match="cannot read json input"):
+        read_items(spark, [str(tmp_path / "gone.json")], "json")

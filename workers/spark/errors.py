@@ -1,0 +1,109 @@
+"""Errors of the Spark side and the useful part of a Spark/Py4J error.
+
+A Spark failure arrives as a Python exception whose text holds the whole JVM stack trace, often
+hundreds of lines where two matter: the error class and the root cause. `spark_error_detail`
+keeps those lines so a stored batch error can be read by a person.
+"""
+
+import re
+
+
+class ReadError(Exception):
+    """The batch's input cannot be read (missing, malformed, unknown format)."""
+
+
+class SinkError(Exception):
+    """The batch's output cannot be written (bad sink config, unknown columns, database error)."""
+
+
+class BatchError(Exception):
+    """A batch failed. `as_dict()` is what the control plane stores: type, message, detail."""
+
+    def __init__(self, type: str, message: str, detail: str = "", stage: str = ""):
+        self.type = type
+        self.message = message
+        self.detail = detail
+        self.stage = stage
+        super().__init__(message)
+
+    def as_dict(self) -> dict:
+        return {
+            "type": self.type,
+            "message": self.message,
+            "detail": self.detail,
+            "stage": self.stage,
+        }
+
+    def __reduce__(self):
+        return (type(self), (self.type, self.message, self.detail, self.stage))
+
+
+_STACK_LINE = re.compile(r"^\s*(at |\.\.\. \d+ more|Suppressed: |\{\")")
+_MAX_DETAIL_LINES = 15
+_MAX_DETAIL_CHARS = 4000
+
+
+def error_text(exc: BaseException) -> str:
+    """The full text of an exception, including the Java cause chain when PySpark has it."""
+    text = str(exc)
+    stack = getattr(exc, "_stackTrace", None)  # pyspark CapturedException: Java causes live here
+    if isinstance(stack, str) and stack:
+        text = f"{text}\n{stack}"
+    return text
+
+
+def spark_error_detail(exc: BaseException) -> str:
+    """The first lines of each exception in the chain, without JVM stack frames or repeats."""
+    kept: list[str] = []
+    seen: set[str] = set()
+    for raw in error_text(exc).splitlines():
+        line = raw.rstrip()
+        if not line.strip() or _STACK_LINE.match(line):
+            continue
+        line = line.lstrip(": ").strip() if line.startswith(":") else line
+        if line in seen:
+            continue
+        seen.add(line)
+        kept.append(line)
+        if len(kept) >= _MAX_DETAIL_LINES:
+            break
+    return "\n".join(kept)[:_MAX_DETAIL_CHARS]
+
+
+def spark_error_summary(exc: BaseException) -> str:
+    """One line naming the root cause: the last 'Caused by', a Python error, or the first line."""
+    text = error_text(exc)
+    if "Traceback (most recent call last)" in text:
+        # an error raised in a Python worker: its last traceback line says what went wrong
+        tail = text.split("Traceback (most recent call last)")[-1]
+        for line in reversed(tail.splitlines()):
+            stripped = line.strip()
+            if (
+                stripped
+                and not _STACK_LINE.match(line)
+                and re.match(r"^[A-Za-z_][\w.]*(Error|Exception)\b", stripped)
+            ):
+                return stripped
+    causes = [
+        line.split("Caused by:", 1)[1].strip()
+        for line in text.splitlines()
+        if line.startswith("Caused by:")
+    ]
+    if causes:
+        return causes[-1]
+    for line in text.splitlines():
+        stripped = line.strip().lstrip(": ")
+        if stripped and not stripped.startswith("An error occurred while calling"):
+            return stripped
+    return type(exc).__name__
+
+
+def spark_error_type(exc: BaseException) -> str:
+    """The exception's class name; for a raw Py4J error, the Java class it wraps."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            return str(java.getClass().getSimpleName())
+        except Exception:  # the JVM may be gone; the Python name still says something
+            pass
+    return type(exc).__name__

@@ -1,0 +1,220 @@
+"""Processors: named PySpark functions `fn(df, ctx) -> DataFrame`, looked up by a job's processor name.
+
+A processor only transforms: reading the batch's items and writing the sink happen around it
+(workers/spark/run.py). Parameter problems raise ProcessorError naming the parameter, both when
+the batch runs and, through `validate_params`, when a job is saved.
+"""
+
+import importlib
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+
+@dataclass(frozen=True)
+class ProcessorContext:
+    job: str
+    batch_id: int
+    lower: int
+    upper: int
+    params: dict = field(default_factory=dict)
+    kind: str = "incremental"
+
+
+Processor = Callable[[DataFrame, ProcessorContext], DataFrame]
+ParamsValidator = Callable[[dict], None]
+
+
+class ProcessorError(Exception):
+    """A processor cannot run with the given params or input; the message names what is wrong."""
+
+
+class UnknownProcessor(ProcessorError):
+    def __init__(self, name: str, known: list[str]):
+        self.name = name
+        self.known = known
+        listed = ", ".join(known) if known else "none"
+        super().__init__(f"unknown processor {name!r}; known processors: {listed}")
+
+    def __reduce__(self):
+        return (type(self), (self.name, self.known))
+
+
+_registry: dict[str, Processor] = {}
+_validators: dict[str, ParamsValidator] = {}
+
+
+def register(name: str, *, validate: ParamsValidator | None = None):
+    """Register `fn(df, ctx) -> DataFrame` under `name`; `validate(params)` checks params early."""
+
+    def decorator(fn: Processor) -> Processor:
+        existing = _registry.get(name)
+        if existing is not None and existing.__qualname__ != fn.__qualname__:
+            raise ValueError(f"processor {name!r} is already registered by {existing.__module__}")
+        _registry[name] = fn
+        if validate is not None:
+            _validators[name] = validate
+        return fn
+
+    return decorator
+
+
+def get_processor(name: str) -> Processor:
+    try:
+        return _registry[name]
+    except KeyError:
+        raise UnknownProcessor(name, processor_names()) from None
+
+
+def processor_names() -> list[str]:
+    return sorted(_registry)
+
+
+def load_processor_modules(modules: list[str] | None = None) -> list[str]:
+    """Import the modules that register a project's own processors; returns processor_names().
+
+    Without an argument, the comma-separated TIDEMARK_PROCESSOR_MODULES environment variable
+    names them (how a spark-submit process learns what its parent worker had loaded).
+    """
+    if modules is None:
+        raw = os.environ.get("TIDEMARK_PROCESSOR_MODULES", "")
+        modules = [m.strip() for m in raw.split(",") if m.strip()]
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ProcessorError(f"cannot import processor module {module!r}: {exc}") from exc
+    return processor_names()
+
+
+def validate_params(name: str, params: dict | None) -> None:
+    """Check a processor's params without Spark (for saving a job); raises ProcessorError."""
+    get_processor(name)
+    if params is not None and not isinstance(params, dict):
+        raise ProcessorError(f"params must be an object, got {type(params).__name__}")
+    validator = _validators.get(name)
+    if validator is not None:
+        validator(params or {})
+
+
+def require_columns(df: DataFrame, columns: list[str], *, processor: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ProcessorError(
+            f"processor {processor!r} needs input columns {missing}; the batch has {df.columns}"
+        )
+
+
+def _string_param(params: dict, name: str, default: str | None = None) -> str:
+    value = params.get(name, default)
+    if not isinstance(value, str) or not value.strip():
+        raise ProcessorError(f"param {name!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _string_list_param(params: dict, name: str, default: list[str]) -> list[str]:
+    value = params.get(name, default)
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise ProcessorError(f"param {name!r} must be a non-empty list of column names")
+    return value
+
+
+# ---- shipped processors --------------------------------------------------------------------------
+
+
+@register("passthrough")
+def passthrough(df: DataFrame, ctx: ProcessorContext) -> DataFrame:
+    """The batch's rows unchanged (with lineage columns if the job asked for them)."""
+    return df
+
+
+def _validate_sql(params: dict) -> None:
+    _string_param(params, "query")
+
+
+# temp views are per session and a worker may run batches from several threads
+_view_lock = threading.Lock()
+
+
+@register("sql", validate=_validate_sql)
+def sql(df: DataFrame, ctx: ProcessorContext) -> DataFrame:
+    """params["query"]: a Spark SQL statement over the batch's rows as the view `batch`.
+
+    The query may use the named parameters :batch_id, :lower and :upper.
+    """
+    query = _string_param(ctx.params, "query")
+    spark = df.sparkSession
+    args = {"batch_id": ctx.batch_id, "lower": ctx.lower, "upper": ctx.upper}
+    with _view_lock:
+        df.createOrReplaceTempView("batch")
+        try:
+            # spark.sql analyses eagerly, so the result keeps its plan after the view is dropped
+            return spark.sql(query, args=args)
+        finally:
+            spark.catalog.dropTempView("batch")
+
+
+def _validate_orders_hourly(params: dict) -> None:
+    _string_param(params, "time_column", "event_time")
+
+
+@register("orders_hourly", validate=_validate_orders_hourly)
+def orders_hourly(df: DataFrame, ctx: ProcessorContext) -> DataFrame:
+    """Order events -> one row per hour: hour, orders, revenue, customers.
+
+    An order counted twice (the same event in two files) counts once; its amount once too.
+    The hours are those of this batch's events: an hour spread over two batches gets one row in
+    each batch's output.
+    """
+    time_column = _string_param(ctx.params, "time_column", "event_time")
+    require_columns(
+        df, ["order_id", "customer_id", "amount", time_column], processor="orders_hourly"
+    )
+    orders = df.dropDuplicates(["order_id"])
+    return (
+        orders.groupBy(F.date_trunc("hour", F.col(time_column)).alias("hour"))
+        .agg(
+            F.count("order_id").alias("orders"),
+            F.round(F.sum("amount"), 2).alias("revenue"),
+            F.countDistinct("customer_id").alias("customers"),
+        )
+        .orderBy("hour")
+    )
+
+
+def _validate_customers_latest(params: dict) -> None:
+    _string_param(params, "key", "customer_id")
+    _string_param(params, "time_column", "event_time")
+    _string_list_param(params, "fields", ["email", "name", "city"])
+
+
+@register("customers_latest", validate=_validate_customers_latest)
+def customers_latest(df: DataFrame, ctx: ProcessorContext) -> DataFrame:
+    """Partial customer updates -> per customer the latest non-null value of every field.
+
+    Output: the key, each field, and `updated_at` (the latest event time seen for the customer).
+    A field that is null in every event of the batch stays null; with the `coalesce` sink mode
+    the stored value then survives.
+    """
+    params = ctx.params
+    key = _string_param(params, "key", "customer_id")
+    time_column = _string_param(params, "time_column", "event_time")
+    fields = _string_list_param(params, "fields", ["email", "name", "city"])
+    require_columns(df, [key, time_column, *fields], processor="customers_latest")
+    latest = [
+        # max over (time, value) structs, nulls skipped: the value of the latest non-null update
+        F.max(
+            F.when(F.col(name).isNotNull(), F.struct(F.col(time_column).alias("t"), F.col(name)))
+        )[name].alias(name)
+        for name in fields
+    ]
+    return (
+        df.where(F.col(key).isNotNull())
+        .groupBy(key)
+        .agg(*latest, F.max(time_column).alias("updated_at"))
+        .orderBy(key)
+    )

@@ -1,0 +1,87 @@
+"""Read a batch's items (file locations) as one DataFrame, optionally with lineage columns.
+
+JSON and CSV are read in FAILFAST mode unless the job's read options say otherwise: a malformed
+record fails the batch with Spark's message instead of turning silently into nulls.
+"""
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from workers.spark.errors import ReadError, spark_error_summary
+
+FORMATS = ("parquet", "json", "csv")
+DEFAULT_OPTIONS: dict[str, dict[str, str]] = {
+    "parquet": {},
+    "json": {"mode": "FAILFAST"},
+    "csv": {"mode": "FAILFAST", "header": "true"},
+}
+LINEAGE_COLUMNS = ("_tm_batch_id", "_tm_job", "_tm_processed_at", "_tm_source_file")
+
+
+def read_items(
+    spark: SparkSession,
+    locations: list[str],
+    fmt: str,
+    options: dict | None = None,
+    schema: str | None = None,
+    lineage: dict | None = None,
+) -> DataFrame:
+    """The rows of all `locations` in format `fmt` (parquet, json = JSON lines, csv).
+
+    `options` are Spark reader options (e.g. {"header": "false", "sep": ";"}), `schema` a DDL
+    string ("id INT, name STRING"). With `lineage` = {"batch_id", "job", "processed_at"} the rows
+    get `_tm_batch_id`, `_tm_job`, `_tm_processed_at` and `_tm_source_file`.
+    Spark reads lazily: the caller forces evaluation (run_batch counts the rows) so that a
+    malformed file fails inside the batch.
+    """
+    if fmt not in FORMATS:
+        raise ReadError(f"unknown input format {fmt!r}; supported formats: {', '.join(FORMATS)}")
+    if (
+        not isinstance(locations, list)
+        or not locations
+        or not all(isinstance(loc, str) and loc for loc in locations)
+    ):
+        raise ReadError("items must be a non-empty list of file locations")
+    reader = spark.read.format(fmt).options(**_reader_options(fmt, options))
+    if schema is not None:
+        if not isinstance(schema, str) or not schema.strip():
+            raise ReadError("schema must be a DDL string such as 'id INT, name STRING'")
+        try:
+            reader = reader.schema(schema)
+        except Exception as exc:
+            raise ReadError(
+                f"schema {schema!r} is not valid DDL: {spark_error_summary(exc)}"
+            ) from exc
+    try:
+        df = reader.load(locations)
+    except Exception as exc:
+        raise ReadError(f"cannot read {fmt} input: {spark_error_summary(exc)}") from exc
+    if lineage is not None:
+        df = add_lineage(df, lineage)
+    return df
+
+
+def add_lineage(df: DataFrame, lineage: dict) -> DataFrame:
+    missing = [k for k in ("batch_id", "job", "processed_at") if k not in lineage]
+    if missing:
+        raise ReadError(f"lineage needs {missing}")
+    return df.select(
+        "*",
+        F.lit(int(lineage["batch_id"])).cast("bigint").alias("_tm_batch_id"),
+        F.lit(str(lineage["job"])).alias("_tm_job"),
+        F.lit(str(lineage["processed_at"])).cast("timestamp").alias("_tm_processed_at"),
+        F.col("_metadata.file_path").alias("_tm_source_file"),
+    )
+
+
+def _reader_options(fmt: str, options: dict | None) -> dict[str, str]:
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise ReadError("read_options must be an object of Spark reader options")
+    merged = dict(DEFAULT_OPTIONS[fmt])
+    for key, value in options.items():
+        if not isinstance(key, str) or not isinstance(value, (str, int, float, bool)):
+            raise ReadError(f"read option {key!r} must be a string, number or boolean")
+        merged[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return merged
