@@ -1,0 +1,131 @@
+"""Reads of the inventory: lag, blockers, backfill progress, watermark history, batch items.
+
+The API, the dashboard, the admin and /metrics read through these; nothing here writes.
+"""
+
+from dataclasses import dataclass
+
+from django.db import connection
+from django.db.models import Count, Q, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce
+
+from inventory.models import (
+    COMMITTED_STATUSES,
+    HOLDING_STATUSES,
+    Backfill,
+    Batch,
+    BatchKind,
+    BatchStatus,
+    Job,
+    WatermarkEvent,
+)
+from inventory.services.items import source_for_connector
+
+
+@dataclass(frozen=True)
+class Lag:
+    """What a job has not committed yet: items (and their summed weight) at or after the watermark."""
+
+    items: int
+    weight: int
+
+
+def job_lag(*, job: Job) -> Lag:
+    position = job.watermark.position
+    items_sql, params = source_for_connector(job.connector).select(
+        lower=position, upper=None, limit=None, with_item=False
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT count(*), coalesce(sum(weight), 0) FROM ({items_sql}) AS pending", params
+        )
+        items, weight = cursor.fetchone()
+    return Lag(items=int(items), weight=int(weight))
+
+
+def job_blocker(*, job: Job) -> Batch | None:
+    """The incremental batch the watermark waits for (it starts at the watermark), if any."""
+    position = job.watermark.position
+    first = (
+        Batch.objects.filter(
+            job=job,
+            kind=BatchKind.INCREMENTAL,
+            status__in=HOLDING_STATUSES,
+            span__startswith=position,
+        )
+        .exclude(status__in=COMMITTED_STATUSES)
+        .first()
+    )
+    return first
+
+
+def job_batch_counts(*, job: Job) -> dict[str, int]:
+    rows = Batch.objects.filter(job=job).values("status").annotate(n=Count("id"))
+    counts = {status: 0 for status in BatchStatus.values}
+    counts.update({row["status"]: row["n"] for row in rows})
+    return counts
+
+
+def backfills_with_progress(queryset: QuerySet[Backfill] | None = None) -> QuerySet[Backfill]:
+    """Backfills annotated with batch counts and weights: total, done (succeeded or skipped),
+    running, dead, cancelled."""
+    queryset = Backfill.objects.all() if queryset is None else queryset
+    done = Q(batches__status__in=COMMITTED_STATUSES)
+    return queryset.select_related("job").annotate(
+        batches_total=Count("batches"),
+        batches_done=Count("batches", filter=done),
+        batches_running=Count("batches", filter=Q(batches__status=BatchStatus.RUNNING)),
+        batches_dead=Count("batches", filter=Q(batches__status=BatchStatus.DEAD)),
+        batches_cancelled=Count("batches", filter=Q(batches__status=BatchStatus.CANCELLED)),
+        weight_total=Coalesce(Sum("batches__weight"), Value(0)),
+        weight_done=Coalesce(Sum("batches__weight", filter=done), Value(0)),
+    )
+
+
+def watermark_history(*, job: Job) -> QuerySet[WatermarkEvent]:
+    """The job's watermark events, newest first."""
+    return WatermarkEvent.objects.filter(watermark__job=job).select_related("batch")
+
+
+def batch_items(*, batch: Batch) -> list[dict]:
+    """The items a batch covers, in id order: id, item (a file location or meta-table item), weight."""
+    items_sql, params = source_for_connector(batch.job.connector).select(
+        lower=batch.span.lower, upper=batch.span.upper, limit=None, with_item=True
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(items_sql, params)
+        return [
+            {"id": uid, "item": item, "weight": weight} for uid, weight, item in cursor.fetchall()
+        ]
+
+
+def batch_counts_by_job() -> list[tuple[str, str, str, int]]:
+    """(job name, kind, status, count) for every combination that has batches (for /metrics)."""
+    rows = (
+        Batch.objects.values_list("job__name", "kind", "status")
+        .annotate(n=Count("id"))
+        .order_by("job__name", "kind", "status")
+    )
+    return list(rows)
+
+
+def jobs_overview() -> list[Job]:
+    """Every job with its connector, watermark, batch counts by status and lag (the dashboard)."""
+    counted = {
+        status: Count("batches", filter=Q(batches__status=status))
+        for status in (
+            BatchStatus.QUEUED,
+            BatchStatus.RUNNING,
+            BatchStatus.FAILED,
+            BatchStatus.DEAD,
+        )
+    }
+    jobs = list(
+        Job.objects.select_related("connector", "watermark")
+        .annotate(**{f"n_{status}": count for status, count in counted.items()})
+        .order_by("name")
+    )
+    for job in jobs:
+        # each job reads its own source (asset table or meta table), so lag is one query per job
+        job.lag = job_lag(job=job)
+    return jobs

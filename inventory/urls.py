@@ -1,0 +1,21 @@
+"""The dashboard's pages."""
+
+from django.urls import path
+
+from inventory import views
+
+app_name = "dashboard"
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("jobs/<slug:name>/", views.job_detail, name="job"),
+    path("jobs/<slug:name>/batches/", views.job_batches_partial, name="job-batches"),
+    path("jobs/<slug:name>/run/", views.job_run_now, name="job-run"),
+    path("connectors/", views.connectors, name="connectors"),
+    path("connectors/<slug:name>/<str:action>/", views.connector_action, name="connector-action"),
+    path("backfills/", views.backfills, name="backfills"),
+    path("backfills/preview/", views.backfill_preview, name="backfill-preview"),
+    path("backfills/<int:pk>/<str:action>/", views.backfill_action, name="backfill-action"),
+    path("batches/<int:pk>/", views.batch_detail, name="batch"),
+    path("batches/<int:pk>/<str:action>/", views.batch_action, name="batch-action"),
+]

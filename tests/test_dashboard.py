@@ -1,0 +1,148 @@
+"""The dashboard: login everywhere, roles for changes, CSRF on forms, the same services underneath."""
+
+import pytest
+from django.test import Client
+
+from inventory.models import BackfillStatus, BatchStatus, ConnectorState
+from inventory.services import batches
+from tests.factories import ConnectorFactory, make_assets, make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def _client(user):
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def job():
+    connector = ConnectorFactory(name="orders")
+    make_assets(connector, [30, 30, 30, 30, 30])
+    return make_job(connector=connector, name="orders-hourly", batch_weight=60, max_items=5)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["/", "/jobs/orders-hourly/", "/connectors/", "/backfills/", "/jobs/orders-hourly/batches/"],
+)
+def test_every_page_needs_a_login(job, url):
+    response = Client().get(url)
+    assert response.status_code == 302
+    assert response.url.startswith("/accounts/login/")
+
+
+def test_the_overview_shows_watermark_lag_and_a_dead_batch_holding_it(job, role_users):
+    job.max_attempts = 1
+    job.save()
+    batch = batches.batch_acquire(job=job, worker="w")
+    batches.batch_fail(batch_id=batch.id, attempt=batch.attempt, error={"message": "boom"})
+    page = _client(role_users["viewer"]).get("/").content.decode()
+    assert "orders-hourly" in page
+    assert "1 dead: watermark held" in page
+    assert "5 / 150" in page  # nothing committed: all five items (weight 150) are lag
+
+
+def test_the_job_page_names_the_batch_the_watermark_waits_for(job, role_users):
+    first = batches.batch_acquire(job=job, worker="w")
+    second = batches.batch_acquire(job=job, worker="w")
+    batches.batch_succeed(batch_id=second.id, attempt=second.attempt)
+    page = _client(role_users["viewer"]).get("/jobs/orders-hourly/").content.decode()
+    assert f"batch {first.id}</a>" in page
+    assert "running" in page
+
+
+def test_a_viewer_cannot_pause_a_connector_but_an_operator_can(job, role_users):
+    url = "/connectors/orders/pause/"
+    assert _client(role_users["viewer"]).post(url).status_code == 403
+    job.connector.refresh_from_db()
+    assert job.connector.state == ConnectorState.ACTIVE
+
+    response = _client(role_users["operator"]).post(url)
+    assert response.status_code == 302
+    job.connector.refresh_from_db()
+    assert job.connector.state == ConnectorState.PAUSED
+
+
+def test_forms_refuse_a_post_without_the_csrf_token(job, role_users):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(role_users["operator"])
+    assert client.post("/connectors/orders/pause/").status_code == 403
+    job.connector.refresh_from_db()
+    assert job.connector.state == ConnectorState.ACTIVE
+
+
+def test_the_backfill_preview_shows_the_plan_without_creating_it(job, role_users):
+    client = _client(role_users["operator"])
+    first_id = job.connector.assets.order_by("id").first().id
+    response = client.post(
+        "/backfills/preview/",
+        {
+            "job": "orders-hourly",
+            "range_start": first_id,
+            "range_end": first_id + 4,
+            "max_concurrency": 1,
+            "priority": 0,
+        },
+    )
+    page = response.content.decode()
+    assert "3 batch(es), 5 items, total weight 150" in page
+    assert job.backfills.count() == 0
+
+
+def test_a_backfill_over_an_empty_range_is_refused_with_the_field(job, role_users):
+    response = _client(role_users["operator"]).post(
+        "/backfills/",
+        {
+            "job": "orders-hourly",
+            "range_start": 10,
+            "range_end": 5,
+            "max_concurrency": 1,
+            "priority": 0,
+        },
+    )
+    assert response.status_code == 200
+    assert "the range is empty" in response.content.decode()
+    assert job.backfills.count() == 0
+
+
+def test_an_operator_schedules_and_pauses_a_backfill(job, role_users):
+    client = _client(role_users["operator"])
+    first_id = job.connector.assets.order_by("id").first().id
+    response = client.post(
+        "/backfills/",
+        {
+            "job": "orders-hourly",
+            "range_start": first_id,
+            "range_end": first_id + 4,
+            "max_concurrency": 2,
+            "priority": 1,
+            "reason": "reprocess",
+        },
+    )
+    assert response.status_code == 302
+    backfill = job.backfills.get()
+    assert (backfill.created_by, backfill.batches.count()) == ("operator-user", 3)
+    client.post(f"/backfills/{backfill.pk}/pause/")
+    backfill.refresh_from_db()
+    assert backfill.status == BackfillStatus.PAUSED
+
+
+def test_skipping_a_dead_batch_needs_an_admin_and_a_reason(job, role_users):
+    job.max_attempts = 1
+    job.save()
+    batch = batches.batch_acquire(job=job, worker="w")
+    batches.batch_fail(batch_id=batch.id, attempt=batch.attempt, error={"message": "bad file"})
+
+    url = f"/batches/{batch.id}/skip/"
+    assert _client(role_users["operator"]).post(url, {"reason": "x"}).status_code == 403
+    admin = _client(role_users["admin"])
+    admin.post(url, {"reason": ""})
+    batch.refresh_from_db()
+    assert batch.status == BatchStatus.DEAD
+    admin.post(url, {"reason": "file is corrupt upstream"})
+    batch.refresh_from_db()
+    assert batch.status == BatchStatus.SKIPPED
+    page = admin.get(f"/batches/{batch.id}/").content.decode()
+    assert "file is corrupt upstream" in page and "bad file" in page
