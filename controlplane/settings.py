@@ -102,6 +102,13 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
+# One queue name per deployment (tests use their own so other workers on a shared Redis never
+# take their tasks).
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "tidemark")
+# A batch may run long; Redis must not hand an unacknowledged (acks_late) task to another worker
+# before the task's hard time limit has passed.
+TIDEMARK_BATCH_TIME_LIMIT = env_int("TIDEMARK_BATCH_TIME_LIMIT", 3600, minimum=10)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TIDEMARK_BATCH_TIME_LIMIT + 600}
 
 # --- Spark -------------------------------------------------------------------------------------
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
@@ -109,6 +116,8 @@ SPARK_CONF = dict(item.split("=", 1) for item in env_list("SPARK_CONF", []) if "
 
 # --- Tidemark ----------------------------------------------------------------------------------
 TIDEMARK_LEASE_SECONDS = env_int("TIDEMARK_LEASE_SECONDS", 120, minimum=1)
+# Extra modules that register processors (imported by workers, spark-submit runs and job validation).
+TIDEMARK_PROCESSOR_MODULES = env_list("TIDEMARK_PROCESSOR_MODULES", [])
 
 LOGGING = {
     "version": 1,

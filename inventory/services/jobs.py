@@ -5,6 +5,7 @@ from django.db import transaction
 from inventory.models import BatchStatus, Connector, Job, WatermarkType
 from inventory.services.connectors import check_no_secrets
 from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.runs import job_validate_runtime
 from inventory.services.watermarks import watermark_create
 
 
@@ -38,6 +39,13 @@ def job_create(
     unknown = set(options) - {f.name for f in Job._meta.get_fields()}
     if unknown:
         raise InvalidInput(sorted(unknown)[0], "is not a job setting")
+    job_validate_runtime(
+        processor=options.get("processor", "passthrough"),
+        params=options.get("params"),
+        executor=options.get("executor"),
+        schedule_cron=options.get("schedule_cron"),
+        schedule_seconds=options.get("schedule_seconds"),
+    )
     job = Job.objects.create(
         name=name,
         connector=connector,
@@ -72,6 +80,16 @@ def job_update(*, job: Job, **changes) -> Job:
     )
     for field in ("params", "sink"):
         check_no_secrets(changes.get(field), field)
+    if "processor" in changes or "params" in changes:
+        job_validate_runtime(
+            processor=changes.get("processor", job.processor),
+            params=changes.get("params", job.params),
+        )
+    job_validate_runtime(
+        executor=changes.get("executor"),
+        schedule_cron=changes.get("schedule_cron"),
+        schedule_seconds=changes.get("schedule_seconds"),
+    )
     for field, value in changes.items():
         setattr(job, field, value)
     if changes:

@@ -1,54 +1,392 @@
-"""`make demo`: the inventory core on embedded services (the worker issue turns it into a pipeline)."""
+"""`make demo`: a sample pipeline on embedded PostgreSQL and Redis, real Celery and real PySpark.
 
-import json
+Steps: migrate; an admin user (a fresh random password, printed once); order events as Parquet
+files over several days; a `files` connector; a job aggregating per hour into a Parquet sink and a
+job keeping a PostgreSQL table current with `coalesce`; a Celery worker, beat and the web server
+as child processes; the first files are processed, more files arrive, and only those are processed.
+Then it prints where to look and runs until Ctrl-C (or exits at once with --once /
+TIDEMARK_DEMO_ONCE=1), stopping its children cleanly either way.
+"""
+
+import os
 import random
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
 
-from inventory.models import Connector, Job, Watermark
-from inventory.services import assets, batches
-from inventory.services.connectors import connector_create
-from inventory.services.jobs import job_create
+from controlplane.env import env_bool
+from inventory.models import Asset, Batch, BatchStatus, Connector, Job, Watermark
+from inventory.services import assets, runs
+from inventory.services.connectors import connector_create, connector_delete
+from inventory.services.jobs import job_create, job_delete
+
+CONNECTOR = "demo-orders"
+HOURLY_JOB = "demo-orders-hourly"
+CUSTOMERS_JOB = "demo-customers"
+CUSTOMERS_TABLE = "demo_customers"
+SINK_DSN_ENV = "TIDEMARK_DEMO_SINK_DSN"
+CITIES = ["Lisbon", "Oslo", "Lyon", "Graz", "Turin", "Ghent", None]
 
 
 class Command(BaseCommand):
-    help = "Run the Tidemark demo on embedded PostgreSQL and Redis."
+    help = "Run the Tidemark demo: embedded services, a sample pipeline on PySpark, the dashboard."
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            default=env_bool("TIDEMARK_DEMO_ONCE", False),
+            help="exit after the demonstration instead of serving until Ctrl-C",
+        )
+        parser.add_argument("--port", type=int, default=8000, help="web server port")
+        parser.add_argument(
+            "--timeout", type=int, default=600, help="seconds to wait for each processing round"
+        )
+
+    def handle(self, *args, once: bool, port: int, timeout: int, **options):
+        self.children: list[tuple[str, subprocess.Popen]] = []
+        self.timeout = timeout
+        root = Path(settings.DATA_DIR) / "demo"
+        self.landing, self.sink, self.logs = root / "landing", root / "sinks", root / "logs"
+        self._say("1. database", "migrating the embedded PostgreSQL (or DATABASE_URL)")
         call_command("migrate", verbosity=0)
-        data = Path(settings.DATA_DIR) / "demo" / "landing"
-        data.mkdir(parents=True, exist_ok=True)
-        self._write_files(data, start=0, count=6)
+        self._admin_user()
+        self._reset(root)
+        os.environ[SINK_DSN_ENV] = settings.DATABASE_URL
+        connector, hourly, customers = self._pipeline()
+        call_command("sync_schedules", verbosity=0)
+        port = self._free_port(port)
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            self._start_children(port)
+            self._say("4. first files", "registering and processing the first files")
+            self._round(connector, [hourly, customers])
+            new_files = self._write_days(first_day=4, days=1)
+            self._say("5. new files", f"{len(new_files)} more files arrived: " + _names(new_files))
+            self._round(connector, [hourly, customers], expect=new_files)
+            self._show_sinks(port)
+            if once:
+                self._say("done", "--once: stopping the worker, beat and web server")
+                return
+            self._say("running", "press Ctrl-C to stop (beat keeps running the jobs every 30 s)")
+            self._serve()
+        except KeyboardInterrupt:
+            self.stdout.write("\nstopping...")
+        finally:
+            self._stop_children()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
-        connector = Connector.objects.filter(name="demo-orders").first() or connector_create(
-            name="demo-orders", kind="files", config={"path": str(data), "patterns": ["*.json"]}
+    # ---- setup ---------------------------------------------------------------------------------
+
+    def _admin_user(self) -> None:
+        password = secrets.token_urlsafe(12)
+        user_model = get_user_model()
+        user = user_model.objects.filter(username="admin").first() or user_model(
+            username="admin", email="admin@example.invalid"
         )
-        job = Job.objects.filter(name="demo-orders-hourly").first() or job_create(
-            name="demo-orders-hourly", connector=connector, batch_weight=4000, max_items=3
+        user.is_staff = user.is_superuser = True
+        user.set_password(password)
+        user.save()
+        self._say("2. admin user", f"username admin, password {password} (new on every demo run)")
+
+    def _reset(self, root: Path) -> None:
+        """Start from a clean slate: the demo's own jobs, connector, files and sink table."""
+        for job in Job.objects.filter(name__in=[HOURLY_JOB, CUSTOMERS_JOB]):
+            Batch.objects.filter(job=job, status=BatchStatus.RUNNING).update(
+                status=BatchStatus.CANCELLED, lease_expires_at=None
+            )
+            job_delete(job=job)
+        for connector in Connector.objects.filter(name=CONNECTOR):
+            connector_delete(connector=connector)
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP TABLE IF EXISTS "{CUSTOMERS_TABLE}"')
+        if root.exists():
+            import shutil
+
+            shutil.rmtree(root)
+        for folder in (self.landing, self.sink, self.logs):
+            folder.mkdir(parents=True, exist_ok=True)
+
+    def _pipeline(self):
+        files = self._write_days(first_day=1, days=3)
+        self._say("3. sample data", f"{len(files)} Parquet files of order events in {self.landing}")
+        connector = connector_create(
+            name=CONNECTOR,
+            kind="files",
+            config={"path": str(self.landing), "patterns": ["*.parquet"], "discover_seconds": 30},
+            labels=["demo"],
         )
-        self._round(connector, job, "first files")
-        self._write_files(data, start=6, count=3)
-        self._round(connector, job, "after new files arrived")
-
-    def _write_files(self, folder: Path, *, start: int, count: int) -> None:
-        rng = random.Random(start)
-        for n in range(start, start + count):
-            path = folder / f"orders-{n:03d}.json"
-            if not path.exists():
-                rows = [{"order_id": n * 100 + i, "amount": rng.randint(1, 500)} for i in range(20)]
-                path.write_text("\n".join(json.dumps(r) for r in rows))
-
-    def _round(self, connector, job, label: str) -> None:
-        new = assets.assets_discover(connector=connector)
-        processed = []
-        while (batch := batches.batch_acquire(job=job, worker="demo")) is not None:
-            batches.batch_succeed(batch_id=batch.id, attempt=batch.attempt, result={"demo": True})
-            processed.append(f"{batch.id}:{batch.span.lower}-{batch.span.upper - 1}")
-        watermark = Watermark.objects.get(job=job)
+        hourly = job_create(
+            name=HOURLY_JOB,
+            connector=connector,
+            batch_weight=3 * 64 * 1024,
+            max_items=3,
+            watermark_type="datetime",
+            processor="orders_hourly",
+            params={"watermark_column": "event_time"},
+            sink={"kind": "files", "path": str(self.sink / "orders_hourly"), "format": "parquet"},
+            schedule_seconds=30,
+            lease_seconds=60,
+            retry_backoff_seconds=5,
+        )
+        customers = job_create(
+            name=CUSTOMERS_JOB,
+            connector=connector,
+            batch_weight=10 * 64 * 1024,
+            max_items=10,
+            processor="customers_latest",
+            params={"key": "customer_id", "fields": ["email", "name", "city"]},
+            sink={
+                "kind": "postgres",
+                "dsn_env": SINK_DSN_ENV,
+                "table": CUSTOMERS_TABLE,
+                "key": ["customer_id"],
+                "mode": "coalesce",
+            },
+            schedule_seconds=30,
+            lease_seconds=60,
+            retry_backoff_seconds=5,
+        )
         self.stdout.write(
-            f"{label}: {new} new files registered, batches {processed or 'none'}, "
-            f"watermark {watermark.value}"
+            f"   connector {CONNECTOR}; jobs {HOURLY_JOB} (orders_hourly -> Parquet, datetime "
+            f"watermark) and {CUSTOMERS_JOB} (customers_latest -> PostgreSQL table "
+            f"{CUSTOMERS_TABLE}, coalesce)"
         )
+        return connector, hourly, customers
+
+    def _write_days(self, *, first_day: int, days: int, files_per_day: int = 2) -> list[Path]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        written = []
+        for day in range(first_day, first_day + days):
+            for part in range(files_per_day):
+                rng = random.Random(day * 100 + part)
+                start = datetime(2026, 3, day, 12 * part, tzinfo=UTC)
+                rows = 300
+                first_id = (day * 10 + part) * 1000
+                customers = [rng.randint(1, 40) for _ in range(rows)]
+                table = pa.table(
+                    {
+                        "order_id": pa.array(range(first_id, first_id + rows), pa.int64()),
+                        "customer_id": pa.array(customers, pa.int64()),
+                        "amount": pa.array(
+                            [round(rng.uniform(5, 250), 2) for _ in range(rows)], pa.float64()
+                        ),
+                        "event_time": pa.array(
+                            [start + timedelta(seconds=144 * n) for n in range(rows)],
+                            pa.timestamp("us", "UTC"),
+                        ),
+                        # partial customer records: most events carry only some fields
+                        "email": [
+                            f"c{c}@example.com" if rng.random() < 0.3 else None for c in customers
+                        ],
+                        "name": [
+                            f"Customer {c} v{day}" if rng.random() < 0.2 else None
+                            for c in customers
+                        ],
+                        "city": [rng.choice(CITIES) for _ in customers],
+                    }
+                )
+                path = self.landing / f"orders-2026-03-{day:02d}-{part}.parquet"
+                pq.write_table(table, path)
+                written.append(path)
+                time.sleep(0.01)  # distinct modification times: discovery registers in this order
+        return written
+
+    # ---- children ------------------------------------------------------------------------------
+
+    def _free_port(self, wanted: int) -> int:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", wanted)) != 0:
+                return wanted
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    def _start_children(self, port: int) -> None:
+        env = {
+            **os.environ,
+            "DATABASE_URL": settings.DATABASE_URL,
+            "REDIS_URL": settings.REDIS_URL,
+            "TIDEMARK_DATA_DIR": str(settings.DATA_DIR),
+            "TIDEMARK_DEV": os.environ.get("TIDEMARK_DEV", "1"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        celery = [sys.executable, "-m", "celery", "-A", "controlplane"]
+        commands = {
+            "worker": [
+                *celery,
+                "worker",
+                "--pool=prefork",
+                "--concurrency=1",
+                "-Q",
+                settings.CELERY_TASK_DEFAULT_QUEUE,
+                "-n",
+                f"demo-{os.getpid()}@%h",
+                "--without-mingle",
+                "--without-gossip",
+                "--loglevel=INFO",
+            ],
+            "beat": [*celery, "beat", "--loglevel=INFO"],
+            "web": [
+                sys.executable,
+                str(Path(settings.BASE_DIR) / "manage.py"),
+                "runserver",
+                f"127.0.0.1:{port}",
+                "--noreload",
+            ],
+        }
+        for name, argv in commands.items():
+            log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - the child holds it
+            proc = subprocess.Popen(
+                argv,
+                cwd=settings.BASE_DIR,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches the demo, which stops them in order
+            )
+            log.close()
+            self.children.append((name, proc))
+        self._say(
+            "   children",
+            ", ".join(f"{name} (pid {proc.pid})" for name, proc in self.children)
+            + f"; logs in {self.logs}",
+        )
+
+    def _check_children(self) -> None:
+        for name, proc in self.children:
+            if proc.poll() is not None:
+                tail = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
+                raise CommandError(f"the {name} exited with code {proc.returncode}:\n{tail}")
+
+    def _stop_children(self) -> None:
+        for _name, proc in reversed(self.children):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # celery: warm shutdown, sessions stopped
+        deadline = time.monotonic() + 30
+        for name, proc in reversed(self.children):
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                self.stdout.write(f"   {name} did not stop in time; killing it")
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            else:
+                try:  # anything the child left behind in its process group (e.g. a JVM)
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if self.children:
+            self.stdout.write("   worker, beat and web server stopped")
+        self.children = []
+
+    def _serve(self) -> None:
+        while True:
+            self._check_children()
+            time.sleep(1)
+
+    # ---- the demonstration ---------------------------------------------------------------------
+
+    def _round(self, connector, jobs, *, expect: list[Path] | None = None) -> None:
+        new = assets.assets_discover(connector=connector)
+        self.stdout.write(f"   discovery registered {new} new file(s)")
+        known = set(Batch.objects.filter(job__in=jobs).values_list("pk", flat=True))
+        for job in jobs:
+            runs.job_run(job=job)
+        last = Asset.objects.filter(connector=connector).order_by("-pk").first().pk
+        started = time.monotonic()
+        while not all(self._settled(job, last) for job in jobs):
+            self._check_children()
+            if time.monotonic() - started > self.timeout:
+                raise CommandError(f"processing took longer than {self.timeout} s; see {self.logs}")
+            time.sleep(0.5)
+        self.stdout.write(f"   processed in {time.monotonic() - started:.1f} s")
+        read = set()
+        for job in jobs:
+            batches = Batch.objects.filter(job=job).exclude(pk__in=known).order_by("span")
+            for batch in batches:
+                files = Asset.objects.filter(
+                    connector=connector, pk__gte=batch.span.lower, pk__lt=batch.span.upper
+                ).order_by("pk")
+                names = [Path(a.location).name for a in files]
+                read.update(names)
+                result = batch.result or {}
+                self.stdout.write(
+                    f"   {job.name:20} batch {batch.pk:>4} {batch.status} attempt {batch.attempt}: "
+                    f"rows in {result.get('rows_in', '?')}, out {result.get('rows_out', '?')}; "
+                    f"files {', '.join(names)}"
+                )
+            watermark = Watermark.objects.get(job=job)
+            self.stdout.write(f"   {job.name:20} watermark -> {watermark.value}")
+        if expect is not None:
+            only_new = read == {p.name for p in expect}
+            self.stdout.write(
+                f"   only the new files were processed: {'yes' if only_new else 'NO'} "
+                f"({len(read)} file(s) read by this round's batches)"
+            )
+            if not only_new:
+                raise CommandError(f"this round read {sorted(read)}, expected {_names(expect)}")
+
+    def _settled(self, job: Job, last_item: int) -> bool:
+        watermark = Watermark.objects.get(job=job)
+        dead = Batch.objects.filter(job=job, status=BatchStatus.DEAD).first()
+        if dead is not None:
+            raise CommandError(f"batch {dead.pk} of {job.name} died: {dead.error.get('message')}")
+        return watermark.position > last_item
+
+    def _show_sinks(self, port: int) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f'SELECT count(*), count(email), count(name), count(city) FROM "{CUSTOMERS_TABLE}"'
+            )
+            rows, emails, names, cities = cursor.fetchone()
+        base = f"http://127.0.0.1:{port}"
+        self._say("6. where to look", "")
+        self.stdout.write(
+            f"   dashboard      {base}/\n"
+            f"   admin          {base}/admin/  (user admin, password above)\n"
+            f"   API docs       {base}/api/docs/\n"
+            f"   metrics        {base}/metrics\n"
+            f"   hourly sink    {self.sink / 'orders_hourly'} (Parquet, one folder per batch)\n"
+            f"   customers      table {CUSTOMERS_TABLE} in {_safe_url(settings.DATABASE_URL)}: "
+            f"{rows} customers; {emails} with an email, {names} with a name, {cities} with a "
+            "city (coalesce kept values that later partial updates left empty)\n"
+            f"   logs           {self.logs}"
+        )
+
+    def _say(self, step: str, text: str) -> None:
+        self.stdout.write(self.style.MIGRATE_HEADING(step) + (f" {text}" if text else ""))
+
+
+def _names(paths: list[Path]) -> str:
+    return ", ".join(p.name for p in paths)
+
+
+def _safe_url(url: str) -> str:
+    """The database URL without a password, for printing."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        parts = parts._replace(netloc=netloc)
+    return urlunsplit(parts)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt

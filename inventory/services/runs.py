@@ -1,0 +1,481 @@
+"""Running batches: plan a job's work now, hand it to Celery, and carry one batch through Spark.
+
+The task (workers/tasks.py) only calls `batch_execute`; the executors (workers/executors.py) run
+the Spark side. Everything that decides *whether* and *what* to run lives here:
+
+- `job_run` plans up to the job's concurrency limit and enqueues the new batches after commit.
+- `batch_spec` turns a batch into the plain dict the Spark side reads (no Django beyond here).
+- `batch_execute` starts a queued batch (idempotent: anything else is left alone), keeps its lease
+  alive while Spark works, and commits or fails it through the core lifecycle.
+"""
+
+import logging
+import os
+import socket
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import close_old_connections, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from inventory.models import (
+    Backfill,
+    BackfillStatus,
+    Batch,
+    BatchKind,
+    BatchStatus,
+    ConnectorKind,
+    ConnectorState,
+    Job,
+    WatermarkType,
+)
+from inventory.services import batches as lifecycle
+from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
+from inventory.services.items import source_for_connector
+
+log = logging.getLogger(__name__)
+
+# How long a queued batch may wait for a worker before a scheduled run sends its task again.
+# Sending twice is harmless (only one start wins); never sending would leave it queued forever.
+REDISPATCH_AFTER = timedelta(seconds=60)
+
+_FORMAT_BY_SUFFIX = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv"}
+
+
+def worker_name() -> str:
+    """host:pid of this process: what a batch's `worker` field shows, and what an operator kills."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def dispatch(batch_ids: list[int]) -> None:
+    """Enqueue run_batch for each id once the current transaction commits (ids only)."""
+    if not batch_ids:
+        return
+    from workers.tasks import run_batch
+
+    ids = list(batch_ids)
+    transaction.on_commit(lambda: [run_batch.delay(batch_id) for batch_id in ids])
+
+
+# ---- what a job may name -----------------------------------------------------------------------
+
+EXECUTORS = ("warm", "submit")
+
+
+def processors_load() -> list[str]:
+    """The registered processor names, after importing TIDEMARK_PROCESSOR_MODULES."""
+    import importlib
+
+    from django.conf import settings
+
+    from workers.spark.processors import processor_names
+
+    for module in settings.TIDEMARK_PROCESSOR_MODULES:
+        importlib.import_module(module)
+    return processor_names()
+
+
+def job_validate_runtime(
+    *, processor=None, params=None, executor=None, schedule_cron=None, schedule_seconds=None
+) -> None:
+    """Check what a job names for running (given fields only); InvalidInput names the field."""
+    if processor is not None:
+        from workers.spark.processors import ProcessorError, validate_params
+
+        known = processors_load()
+        if processor not in known:
+            raise InvalidInput(
+                "processor",
+                f"unknown processor {processor!r}; registered: {', '.join(known) or 'none'}",
+            )
+        try:
+            validate_params(processor, params if params is not None else {})
+        except ProcessorError as exc:
+            raise InvalidInput("params", str(exc)) from None
+    if executor is not None and executor not in EXECUTORS:
+        raise InvalidInput(
+            "executor", f"unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}"
+        )
+    if schedule_cron:
+        from inventory.services.scheduling import parse_cron
+
+        parse_cron(schedule_cron)
+    if schedule_seconds is not None and (
+        isinstance(schedule_seconds, bool)
+        or not isinstance(schedule_seconds, int)
+        or schedule_seconds < 1
+    ):
+        raise InvalidInput(
+            "schedule_seconds", f"must be a positive integer, got {schedule_seconds!r}"
+        )
+
+
+# ---- planning a run ----------------------------------------------------------------------------
+
+
+@dataclass
+class RunOutcome:
+    job: str
+    planned: list[int]
+    dispatched: list[int]
+    reason: str = ""
+
+
+def job_run(*, job: Job) -> RunOutcome:
+    """Plan the job's new items now (up to `max_concurrency` batches in flight) and enqueue them.
+
+    Nothing new means no batch and no task: Spark is not touched. Queued incremental batches that
+    have waited longer than REDISPATCH_AFTER (their task was lost, or the job was paused) are sent
+    again. An urgent backfill (priority > 0) of the job holds incremental work back until it ends.
+    """
+    with transaction.atomic():
+        job = Job.objects.select_for_update().select_related("connector").get(pk=job.pk)
+        blocked = lifecycle.job_is_runnable(job)
+        if blocked:
+            return RunOutcome(job=job.name, planned=[], dispatched=[], reason=blocked)
+        urgent = _urgent_backfill(job)
+        if urgent is not None:
+            return RunOutcome(
+                job=job.name,
+                planned=[],
+                dispatched=[],
+                reason=f"backfill {urgent.pk} (priority {urgent.priority}) runs first",
+            )
+        requeued = lifecycle.batches_requeue_due(job_id=job.pk)
+        incremental = Batch.objects.filter(job=job, kind=BatchKind.INCREMENTAL)
+        in_flight = incremental.filter(status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING]).count()
+        stale = list(
+            incremental.filter(status=BatchStatus.QUEUED)
+            .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=timezone.now()))
+            .filter(
+                Q(pk__in=requeued)
+                | Q(created_at__lt=timezone.now() - REDISPATCH_AFTER)
+                | Q(finished_at__lt=timezone.now() - REDISPATCH_AFTER)
+            )
+            .order_by("span")
+            .values_list("id", flat=True)
+        )
+        planned = []
+        for _ in range(max(job.max_concurrency - in_flight, 0)):
+            batch = lifecycle.batch_plan_next(job=job)
+            if batch is None:
+                break
+            planned.append(batch.pk)
+        dispatch(stale + planned)
+    return RunOutcome(job=job.name, planned=planned, dispatched=stale + planned)
+
+
+def _urgent_backfill(job: Job) -> Backfill | None:
+    return (
+        Backfill.objects.filter(job=job, status=BackfillStatus.RUNNING, priority__gt=0)
+        .filter(batches__status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED])
+        .order_by("-priority", "id")
+        .first()
+    )
+
+
+def batches_dispatch_due() -> list[int]:
+    """Retries whose backoff has passed: failed -> queued, and their tasks sent (a beat step).
+
+    Incremental retries of paused jobs wait; backfill retries are left to the pacing step.
+    """
+    with transaction.atomic():
+        ids = lifecycle.batches_requeue_due()
+        runnable = list(
+            Batch.objects.filter(
+                pk__in=ids,
+                kind=BatchKind.INCREMENTAL,
+                job__paused=False,
+                job__connector__state=ConnectorState.ACTIVE,
+            ).values_list("id", flat=True)
+        )
+        dispatch(runnable)
+    return runnable
+
+
+def backfills_pace() -> dict[int, list[int]]:
+    """Keep at most `max_concurrency` batches of each running backfill in flight (a beat step).
+
+    A backfill with priority above 0 goes ahead of the job's incremental work; one at or below 0
+    waits while the job has incremental batches queued or running. Sends are bounded by the free
+    slots; `batch_execute` re-checks the limit under the backfill's row lock when a batch starts.
+    """
+    sent = {}
+    running = Backfill.objects.filter(status=BackfillStatus.RUNNING).select_related(
+        "job", "job__connector"
+    )
+    for backfill in running.order_by("-priority", "id"):
+        if lifecycle.job_is_runnable(backfill.job):
+            continue
+        if backfill.priority <= 0 and (
+            Batch.objects.filter(
+                job_id=backfill.job_id,
+                kind=BatchKind.INCREMENTAL,
+                status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING],
+            ).exists()
+        ):
+            continue
+        sent[backfill.pk] = backfill_pace(backfill=backfill)
+    return {pk: ids for pk, ids in sent.items() if ids}
+
+
+def backfill_pace(*, backfill: Backfill) -> list[int]:
+    with transaction.atomic():
+        backfill = Backfill.objects.select_for_update().get(pk=backfill.pk)
+        if backfill.status != BackfillStatus.RUNNING:
+            return []
+        Batch.objects.filter(
+            backfill=backfill, status=BatchStatus.FAILED, next_attempt_at__lte=timezone.now()
+        ).update(status=BatchStatus.QUEUED)
+        in_flight = backfill.batches.filter(status=BatchStatus.RUNNING).count()
+        free = backfill.max_concurrency - in_flight
+        if free <= 0:
+            return []
+        ids = list(
+            backfill.batches.filter(status=BatchStatus.QUEUED)
+            .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=timezone.now()))
+            .order_by("span")
+            .values_list("id", flat=True)[:free]
+        )
+        dispatch(ids)
+    return ids
+
+
+# ---- the spec the Spark side reads -------------------------------------------------------------
+
+
+def batch_spec(*, batch: Batch) -> dict:
+    """Everything the Spark side needs for one batch, as plain JSON-able data.
+
+    Items: the locations of the connector's items in the batch's span, in id order. The processor,
+    its params and the sink come from the batch's config snapshot, so a retry runs what the first
+    attempt ran even if the job was edited since.
+    """
+    job = batch.job
+    connector = job.connector
+    config = connector.config or {}
+    snapshot = batch.config_snapshot or {}
+    source = source_for_connector(connector)
+    sql, params = source.select(lower=batch.span.lower, upper=batch.span.upper, limit=None)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        items = [row[2] for row in cursor.fetchall()]
+    return {
+        "job": job.name,
+        "batch_id": batch.pk,
+        "kind": batch.kind,
+        "lower": batch.span.lower,
+        "upper": batch.span.upper,
+        "items": items,
+        "format": config.get("format") or _guess_format(items, connector.kind),
+        "read_options": config.get("read_options") or {},
+        "schema": config.get("schema"),
+        "lineage": bool(config.get("lineage", False)),
+        "watermark_column": config.get("watermark_column"),
+        "processor": snapshot.get("processor", job.processor),
+        "params": snapshot.get("params", job.params) or {},
+        "sink": snapshot.get("sink", job.sink) or {},
+        "attempt": batch.attempt,
+    }
+
+
+def _guess_format(items: list[str], kind: str) -> str:
+    if kind == ConnectorKind.FILES:
+        for item in items:
+            for suffix, fmt in _FORMAT_BY_SUFFIX.items():
+                if str(item).lower().endswith(suffix):
+                    return fmt
+    return "parquet"
+
+
+# ---- executing one batch -----------------------------------------------------------------------
+
+
+class Heartbeat(threading.Thread):
+    """Extends a running attempt's lease every lease/3 seconds until stopped or the lease is lost.
+
+    `on_lost` runs once, in this thread, when the core says the attempt no longer holds the lease
+    (e.g. the reaper gave the batch to another worker): the executor uses it to cancel Spark work.
+    """
+
+    def __init__(self, *, batch_id: int, attempt: int, lease_seconds: int, on_lost=None):
+        super().__init__(name=f"heartbeat-{batch_id}", daemon=True)
+        self.batch_id = batch_id
+        self.attempt = attempt
+        self.lease_seconds = lease_seconds
+        self.interval = max(lease_seconds / 3, 0.2)
+        self.on_lost = on_lost
+        self.lost: str = ""
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._stop_event.wait(self.interval):
+                try:
+                    lifecycle.batch_heartbeat(
+                        batch_id=self.batch_id,
+                        attempt=self.attempt,
+                        lease_seconds=self.lease_seconds,
+                    )
+                except (StaleAttempt, NotFound) as exc:
+                    self.lost = str(exc)
+                    log.warning("batch %s: %s; stopping its work", self.batch_id, exc)
+                    if self.on_lost is not None:
+                        self.on_lost()
+                    return
+                except Exception:  # a database hiccup: the next beat may succeed
+                    log.exception("batch %s: heartbeat failed", self.batch_id)
+                    close_old_connections()
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=self.interval + 5)
+
+
+class BatchFailure(Exception):
+    """An executor's failure, carrying the error dict stored on the batch ({type, message, detail})."""
+
+    def __init__(self, error: dict):
+        super().__init__(error.get("message", ""))
+        self.error = error
+
+
+@dataclass
+class ExecuteOutcome:
+    batch_id: int
+    status: str
+    attempt: int = 0
+    detail: str = ""
+    retry_in: float | None = None
+
+
+# executor(spec, cancel_event) -> result dict; raises BatchFailure
+Executor = Callable[[dict, threading.Event], dict]
+
+
+def batch_execute(
+    *, batch_id: int, executor_for: Callable[[str], Executor], worker: str | None = None
+) -> ExecuteOutcome:
+    """Run one batch end to end, if it is this call's to run.
+
+    Idempotent: a batch that is not queued (already running elsewhere, finished, cancelled) is left
+    alone; a failed batch whose backoff has passed is taken back first. A backfill batch waits
+    when its backfill already has `max_concurrency` batches running, or is not running.
+    """
+    worker = worker or worker_name()
+    started = _start_if_ours(batch_id=batch_id, worker=worker)
+    if isinstance(started, ExecuteOutcome):
+        return started
+    batch = started
+    job = batch.job
+    lease = job.lease_seconds
+    cancel = threading.Event()
+    heartbeat = Heartbeat(
+        batch_id=batch.pk, attempt=batch.attempt, lease_seconds=lease, on_lost=cancel.set
+    )
+    heartbeat.start()
+    try:
+        spec = batch_spec(batch=batch)
+        result = executor_for(job.executor)(spec, cancel)
+    except BaseException as exc:  # includes Celery's SoftTimeLimitExceeded
+        heartbeat.stop()
+        error = exc.error if isinstance(exc, BatchFailure) else _error_from(exc)
+        if heartbeat.lost:
+            return ExecuteOutcome(batch.pk, "stale", batch.attempt, heartbeat.lost)
+        failed = _fail(batch, error)
+        if not isinstance(exc, Exception):
+            raise
+        return failed
+    heartbeat.stop()
+    if heartbeat.lost:
+        return ExecuteOutcome(batch.pk, "stale", batch.attempt, heartbeat.lost)
+    watermark_value = None
+    if job.watermark_type != WatermarkType.INT:
+        watermark_value = result.get("watermark")
+    try:
+        lifecycle.batch_succeed(
+            batch_id=batch.pk,
+            attempt=batch.attempt,
+            result=result,
+            watermark_value=watermark_value,
+        )
+    except StaleAttempt as exc:
+        return ExecuteOutcome(batch.pk, "stale", batch.attempt, str(exc))
+    _continue(batch)
+    return ExecuteOutcome(batch.pk, BatchStatus.SUCCEEDED, batch.attempt)
+
+
+def _continue(batch: Batch) -> None:
+    """Keep a backlog moving without waiting for the next beat: plan the job's next batches, or
+    send the backfill's next ones. A failure here only delays work until the next beat step."""
+    try:
+        if batch.backfill_id is None:
+            job_run(job=batch.job)
+        else:
+            backfill_pace(backfill=batch.backfill)
+    except Exception:
+        log.exception("batch %s: planning the follow-up work failed", batch.pk)
+
+
+def _start_if_ours(*, batch_id: int, worker: str) -> Batch | ExecuteOutcome:
+    with transaction.atomic():
+        batch = (
+            Batch.objects.select_for_update(of=("self",))
+            .select_related("job", "job__connector", "backfill")
+            .filter(pk=batch_id)
+            .first()
+        )
+        if batch is None:
+            return ExecuteOutcome(batch_id, "missing", detail="no such batch")
+        now = timezone.now()
+        if batch.status == BatchStatus.FAILED and batch.next_attempt_at <= now:
+            batch.status = BatchStatus.QUEUED
+            batch.save(update_fields=["status"])
+        if batch.status != BatchStatus.QUEUED:
+            return ExecuteOutcome(batch_id, "ignored", batch.attempt, f"batch is {batch.status}")
+        if batch.next_attempt_at is not None and batch.next_attempt_at > now:
+            return ExecuteOutcome(batch_id, "ignored", batch.attempt, "backoff not over")
+        blocked = lifecycle.job_is_runnable(batch.job)
+        if blocked:
+            return ExecuteOutcome(batch_id, "ignored", batch.attempt, blocked)
+        if batch.backfill_id is not None:
+            backfill = Backfill.objects.select_for_update().get(pk=batch.backfill_id)
+            if backfill.status != BackfillStatus.RUNNING:
+                return ExecuteOutcome(
+                    batch_id, "ignored", batch.attempt, f"backfill is {backfill.status}"
+                )
+            running = backfill.batches.filter(status=BatchStatus.RUNNING).count()
+            if running >= backfill.max_concurrency:
+                return ExecuteOutcome(batch_id, "ignored", batch.attempt, "backfill is at capacity")
+        try:
+            return lifecycle.batch_start(batch_id=batch_id, worker=worker)
+        except Conflict as exc:
+            return ExecuteOutcome(batch_id, "ignored", batch.attempt, str(exc))
+
+
+def _fail(batch: Batch, error: dict) -> ExecuteOutcome:
+    try:
+        failed = lifecycle.batch_fail(batch_id=batch.pk, attempt=batch.attempt, error=error)
+    except StaleAttempt as exc:
+        return ExecuteOutcome(batch.pk, "stale", batch.attempt, str(exc))
+    retry_in = None
+    if failed.status == BatchStatus.FAILED and failed.next_attempt_at is not None:
+        retry_in = max((failed.next_attempt_at - timezone.now()).total_seconds(), 0.0)
+    return ExecuteOutcome(
+        batch.pk, failed.status, batch.attempt, error.get("message", ""), retry_in
+    )
+
+
+def _error_from(exc: BaseException) -> dict:
+    message = str(exc).strip() or type(exc).__name__
+    return {
+        "type": type(exc).__name__,
+        "message": message.splitlines()[0][:2000],
+        "detail": "".join(traceback.format_exception(exc))[-4000:],
+    }

@@ -1,0 +1,185 @@
+"""Periodic work, declared here and registered in django-celery-beat's tables.
+
+`schedules_sync` makes the beat tables match the inventory: one `run_job` entry per scheduled job
+(interval from `schedule_seconds`, or a crontab from `schedule_cron`; disabled while the job is
+paused), one discovery entry per `files` connector that scans a directory, and the fixed steps
+(lease reaper, retry requeue, backfill pacing, connector orchestration, and this sync itself, so
+jobs created later get their schedule without anyone running a command). Entries Tidemark created
+for jobs or connectors that are gone are removed; entries made by hand are left alone.
+"""
+
+from dataclasses import asdict, dataclass, field
+
+from django.db import transaction
+from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
+
+from inventory.models import Connector, ConnectorKind, ConnectorState, Job
+from inventory.services import assets
+from inventory.services.batches import batches_reap_expired
+from inventory.services.connectors import connectors_release_waiting
+from inventory.services.errors import InvalidInput
+from inventory.services.runs import batches_dispatch_due, job_run
+
+PREFIX = "tidemark:"
+JOB_PREFIX = f"{PREFIX}run-job:"
+DISCOVER_PREFIX = f"{PREFIX}discover:"
+DEFAULT_DISCOVER_SECONDS = 60
+
+# name -> (task, every seconds)
+FIXED_STEPS = {
+    f"{PREFIX}reap-leases": ("tidemark.reap_leases", 15),
+    f"{PREFIX}requeue-due": ("tidemark.requeue_due", 5),
+    f"{PREFIX}pace-backfills": ("tidemark.pace_backfills", 5),
+    f"{PREFIX}release-connectors": ("tidemark.release_connectors", 30),
+    f"{PREFIX}sync-schedules": ("tidemark.sync_schedules", 60),
+}
+
+
+@dataclass
+class SyncReport:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_cron(expression: str) -> dict:
+    """'m h dom mon dow' -> CrontabSchedule fields; InvalidInput naming schedule_cron otherwise."""
+    parts = (expression or "").split()
+    if len(parts) != 5:
+        raise InvalidInput(
+            "schedule_cron",
+            f"{expression!r}: expected five fields 'minute hour day-of-month month day-of-week'",
+        )
+    allowed = set("0123456789*/,-")
+    for part in parts:
+        if not set(part) <= allowed:
+            raise InvalidInput("schedule_cron", f"{expression!r}: {part!r} is not a cron field")
+    minute, hour, day_of_month, month_of_year, day_of_week = parts
+    return {
+        "minute": minute,
+        "hour": hour,
+        "day_of_month": day_of_month,
+        "month_of_year": month_of_year,
+        "day_of_week": day_of_week,
+    }
+
+
+def _interval(seconds: int) -> IntervalSchedule:
+    schedule, _ = IntervalSchedule.objects.get_or_create(
+        every=seconds, period=IntervalSchedule.SECONDS
+    )
+    return schedule
+
+
+def _crontab(expression: str) -> CrontabSchedule:
+    fields = parse_cron(expression)
+    schedule, _ = CrontabSchedule.objects.get_or_create(**fields, timezone="UTC")
+    return schedule
+
+
+def _upsert(report: SyncReport, *, name: str, task: str, args: list, enabled: bool, **schedule):
+    wanted = {
+        "task": task,
+        "args": _json_args(args),
+        "enabled": enabled,
+        "interval": schedule.get("interval"),
+        "crontab": schedule.get("crontab"),
+    }
+    entry = PeriodicTask.objects.filter(name=name).first()
+    if entry is None:
+        PeriodicTask.objects.create(name=name, **wanted)
+        report.created.append(name)
+        return
+    changed = [key for key, value in wanted.items() if getattr(entry, key) != value]
+    if changed:
+        for key in changed:
+            setattr(entry, key, wanted[key])
+        # save() (not update()) so django-celery-beat notices the change and reloads
+        entry.save()
+        report.updated.append(name)
+
+
+def _json_args(args: list) -> str:
+    import json
+
+    return json.dumps(args)
+
+
+def _job_schedule(job: Job) -> dict | None:
+    if job.schedule_cron:
+        return {"crontab": _crontab(job.schedule_cron)}
+    if job.schedule_seconds:
+        return {"interval": _interval(job.schedule_seconds)}
+    return None
+
+
+@transaction.atomic
+def schedules_sync() -> SyncReport:
+    """Make django-celery-beat's entries match the jobs and connectors (idempotent)."""
+    report = SyncReport()
+    wanted_names = set()
+    for name, (task, every) in FIXED_STEPS.items():
+        _upsert(report, name=name, task=task, args=[], enabled=True, interval=_interval(every))
+        wanted_names.add(name)
+
+    for job in Job.objects.select_related("connector").order_by("pk"):
+        schedule = _job_schedule(job)
+        if schedule is None:
+            continue
+        name = f"{JOB_PREFIX}{job.name}"
+        _upsert(
+            report,
+            name=name,
+            task="tidemark.run_job",
+            args=[job.pk],
+            enabled=not job.paused,
+            **schedule,
+        )
+        wanted_names.add(name)
+
+    for connector in Connector.objects.filter(kind=ConnectorKind.FILES).order_by("pk"):
+        config = connector.config or {}
+        if "meta_table" in config or not config.get("path"):
+            continue
+        every = int(config.get("discover_seconds") or DEFAULT_DISCOVER_SECONDS)
+        name = f"{DISCOVER_PREFIX}{connector.name}"
+        _upsert(
+            report,
+            name=name,
+            task="tidemark.discover_assets",
+            args=[connector.pk],
+            enabled=connector.state != ConnectorState.COMPLETED,
+            interval=_interval(max(every, 1)),
+        )
+        wanted_names.add(name)
+
+    stale = PeriodicTask.objects.filter(name__startswith=PREFIX).exclude(name__in=wanted_names)
+    for entry in stale:
+        report.removed.append(entry.name)
+        entry.delete()
+    return report
+
+
+def connector_discover(*, connector: Connector) -> int:
+    """Discovery step of one connector: register new files (paused/completed ones are skipped)."""
+    if connector.state in (ConnectorState.PAUSED, ConnectorState.COMPLETED):
+        return 0
+    return assets.assets_discover(connector=connector)
+
+
+def leases_reap() -> list[int]:
+    """Reaper step: expired leases -> failed attempts; their retries are sent when due."""
+    reaped = batches_reap_expired()
+    batches_dispatch_due()
+    return reaped
+
+
+def connectors_orchestrate() -> list[str]:
+    """Orchestration step: release waiting connectors and give their jobs a run straight away."""
+    released = connectors_release_waiting()
+    for job in Job.objects.filter(connector__name__in=released, paused=False):
+        job_run(job=job)
+    return released

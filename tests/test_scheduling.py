@@ -1,0 +1,260 @@
+"""Periodic work, one step at a time: beat entries from code, scheduled runs, the reaper, retry
+requeue, backfill pacing, connector orchestration, and job validation of what a job runs.
+
+These steps only plan and enqueue; enqueueing happens on commit, so the tests capture the
+on-commit callbacks without running them (no task reaches Redis here; test_worker_* run them).
+"""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from inventory.models import Batch, BatchKind, BatchStatus, ConnectorState
+from inventory.services import batches, runs, scheduling
+from inventory.services.backfills import backfill_create
+from inventory.services.connectors import connector_create, connector_pause
+from inventory.services.errors import InvalidInput
+from inventory.services.jobs import job_update
+from tests.factories import ConnectorFactory, make_assets, make_job
+
+
+def _statuses(job):
+    return list(Batch.objects.filter(job=job).order_by("span").values_list("status", flat=True))
+
+
+@pytest.mark.django_db
+def test_sync_registers_job_schedules_discovery_and_fixed_steps(tmp_path):
+    connector = connector_create(
+        name="landing", kind="files", config={"path": str(tmp_path), "discover_seconds": 20}
+    )
+    every = make_job(connector=connector, name="every-30s", schedule_seconds=30)
+    cron = make_job(connector=connector, name="nightly", schedule_cron="15 2 * * *")
+    make_job(connector=connector, name="manual")
+
+    report = scheduling.schedules_sync()
+
+    entries = {e.name: e for e in PeriodicTask.objects.filter(name__startswith="tidemark:")}
+    assert set(scheduling.FIXED_STEPS) <= set(entries)
+    interval_entry = entries["tidemark:run-job:every-30s"]
+    assert (interval_entry.task, json.loads(interval_entry.args)) == (
+        "tidemark.run_job",
+        [every.pk],
+    )
+    assert (interval_entry.interval.every, interval_entry.interval.period) == (30, "seconds")
+    cron_entry = entries["tidemark:run-job:nightly"]
+    assert (cron_entry.crontab.minute, cron_entry.crontab.hour) == ("15", "2")
+    assert json.loads(cron_entry.args) == [cron.pk]
+    assert "tidemark:run-job:manual" not in entries
+    discover = entries["tidemark:discover:landing"]
+    assert (discover.task, discover.interval.every) == ("tidemark.discover_assets", 20)
+    assert sorted(report.created) == sorted(entries)
+
+    # a second sync changes nothing
+    again = scheduling.schedules_sync()
+    assert (again.created, again.updated, again.removed) == ([], [], [])
+
+
+@pytest.mark.django_db
+def test_sync_disables_paused_jobs_and_removes_entries_of_deleted_jobs(tmp_path):
+    connector = connector_create(name="c", kind="files", config={"path": str(tmp_path)})
+    job = make_job(connector=connector, name="hourly", schedule_seconds=3600)
+    other = make_job(connector=connector, name="gone", schedule_seconds=60)
+    PeriodicTask.objects.create(
+        name="hand-made",
+        task="celery.backend_cleanup",
+        interval=IntervalSchedule.objects.create(every=1, period=IntervalSchedule.DAYS),
+    )
+    scheduling.schedules_sync()
+
+    job_update(job=job, paused=True)
+    other.delete()
+    report = scheduling.schedules_sync()
+
+    assert report.updated == ["tidemark:run-job:hourly"]
+    assert report.removed == ["tidemark:run-job:gone"]
+    assert PeriodicTask.objects.get(name="tidemark:run-job:hourly").enabled is False
+    assert PeriodicTask.objects.filter(name="hand-made").exists()
+
+
+@pytest.mark.django_db
+def test_sync_schedules_command_prints_what_it_changed(tmp_path, capsys):
+    connector = connector_create(name="c2", kind="files", config={"path": str(tmp_path)})
+    make_job(connector=connector, name="j", schedule_seconds=10)
+    call_command("sync_schedules")
+    out = capsys.readouterr().out
+    assert "tidemark:run-job:j" in out and "created" in out
+
+
+@pytest.mark.django_db
+def test_a_bad_cron_expression_or_unknown_processor_is_refused_naming_the_field():
+    connector = ConnectorFactory()
+    with pytest.raises(InvalidInput) as cron:
+        make_job(connector=connector, schedule_cron="every day")
+    assert cron.value.field == "schedule_cron"
+    with pytest.raises(InvalidInput) as processor:
+        make_job(connector=connector, processor="no_such_thing")
+    assert processor.value.field == "processor"
+    assert "no_such_thing" in processor.value.message and "passthrough" in processor.value.message
+    with pytest.raises(InvalidInput) as params:
+        make_job(connector=connector, processor="sql", params={"query": ""})
+    assert params.value.field == "params" and "query" in params.value.message
+    with pytest.raises(InvalidInput) as executor:
+        make_job(connector=connector, executor="yarn")
+    assert executor.value.field == "executor"
+
+    job = make_job(connector=connector, processor="sql", params={"query": "SELECT * FROM batch"})
+    with pytest.raises(InvalidInput) as update:
+        job_update(job=job, processor="nope")
+    assert update.value.field == "processor"
+
+
+@pytest.mark.django_db
+def test_a_run_plans_up_to_the_concurrency_limit_and_nothing_when_nothing_is_new(
+    django_capture_on_commit_callbacks,
+):
+    connector = ConnectorFactory()
+    make_assets(connector, [10] * 5)
+    job = make_job(connector=connector, batch_weight=10, max_items=1, max_concurrency=2)
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        first = runs.job_run(job=job)
+    assert len(first.planned) == 2 and first.dispatched == first.planned
+    assert len(callbacks) == 1  # one enqueue callback for the run
+
+    # both slots are taken: the next tick plans nothing more
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert runs.job_run(job=job).planned == []
+    assert callbacks == []
+
+    for batch_id in first.planned:
+        batch = batches.batch_start(batch_id=batch_id, worker="t")
+        batches.batch_succeed(batch_id=batch.pk, attempt=batch.attempt)
+    assert len(runs.job_run(job=job).planned) == 2
+    Batch.objects.filter(job=job).update(status=BatchStatus.SUCCEEDED, lease_expires_at=None)
+    assert len(runs.job_run(job=job).planned) == 1
+    Batch.objects.filter(job=job).update(status=BatchStatus.SUCCEEDED)
+    with django_capture_on_commit_callbacks() as callbacks:
+        idle = runs.job_run(job=job)
+    assert (idle.planned, idle.dispatched, callbacks) == ([], [], [])
+
+
+@pytest.mark.django_db
+def test_paused_jobs_and_paused_connectors_plan_nothing():
+    connector = ConnectorFactory()
+    make_assets(connector, [10, 10])
+    job = make_job(connector=connector, batch_weight=10, max_items=1, paused=True)
+    assert runs.job_run(job=job).reason == f"job {job.name} is paused"
+    job_update(job=job, paused=False)
+    connector_pause(connector=connector)
+    job.refresh_from_db()
+    outcome = runs.job_run(job=job)
+    assert outcome.planned == [] and "paused" in outcome.reason
+    assert not Batch.objects.filter(job=job).exists()
+
+
+@pytest.mark.django_db
+def test_the_reaper_step_fails_expired_leases_and_sends_due_retries(
+    django_capture_on_commit_callbacks,
+):
+    connector = ConnectorFactory()
+    make_assets(connector, [10])
+    job = make_job(connector=connector, batch_weight=10, retry_backoff_seconds=0, lease_seconds=30)
+    batch = batches.batch_acquire(job=job, worker="lost-worker")
+    Batch.objects.filter(pk=batch.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert scheduling.leases_reap() == [batch.pk]
+    batch.refresh_from_db()
+    assert batch.status == BatchStatus.QUEUED and batch.error["type"] == "LeaseExpired"
+    assert len(callbacks) == 1
+    assert scheduling.leases_reap() == []
+
+
+@pytest.mark.django_db
+def test_requeue_waits_for_the_backoff():
+    connector = ConnectorFactory()
+    make_assets(connector, [10])
+    job = make_job(connector=connector, batch_weight=10, retry_backoff_seconds=60)
+    batch = batches.batch_acquire(job=job, worker="w")
+    batches.batch_fail(batch_id=batch.pk, attempt=1, error={"type": "X", "message": "boom"})
+    assert runs.batches_dispatch_due() == []
+    Batch.objects.filter(pk=batch.pk).update(next_attempt_at=timezone.now())
+    assert runs.batches_dispatch_due() == [batch.pk]
+    assert Batch.objects.get(pk=batch.pk).status == BatchStatus.QUEUED
+
+
+@pytest.mark.django_db
+def test_pacing_keeps_a_backfill_within_max_concurrency():
+    connector = ConnectorFactory()
+    assets = make_assets(connector, [10] * 6)
+    job = make_job(connector=connector, batch_weight=10, max_items=1)
+    backfill = backfill_create(
+        job=job,
+        range_start=assets[0].pk,
+        range_end=assets[-1].pk,
+        max_concurrency=2,
+        priority=1,
+    )
+    sent = runs.backfills_pace()
+    assert len(sent[backfill.pk]) == 2
+
+    # one of them starts: one slot left; the started one is not sent again
+    started = batches.batch_start(batch_id=sent[backfill.pk][0], worker="w")
+    again = runs.backfill_pace(backfill=backfill)
+    assert len(again) == 1 and started.pk not in again
+    batches.batch_start(batch_id=again[0], worker="w")
+    assert runs.backfill_pace(backfill=backfill) == []
+
+    # the start-time check refuses a third running batch even if a task was sent twice
+    third = Batch.objects.filter(backfill=backfill, status=BatchStatus.QUEUED).order_by("span")[0]
+    outcome = runs.batch_execute(batch_id=third.pk, executor_for=_no_executor, worker="w")
+    assert (outcome.status, outcome.detail) == ("ignored", "backfill is at capacity")
+
+
+def _no_executor(name):
+    raise AssertionError("the executor must not run")
+
+
+@pytest.mark.django_db
+def test_backfill_priority_against_incremental_work():
+    connector = ConnectorFactory()
+    assets = make_assets(connector, [10] * 4)
+    job = make_job(connector=connector, batch_weight=10, max_items=1)
+    low = backfill_create(job=job, range_start=assets[0].pk, range_end=assets[1].pk, priority=-1)
+    live = runs.job_run(job=job)
+    assert len(live.planned) == 1
+    # incremental work is queued: the low-priority backfill waits
+    assert low.pk not in runs.backfills_pace()
+    Batch.objects.filter(pk__in=live.planned).update(status=BatchStatus.SUCCEEDED)
+    assert len(runs.backfills_pace()[low.pk]) == 1
+
+    urgent = backfill_create(job=job, range_start=assets[2].pk, range_end=assets[3].pk, priority=5)
+    held = runs.job_run(job=job)
+    assert held.planned == [] and f"backfill {urgent.pk}" in held.reason
+    assert list(runs.backfills_pace())[0] == urgent.pk
+
+
+@pytest.mark.django_db
+def test_orchestration_releases_waiting_connectors_and_runs_their_jobs(
+    django_capture_on_commit_callbacks,
+):
+    first = ConnectorFactory(name="raw", state=ConnectorState.ACTIVE)
+    second = connector_create(
+        name="curated", kind="files", config={"path": "/tmp"}, start_after="raw"
+    )
+    assert second.state == ConnectorState.WAITING
+    make_assets(second, [10])
+    job = make_job(connector=second, batch_weight=10)
+    assert scheduling.connectors_orchestrate() == []
+
+    first.state = ConnectorState.COMPLETED
+    first.save()
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert scheduling.connectors_orchestrate() == ["curated"]
+    assert _statuses(job) == [BatchStatus.QUEUED]
+    assert len(callbacks) == 1
+    assert Batch.objects.get(job=job).kind == BatchKind.INCREMENTAL

@@ -1,0 +1,227 @@
+"""Real Celery worker processes for tests: same test database, a queue of this test session's own.
+
+Use in a test module with `from tests.worker_fixtures import *  # noqa: F403` (or list the
+fixtures you need). Tests that talk to a worker need `@pytest.mark.django_db(transaction=True)`:
+the worker only sees committed rows.
+
+- `worker_env`: the environment a worker subprocess needs (DATABASE_URL of the test database,
+  REDIS_URL, CELERY_QUEUE, test processors); it also points this process's Celery app at the queue.
+- `celery_worker`: one prefork worker (concurrency 1) shared by the whole test session.
+- `start_worker`: a factory for extra workers in one test (stopped at the end of the test).
+"""
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CELERY = ROOT / ".venv" / "bin" / "celery"
+TEST_PROCESSOR_MODULE = "tests.worker_processors"
+
+
+def wait_until(predicate, *, timeout: float, interval: float = 0.2, message: str = ""):
+    """Poll `predicate` until it returns something truthy; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {message or predicate}")
+        time.sleep(interval)
+
+
+def database_url() -> str:
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    auth = quote(db.get("USER") or "", safe="")
+    if db.get("PASSWORD"):
+        auth += ":" + quote(db["PASSWORD"], safe="")
+    host = db.get("HOST") or ""
+    if host.startswith("/"):  # a unix socket directory (embedded PostgreSQL)
+        return f"postgresql://{auth}@/{db['NAME']}?host={quote(host, safe='')}"
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    return f"postgresql://{auth}@{host}{port}/{db['NAME']}"
+
+
+class WorkerProcess:
+    """One `celery worker` subprocess with its log in a file."""
+
+    def __init__(self, *, env: dict, queue: str, name: str, log_dir: Path, concurrency: int = 1):
+        self.env = env
+        self.queue = queue
+        self.name = f"{name}-{uuid.uuid4().hex[:6]}"
+        self.log_path = log_dir / f"{self.name}.log"
+        self.concurrency = concurrency
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, *, wait_for_spark: bool = True) -> "WorkerProcess":
+        log = open(self.log_path, "wb")  # noqa: SIM115 - kept open by the child
+        self.proc = subprocess.Popen(
+            [
+                str(CELERY),
+                "-A",
+                "controlplane",
+                "worker",
+                "--pool=prefork",
+                f"--concurrency={self.concurrency}",
+                "-Q",
+                self.queue,
+                "-n",
+                f"{self.name}@%h",
+                "--without-mingle",
+                "--without-gossip",
+                "--without-heartbeat",
+                "--loglevel=INFO",
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        wait_until(
+            lambda: self._alive() and "ready." in self.log(),
+            timeout=60,
+            message=f"worker {self.name} to be ready",
+        )
+        if wait_for_spark:
+            self.wait_for_spark(sessions=self.concurrency)
+        return self
+
+    def wait_for_spark(self, *, sessions: int, timeout: float = 90) -> None:
+        wait_until(
+            lambda: self._alive() and self.log().count("warm SparkSession ready") >= sessions,
+            timeout=timeout,
+            message=f"worker {self.name} to warm its SparkSession",
+        )
+
+    def _alive(self) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            pytest.fail(f"worker {self.name} exited; log:\n{self.log()[-4000:]}")
+        return True
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)  # warm shutdown: children stop their sessions
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        # children of a killed main process must not outlive it
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="session")
+def celery_queue() -> str:
+    return f"tidemark-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def worker_env(django_db_setup, celery_queue) -> dict:
+    from django.conf import settings
+
+    from controlplane.celery import app
+
+    app.conf.task_default_queue = celery_queue
+    app.conf.task_default_routing_key = celery_queue
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "CELERY_QUEUE": celery_queue,
+        "TIDEMARK_PROCESSOR_MODULES": TEST_PROCESSOR_MODULE,
+        "TIDEMARK_DEV": "1",
+        "TIDEMARK_DATA_DIR": str(settings.DATA_DIR),
+        "SPARK_MASTER": os.environ.get("TEST_SPARK_MASTER", "local[2]"),
+        "SPARK_CONF": "spark.sql.shuffle.partitions=2",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+@pytest.fixture(scope="session")
+def worker_log_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("celery-workers")
+
+
+@pytest.fixture(scope="session")
+def celery_worker(worker_env, celery_queue, worker_log_dir):
+    worker = WorkerProcess(
+        env=worker_env, queue=celery_queue, name="shared", log_dir=worker_log_dir
+    ).start()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def start_worker(worker_env, celery_queue, worker_log_dir):
+    started = []
+
+    def start(*, name: str = "extra", env: dict | None = None, **options) -> WorkerProcess:
+        worker = WorkerProcess(
+            env={**worker_env, **(env or {})},
+            queue=celery_queue,
+            name=name,
+            log_dir=worker_log_dir,
+        )
+        started.append(worker)
+        return worker.start(**options)
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+# ---- data helpers ------------------------------------------------------------------------------
+
+
+def write_orders(path: Path, *, first_id: int, count: int, day: int = 1, hour: int = 0) -> Path:
+    """A Parquet file of `count` order events with ids first_id.. (order_id is unique per row)."""
+    from datetime import UTC, datetime, timedelta
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    start = datetime(2026, 1, day, hour, tzinfo=UTC)
+    ids = list(range(first_id, first_id + count))
+    table = pa.table(
+        {
+            "order_id": pa.array(ids, pa.int64()),
+            "customer_id": pa.array([i % 7 for i in ids], pa.int64()),
+            "amount": pa.array([float(i % 50) + 0.5 for i in ids], pa.float64()),
+            "event_time": pa.array(
+                [start + timedelta(minutes=n) for n in range(count)], pa.timestamp("us", "UTC")
+            ),
+        }
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
+
+
+def read_sink(path: Path) -> list[dict]:
+    """Every row of a file sink (all batches' directories), as dicts."""
+    import pyarrow.dataset as ds
+
+    if not path.exists():
+        return []
+    return ds.dataset(path, format="parquet", partitioning="hive").to_table().to_pylist()
