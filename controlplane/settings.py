@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "inventory",
 ]
@@ -92,7 +93,58 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+
+# --- API (inventory/api) -----------------------------------------------------------------------
+# Every endpoint needs a logged-in user (session or token); roles in inventory/roles.py.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        # first, so an anonymous request gets 401 with a WWW-Authenticate header
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["inventory.api.permissions.HasRole"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 100,
+    "EXCEPTION_HANDLER": "inventory.api.exceptions.exception_handler",
+    # token clients only (scripts, external processors); sessions are not throttled
+    "DEFAULT_THROTTLE_CLASSES": ["inventory.api.throttling.TokenScopedRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "read": env_str("API_RATE_READ", "1200/min"),
+        "write": env_str("API_RATE_WRITE", "300/min"),
+        "processing": env_str("API_RATE_PROCESSING", "6000/min"),
+    },
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Tidemark API",
+    "DESCRIPTION": "Incremental and backfill batch processing: connectors, jobs, batches, "
+    "watermarks, backfills. Roles: viewer reads; operator runs and processes; admin corrects.",
+    "VERSION": "1",
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        name: f"inventory.models.{name}"
+        for name in (
+            "ConnectorKind",
+            "ConnectorState",
+            "BatchKind",
+            "BatchStatus",
+            "BackfillStatus",
+            "WatermarkType",
+            "WatermarkSource",
+        )
+    },
+    # Swagger UI from the drf-spectacular-sidecar package: no CDN needed
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+# /metrics accepts `Authorization: Bearer <METRICS_TOKEN>` (for Prometheus) or a logged-in user.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 
 # --- Celery ------------------------------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL

@@ -34,10 +34,11 @@ def role_users(db):
     role_groups_ensure()  # a transactional test before this one may have flushed them
     users = {}
     for role in ("viewer", "operator", "admin"):
-        user = User.objects.create_user(username=f"{role}-user", password="pw-for-tests-only")
+        # no password: hashing one costs seconds; tests log in with tokens or force_login
+        user = User.objects.create_user(username=f"{role}-user", password=None)
         user.is_staff = True  # may open the admin site; what they may do there follows the role
         user.save(update_fields=["is_staff"])
         user.groups.add(Group.objects.get(name=role))
         users[role] = user
-    users["norole"] = User.objects.create_user(username="norole-user", password="pw-for-tests")
+    users["norole"] = User.objects.create_user(username="norole-user", password=None)
     return users

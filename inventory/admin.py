@@ -1,0 +1,558 @@
+"""The Django admin as the operations tool.
+
+System-managed state (status, attempt, lease, span, watermark position/value, events) is read-only;
+changes go through the same services the API and the dashboard call, as actions or forms that
+report with message_user. Operators use the actions (pause/resume, retry, cancel); admins also
+edit connectors and jobs, skip dead batches and correct watermarks (inventory/roles.py).
+"""
+
+import json
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from inventory import selectors
+from inventory.models import (
+    Asset,
+    Backfill,
+    BackfillStatus,
+    Batch,
+    BatchAttempt,
+    Connector,
+    Job,
+    Watermark,
+    WatermarkEvent,
+    WatermarkSource,
+)
+from inventory.roles import ADMIN, OPERATOR, actor_name, has_role
+from inventory.services import backfills as backfill_services
+from inventory.services import batches as batch_services
+from inventory.services import connectors as connector_services
+from inventory.services import jobs as job_services
+from inventory.services import watermarks as watermark_services
+from inventory.services.errors import InvalidInput, TidemarkError
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records the system writes: viewable, never added, edited or deleted by hand."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class RoleActionsMixin:
+    """`allowed_permissions = ("operate",)` / `("administer",)` on an action checks the role."""
+
+    def has_operate_permission(self, request):
+        return has_role(request.user, OPERATOR)
+
+    def has_administer_permission(self, request):
+        return has_role(request.user, ADMIN)
+
+    def run_service(self, request, queryset, label: str, call) -> None:
+        """Call `call(obj)` for each selected object; one message for the successes, one per error."""
+        done = []
+        for obj in queryset:
+            try:
+                call(obj)
+            except TidemarkError as exc:
+                self.message_user(request, f"{obj}: {exc}", messages.ERROR)
+            else:
+                done.append(str(obj))
+        if done:
+            self.message_user(request, f"{label}: {', '.join(done)}", messages.SUCCESS)
+
+
+def _services_form_error(form, exc: TidemarkError) -> None:
+    """Show a service error on the form field it names, or on the form."""
+    field = exc.field if isinstance(exc, InvalidInput) else None
+    if field not in form.fields:
+        field = None
+    form.add_error(field, exc.message if isinstance(exc, InvalidInput) else str(exc))
+
+
+# ---- connectors and assets ---------------------------------------------------------------------
+
+
+class ConnectorForm(forms.ModelForm):
+    class Meta:
+        model = Connector
+        fields = ["name", "kind", "labels", "config", "start_after"]
+
+    def clean(self):
+        cleaned = super().clean()
+        kind = cleaned.get("kind") or (self.instance.kind if self.instance.pk else None)
+        if kind and "config" in cleaned:
+            try:
+                connector_services.validate_config(kind, cleaned["config"])
+            except InvalidInput as exc:
+                self.add_error("config", f"{exc.field}: {exc.message}")
+        return cleaned
+
+
+@admin.register(Connector)
+class ConnectorAdmin(RoleActionsMixin, admin.ModelAdmin):
+    form = ConnectorForm
+    list_display = ["name", "kind", "state", "start_after", "labels", "updated_at"]
+    list_filter = ["kind", "state"]
+    search_fields = ["name", "start_after"]
+    readonly_fields = ["state", "created_at", "updated_at"]
+    actions = ["pause_connectors", "resume_connectors"]
+
+    def get_readonly_fields(self, request, obj=None):
+        fixed = ["name", "kind"] if obj is not None else []
+        return [*fixed, *self.readonly_fields]
+
+    def save_model(self, request, obj, form, change):
+        data = form.cleaned_data
+        if change:
+            connector_services.connector_update(
+                connector=obj,
+                config=data["config"],
+                labels=data["labels"],
+                start_after=data["start_after"],
+            )
+        else:
+            created = connector_services.connector_create(
+                name=data["name"],
+                kind=data["kind"],
+                config=data["config"],
+                labels=data["labels"],
+                start_after=data["start_after"],
+            )
+            obj.pk = created.pk
+
+    def delete_model(self, request, obj):
+        connector_services.connector_delete(connector=obj)
+
+    @admin.action(description="Pause selected connectors", permissions=["operate"])
+    def pause_connectors(self, request, queryset):
+        self.run_service(
+            request,
+            queryset,
+            "paused",
+            lambda c: connector_services.connector_pause(connector=c),
+        )
+
+    @admin.action(description="Resume selected connectors", permissions=["operate"])
+    def resume_connectors(self, request, queryset):
+        self.run_service(
+            request,
+            queryset,
+            "resumed",
+            lambda c: connector_services.connector_resume(connector=c),
+        )
+
+
+@admin.register(Asset)
+class AssetAdmin(ReadOnlyAdmin):
+    list_display = ["id", "connector", "location", "weight", "discovered_at"]
+    list_filter = ["connector"]
+    search_fields = ["location"]
+    list_select_related = ["connector"]
+    show_full_result_count = False
+
+
+# ---- jobs and watermarks -----------------------------------------------------------------------
+
+
+class JobForm(forms.ModelForm):
+    """Saves through job_create / job_update while validating, so that a service error shows on
+    the field it names. The admin's change view runs in one transaction: all or nothing."""
+
+    class Meta:
+        model = Job
+        fields = [
+            "name",
+            "connector",
+            "watermark_type",
+            "start_position",
+            "processor",
+            "params",
+            "sink",
+            "batch_weight",
+            "max_items",
+            "lookback_seconds",
+            "max_attempts",
+            "retry_backoff_seconds",
+            "lease_seconds",
+            "schedule_seconds",
+            "schedule_cron",
+            "max_concurrency",
+            "executor",
+            "paused",
+        ]
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        try:
+            if self.instance.pk is None:
+                self.instance = job_services.job_create(**cleaned)
+            else:
+                changed = {name: cleaned[name] for name in self.changed_data if name in cleaned}
+                self.instance = job_services.job_update(job=self.instance, **changed)
+        except TidemarkError as exc:
+            _services_form_error(self, exc)
+        return cleaned
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    form = JobForm
+    list_display = [
+        "name",
+        "connector",
+        "processor",
+        "watermark_type",
+        "watermark_position",
+        "batch_weight",
+        "max_items",
+        "max_concurrency",
+        "paused",
+    ]
+    list_filter = ["paused", "watermark_type", "connector"]
+    search_fields = ["name", "connector__name", "processor"]
+    list_select_related = ["connector", "watermark"]
+    readonly_fields = ["watermark_link", "created_at", "updated_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        fixed = list(job_services.FIXED_JOB_FIELDS) if obj is not None else []
+        return [*fixed, *self.readonly_fields]
+
+    @admin.display(description="watermark position")
+    def watermark_position(self, job):
+        return job.watermark.position
+
+    @admin.display(description="watermark")
+    def watermark_link(self, job):
+        if job.pk is None:
+            return "-"
+        url = reverse("admin:inventory_watermark_change", args=[job.watermark.pk])
+        return format_html('<a href="{}">{} (history, correction)</a>', url, job.watermark.value)
+
+    def save_model(self, request, obj, form, change):
+        """JobForm already saved it through the service."""
+
+    def delete_model(self, request, obj):
+        job_services.job_delete(job=obj)
+
+
+class WatermarkEventInline(admin.TabularInline):
+    model = WatermarkEvent
+    fields = [
+        "created_at",
+        "source",
+        "actor",
+        "old_value",
+        "new_value",
+        "old_position",
+        "new_position",
+        "is_replay",
+        "reason",
+        "batch",
+    ]
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = True
+    ordering = ["-id"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("batch")
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class WatermarkCorrectionForm(forms.Form):
+    value = forms.CharField(
+        help_text="JSON: an int (the last committed item id), an ISO datetime string, "
+        "an object of key -> offset, or a list of file names. A bare datetime is accepted too.",
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+    )
+    position = forms.IntegerField(
+        required=False, help_text="non-int watermarks only: the committed item-id position"
+    )
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 60}))
+    replay = forms.BooleanField(
+        required=False,
+        label="Confirm replay",
+        help_text="Required to move the watermark backwards: the items after the new value are "
+        "processed again.",
+    )
+
+    def clean_value(self):
+        raw = self.cleaned_data["value"].strip()
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw  # e.g. 2024-05-01T00:00:00+00:00 typed without quotes
+
+
+@admin.register(Watermark)
+class WatermarkAdmin(ReadOnlyAdmin):
+    list_display = ["job", "type", "position", "value", "updated_at", "correct_link"]
+    list_filter = ["type"]
+    search_fields = ["job__name"]
+    list_select_related = ["job"]
+    fields = ["job", "type", "position", "value", "updated_at", "correct_link"]
+    readonly_fields = fields
+    inlines = [WatermarkEventInline]
+
+    @admin.display(description="correction")
+    def correct_link(self, watermark):
+        url = reverse("admin:inventory_watermark_correct", args=[watermark.pk])
+        return format_html('<a href="{}">Correct…</a>', url)
+
+    def get_urls(self):
+        return [
+            path(
+                "<int:watermark_id>/correct/",
+                self.admin_site.admin_view(self.correct_view),
+                name="inventory_watermark_correct",
+            ),
+            *super().get_urls(),
+        ]
+
+    def correct_view(self, request, watermark_id: int):
+        if not has_role(request.user, ADMIN):
+            raise PermissionDenied("correcting a watermark needs the admin role")
+        watermark = Watermark.objects.select_related("job__connector").filter(pk=watermark_id)
+        watermark = watermark.first()
+        if watermark is None:
+            raise PermissionDenied("no such watermark")
+        form = WatermarkCorrectionForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            try:
+                watermark_services.watermark_correct(
+                    job=watermark.job,
+                    value=data["value"],
+                    position=data["position"],
+                    actor=actor_name(request.user),
+                    reason=data["reason"],
+                    replay=data["replay"],
+                    source=WatermarkSource.ADMIN,
+                )
+            except TidemarkError as exc:
+                _services_form_error(form, exc)
+            else:
+                watermark.refresh_from_db()
+                self.message_user(
+                    request,
+                    f"watermark of {watermark.job.name} corrected to {watermark.value}",
+                    messages.SUCCESS,
+                )
+                return HttpResponseRedirect(
+                    reverse("admin:inventory_watermark_change", args=[watermark.pk])
+                )
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Correct the watermark of {watermark.job.name}",
+            "watermark": watermark,
+            "form": form,
+            "events": selectors.watermark_history(job=watermark.job)[:50],
+            "lag": selectors.job_lag(job=watermark.job),
+        }
+        return TemplateResponse(request, "admin/inventory/watermark_correct.html", context)
+
+
+@admin.register(WatermarkEvent)
+class WatermarkEventAdmin(ReadOnlyAdmin):
+    list_display = [
+        "created_at",
+        "job_name",
+        "source",
+        "actor",
+        "old_value",
+        "new_value",
+        "is_replay",
+        "reason",
+    ]
+    list_filter = ["source", "is_replay"]
+    search_fields = ["watermark__job__name", "actor", "reason"]
+    list_select_related = ["watermark__job"]
+
+    @admin.display(description="job", ordering="watermark__job__name")
+    def job_name(self, event):
+        return event.watermark.job.name
+
+
+# ---- batches and backfills ---------------------------------------------------------------------
+
+
+class BatchAttemptInline(admin.TabularInline):
+    model = BatchAttempt
+    fields = ["number", "worker", "started_at", "finished_at", "outcome", "error"]
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class SkipForm(forms.Form):
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="Why these items need not be processed; recorded on each batch.",
+    )
+
+
+@admin.register(Batch)
+class BatchAdmin(RoleActionsMixin, ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "job",
+        "kind",
+        "status",
+        "first_item",
+        "last_item",
+        "item_count",
+        "weight",
+        "attempt",
+        "worker",
+        "finished_at",
+    ]
+    list_filter = ["status", "kind", "job"]
+    search_fields = ["job__name", "worker"]
+    list_select_related = ["job"]
+    show_full_result_count = False
+    inlines = [BatchAttemptInline]
+    actions = ["retry_batches", "cancel_batches", "skip_batches"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in Batch._meta.concrete_fields]
+
+    @admin.action(description="Retry selected dead/failed batches", permissions=["operate"])
+    def retry_batches(self, request, queryset):
+        actor = actor_name(request.user)
+        self.run_service(
+            request,
+            queryset,
+            "sent back to the queue",
+            lambda b: batch_services.batch_retry(batch_id=b.pk, actor=actor),
+        )
+
+    @admin.action(description="Cancel selected batches", permissions=["operate"])
+    def cancel_batches(self, request, queryset):
+        actor = actor_name(request.user)
+        self.run_service(
+            request,
+            queryset,
+            "cancelled",
+            lambda b: batch_services.batch_cancel(
+                batch_id=b.pk, actor=actor, reason="cancelled in the admin"
+            ),
+        )
+
+    @admin.action(
+        description="Skip selected dead batches (with a reason)…", permissions=["administer"]
+    )
+    def skip_batches(self, request, queryset):
+        form = SkipForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            actor = actor_name(request.user)
+            reason = form.cleaned_data["reason"]
+            self.run_service(
+                request,
+                queryset,
+                "skipped",
+                lambda b: batch_services.batch_skip(batch_id=b.pk, actor=actor, reason=reason),
+            )
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Skip dead batches",
+            "batches": queryset,
+            "form": form,
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/inventory/batch_skip.html", context)
+
+
+@admin.register(BatchAttempt)
+class BatchAttemptAdmin(ReadOnlyAdmin):
+    list_display = ["batch", "number", "worker", "started_at", "finished_at", "outcome"]
+    list_filter = ["outcome"]
+    search_fields = ["worker"]
+    list_select_related = ["batch"]
+    show_full_result_count = False
+
+
+@admin.register(Backfill)
+class BackfillAdmin(RoleActionsMixin, ReadOnlyAdmin):
+    """Backfills are scheduled with a preview (API or dashboard); here they are watched and steered."""
+
+    list_display = [
+        "id",
+        "job",
+        "range_start",
+        "range_end",
+        "status",
+        "priority",
+        "max_concurrency",
+        "progress",
+        "created_by",
+        "created_at",
+    ]
+    list_filter = ["status", "job"]
+    search_fields = ["job__name", "reason", "created_by"]
+    actions = ["pause_backfills", "resume_backfills", "cancel_backfills"]
+
+    def get_queryset(self, request):
+        return selectors.backfills_with_progress(super().get_queryset(request))
+
+    def get_readonly_fields(self, request, obj=None):
+        return [*(f.name for f in Backfill._meta.concrete_fields), "progress"]
+
+    @admin.display(description="progress")
+    def progress(self, backfill):
+        total = getattr(backfill, "batches_total", None)
+        if total is None:
+            backfill = selectors.backfills_with_progress().get(pk=backfill.pk)
+            total = backfill.batches_total
+        return f"{backfill.batches_done}/{total} batches, {backfill.batches_dead} dead"
+
+    def _set(self, request, queryset, status, label):
+        self.run_service(
+            request,
+            queryset,
+            label,
+            lambda b: backfill_services.backfill_set_status(backfill=b, status=status),
+        )
+
+    @admin.action(description="Pause selected backfills", permissions=["operate"])
+    def pause_backfills(self, request, queryset):
+        self._set(request, queryset, BackfillStatus.PAUSED, "paused")
+
+    @admin.action(description="Resume selected backfills", permissions=["operate"])
+    def resume_backfills(self, request, queryset):
+        self._set(request, queryset, BackfillStatus.RUNNING, "resumed")
+
+    @admin.action(description="Cancel selected backfills", permissions=["operate"])
+    def cancel_backfills(self, request, queryset):
+        self._set(request, queryset, BackfillStatus.CANCELLED, "cancelled")

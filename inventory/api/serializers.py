@@ -1,0 +1,460 @@
+"""API shapes. Input serializers only validate; views pass the validated data to a service.
+
+Configs are shown as stored: secrets are never stored (the connector service refuses them; `*_env`
+keys hold an environment variable's *name*). As a second line of defence, any key that looks like
+a secret is masked on the way out, at any depth.
+"""
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from inventory.models import (
+    Backfill,
+    Batch,
+    BatchAttempt,
+    Connector,
+    ConnectorKind,
+    Job,
+    Watermark,
+    WatermarkEvent,
+)
+from inventory.services.connectors import is_secret_key
+
+MASK = "********"
+BIGINT = 2**63 - 1
+INT = 2**31 - 1
+SMALLINT = 2**15 - 1
+
+
+def public_config(value):
+    """A copy of a config with every secret-looking key masked, at any depth."""
+    if isinstance(value, dict):
+        return {
+            key: (MASK if is_secret_key(key) else public_config(inner))
+            for key, inner in value.items()
+        }
+    if isinstance(value, list):
+        return [public_config(inner) for inner in value]
+    return value
+
+
+class PublicJSONField(serializers.JSONField):
+    """A JSON object shown through public_config."""
+
+    def to_representation(self, value):
+        return super().to_representation(public_config(value))
+
+
+class AnyJSONField(serializers.JSONField):
+    """Any JSON value (schema: no type constraint)."""
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+
+
+# ---- connectors --------------------------------------------------------------------------------
+
+
+class ConnectorSerializer(serializers.ModelSerializer):
+    config = PublicJSONField(
+        help_text="the connector's config; `*_env` values are environment-variable names"
+    )
+    jobs = serializers.SlugRelatedField(many=True, read_only=True, slug_field="name")
+
+    class Meta:
+        model = Connector
+        fields = [
+            "name",
+            "kind",
+            "labels",
+            "config",
+            "state",
+            "start_after",
+            "jobs",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class ConnectorCreateSerializer(serializers.Serializer):
+    name = serializers.SlugField(max_length=100)
+    kind = serializers.ChoiceField(choices=ConnectorKind.choices)
+    config = serializers.DictField(required=False, default=dict)
+    labels = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False, default=list
+    )
+    start_after = serializers.CharField(
+        max_length=100, required=False, allow_blank=True, default=""
+    )
+
+    def validate_name(self, value):
+        if Connector.objects.filter(name=value).exists():
+            raise serializers.ValidationError(f"a connector named {value!r} already exists")
+        return value
+
+
+class ConnectorUpdateSerializer(serializers.Serializer):
+    """Name and kind are fixed; config, labels and start_after may change."""
+
+    config = serializers.DictField(required=False)
+    labels = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
+    start_after = serializers.CharField(max_length=100, required=False, allow_blank=True)
+
+
+# ---- jobs and watermarks -----------------------------------------------------------------------
+
+
+class WatermarkSerializer(serializers.ModelSerializer):
+    value = AnyJSONField(allow_null=True, help_text="typed high-water mark (null: nothing yet)")
+
+    class Meta:
+        model = Watermark
+        fields = ["type", "position", "value", "updated_at"]
+        read_only_fields = fields
+
+
+class LagSerializer(serializers.Serializer):
+    items = serializers.IntegerField(help_text="items at or after the watermark")
+    weight = serializers.IntegerField(help_text="their summed weight")
+
+
+class BlockerSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    first_item = serializers.IntegerField()
+    last_item = serializers.IntegerField()
+
+
+class WatermarkStateSerializer(WatermarkSerializer):
+    job = serializers.CharField(source="job.name")
+    lag = LagSerializer()
+    blocked_by = BlockerSerializer(
+        allow_null=True, help_text="the uncommitted batch the watermark waits for"
+    )
+
+    class Meta(WatermarkSerializer.Meta):
+        fields = ["job", *WatermarkSerializer.Meta.fields, "lag", "blocked_by"]
+        read_only_fields = fields
+
+
+class WatermarkCorrectionSerializer(serializers.Serializer):
+    value = AnyJSONField(
+        allow_null=True,
+        help_text="the new value; for an int watermark the last committed item id",
+    )
+    position = serializers.IntegerField(
+        required=False, min_value=-BIGINT, max_value=BIGINT, help_text="non-int watermarks only"
+    )
+    reason = serializers.CharField(max_length=2000)
+    replay = serializers.BooleanField(
+        default=False, help_text="confirm moving the watermark backwards (items are reprocessed)"
+    )
+
+
+class WatermarkEventSerializer(serializers.ModelSerializer):
+    old_value = AnyJSONField(allow_null=True)
+    new_value = AnyJSONField(allow_null=True)
+
+    class Meta:
+        model = WatermarkEvent
+        fields = [
+            "id",
+            "old_position",
+            "new_position",
+            "old_value",
+            "new_value",
+            "source",
+            "batch",
+            "actor",
+            "reason",
+            "is_replay",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+JOB_SETTINGS = [
+    "processor",
+    "params",
+    "sink",
+    "batch_weight",
+    "max_items",
+    "lookback_seconds",
+    "max_attempts",
+    "retry_backoff_seconds",
+    "lease_seconds",
+    "schedule_seconds",
+    "schedule_cron",
+    "max_concurrency",
+    "executor",
+    "paused",
+]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    connector = serializers.SlugRelatedField(read_only=True, slug_field="name")
+    params = PublicJSONField()
+    sink = PublicJSONField()
+    watermark = WatermarkSerializer(read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "name",
+            "connector",
+            "watermark_type",
+            "start_position",
+            *JOB_SETTINGS,
+            "watermark",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class JobDetailSerializer(JobSerializer):
+    lag = LagSerializer()
+    blocked_by = BlockerSerializer(allow_null=True)
+    batch_counts = serializers.DictField(child=serializers.IntegerField())
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "lag", "blocked_by", "batch_counts"]
+        read_only_fields = fields
+
+
+class JobWriteSerializer(serializers.ModelSerializer):
+    """Validates job settings against the model's own bounds, so the database never refuses them."""
+
+    connector = serializers.SlugRelatedField(slug_field="name", queryset=Connector.objects.all())
+    params = serializers.DictField(required=False)
+    sink = serializers.DictField(required=False)
+
+    class Meta:
+        model = Job
+        fields = ["name", "connector", "watermark_type", "start_position", *JOB_SETTINGS]
+
+    def validate_name(self, value):
+        if self.instance is None and Job.objects.filter(name=value).exists():
+            raise serializers.ValidationError(f"a job named {value!r} already exists")
+        return value
+
+
+# ---- batches -----------------------------------------------------------------------------------
+
+
+class BatchSerializer(serializers.ModelSerializer):
+    job = serializers.SlugRelatedField(read_only=True, slug_field="name")
+    first_item = serializers.IntegerField(read_only=True, help_text="first item id (inclusive)")
+    last_item = serializers.IntegerField(read_only=True, help_text="last item id (inclusive)")
+    watermark_value = AnyJSONField(allow_null=True)
+
+    class Meta:
+        model = Batch
+        fields = [
+            "id",
+            "job",
+            "backfill",
+            "kind",
+            "status",
+            "first_item",
+            "last_item",
+            "item_count",
+            "weight",
+            "attempt",
+            "max_attempts",
+            "worker",
+            "lease_expires_at",
+            "next_attempt_at",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "watermark_value",
+            "skip_reason",
+        ]
+        read_only_fields = fields
+
+
+class BatchAttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = BatchAttempt
+        fields = ["number", "worker", "started_at", "finished_at", "outcome", "error"]
+        read_only_fields = fields
+
+
+class BatchDetailSerializer(BatchSerializer):
+    attempts = BatchAttemptSerializer(many=True, read_only=True)
+    config_snapshot = PublicJSONField()
+
+    class Meta(BatchSerializer.Meta):
+        fields = [*BatchSerializer.Meta.fields, "result", "error", "config_snapshot", "attempts"]
+        read_only_fields = fields
+
+
+class BatchItemSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    item = serializers.CharField(help_text="a file location, or the meta table's item")
+    weight = serializers.IntegerField()
+
+
+class AcquiredBatchSerializer(BatchDetailSerializer):
+    items = BatchItemSerializer(many=True, read_only=True)
+
+    class Meta(BatchDetailSerializer.Meta):
+        fields = [*BatchDetailSerializer.Meta.fields, "items"]
+        read_only_fields = fields
+
+
+class AcquireSerializer(serializers.Serializer):
+    worker = serializers.CharField(
+        max_length=200, required=False, help_text="who takes the batch (default: api:<user>)"
+    )
+    lease_seconds = serializers.IntegerField(
+        min_value=1, max_value=7 * 24 * 3600, required=False, help_text="default: the job's"
+    )
+
+
+class AttemptSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(
+        min_value=1, max_value=SMALLINT, help_text="the fencing token from acquire/"
+    )
+
+
+class HeartbeatSerializer(AttemptSerializer):
+    lease_seconds = serializers.IntegerField(min_value=1, max_value=7 * 24 * 3600, required=False)
+
+
+class LeaseSerializer(serializers.Serializer):
+    lease_expires_at = serializers.DateTimeField()
+
+
+class SucceedSerializer(AttemptSerializer):
+    result = serializers.DictField(
+        required=False, default=dict, help_text="rows in/out, bytes, output location, metrics"
+    )
+    watermark_value = AnyJSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="datetime / key_value / file_set watermarks: the value this batch reached",
+    )
+
+
+class FailSerializer(AttemptSerializer):
+    error = serializers.DictField(help_text='e.g. {"type": "ValueError", "message": "..."}')
+
+
+class CancelSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class SkipSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)
+
+
+class RunResultSerializer(serializers.Serializer):
+    job = serializers.CharField()
+    planned = serializers.ListField(child=serializers.IntegerField())
+    dispatched = serializers.ListField(child=serializers.IntegerField())
+    reason = serializers.CharField(allow_blank=True, help_text="why nothing was planned, if so")
+
+
+# ---- backfills ---------------------------------------------------------------------------------
+
+
+class BackfillProgressSerializer(serializers.Serializer):
+    batches_total = serializers.IntegerField()
+    batches_done = serializers.IntegerField(help_text="succeeded or skipped")
+    batches_running = serializers.IntegerField()
+    batches_dead = serializers.IntegerField()
+    batches_cancelled = serializers.IntegerField()
+    weight_total = serializers.IntegerField()
+    weight_done = serializers.IntegerField()
+    percent = serializers.FloatField(help_text="weight done / weight total, 0-100")
+
+
+class BackfillSerializer(serializers.ModelSerializer):
+    job = serializers.SlugRelatedField(read_only=True, slug_field="name")
+    progress = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Backfill
+        fields = [
+            "id",
+            "job",
+            "range_start",
+            "range_end",
+            "batch_weight",
+            "max_items",
+            "max_concurrency",
+            "priority",
+            "status",
+            "reason",
+            "created_by",
+            "created_at",
+            "updated_at",
+            "progress",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(BackfillProgressSerializer)
+    def get_progress(self, backfill) -> dict:
+        total = backfill.weight_total
+        return {
+            "batches_total": backfill.batches_total,
+            "batches_done": backfill.batches_done,
+            "batches_running": backfill.batches_running,
+            "batches_dead": backfill.batches_dead,
+            "batches_cancelled": backfill.batches_cancelled,
+            "weight_total": total,
+            "weight_done": backfill.weight_done,
+            "percent": round(100.0 * backfill.weight_done / total, 2) if total else 100.0,
+        }
+
+
+class BackfillPlanSerializer(serializers.Serializer):
+    """A closed item-id range of a job and the batch budget to cover it with."""
+
+    job = serializers.SlugRelatedField(slug_field="name", queryset=Job.objects.all())
+    range_start = serializers.IntegerField(min_value=-BIGINT, max_value=BIGINT)
+    range_end = serializers.IntegerField(min_value=-BIGINT, max_value=BIGINT - 1)
+    batch_weight = serializers.IntegerField(
+        min_value=1, max_value=BIGINT, required=False, help_text="default: the job's"
+    )
+    max_items = serializers.IntegerField(
+        min_value=1, max_value=INT, required=False, help_text="default: the job's"
+    )
+
+    def validate(self, attrs):
+        if attrs["range_end"] < attrs["range_start"]:
+            raise serializers.ValidationError(
+                {"range_end": ["must not be before range_start (the range is inclusive)"]}
+            )
+        return attrs
+
+
+class BackfillCreateSerializer(BackfillPlanSerializer):
+    max_concurrency = serializers.IntegerField(min_value=1, max_value=SMALLINT, default=1)
+    priority = serializers.IntegerField(
+        min_value=-SMALLINT - 1,
+        max_value=SMALLINT,
+        default=0,
+        help_text="above 0 runs before incremental work, below 0 after it",
+    )
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class PlannedBatchSerializer(serializers.Serializer):
+    first_item = serializers.IntegerField()
+    last_item = serializers.IntegerField()
+    item_count = serializers.IntegerField()
+    weight = serializers.IntegerField()
+
+
+class BackfillPreviewSerializer(serializers.Serializer):
+    job = serializers.CharField()
+    batch_count = serializers.IntegerField()
+    total_items = serializers.IntegerField()
+    total_weight = serializers.IntegerField()
+    batches = PlannedBatchSerializer(many=True)

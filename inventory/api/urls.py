@@ -1,0 +1,14 @@
+"""/api/v1/ routes: connectors and jobs by name, batches and backfills by id."""
+
+from rest_framework.routers import DefaultRouter
+
+from inventory.api import views
+
+router = DefaultRouter(trailing_slash=True)
+router.register("connectors", views.ConnectorViewSet, basename="connector")
+router.register("jobs", views.JobViewSet, basename="job")
+router.register("batches", views.BatchViewSet, basename="batch")
+router.register("backfills", views.BackfillViewSet, basename="backfill")
+
+app_name = "api"
+urlpatterns = router.urls

@@ -1,0 +1,223 @@
+"""A small client for Tidemark's REST API, for processing batches outside Tidemark.
+
+Standard library only (urllib), no Django. Typical loop:
+
+    from tidemark_client import Tidemark, Conflict
+
+    tm = Tidemark("https://tidemark.example.com", token="...")
+    while (batch := tm.acquire("daily-events", worker="etl-7")) is not None:
+        with tm.keep_alive(batch):            # heartbeats in a background thread
+            try:
+                output = process(batch.items)  # your code
+            except Exception as exc:
+                tm.fail(batch, error={"type": type(exc).__name__, "message": str(exc)})
+                continue
+        tm.succeed(batch, result={"rows_out": output.rows})
+
+`succeed` raises `Conflict` when the lease was lost (the batch was taken over): the output of this
+attempt must then not be published.
+"""
+
+import json
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+__all__ = [
+    "AcquiredBatch",
+    "Conflict",
+    "Forbidden",
+    "InvalidRequest",
+    "NotFound",
+    "Tidemark",
+    "TidemarkError",
+]
+
+
+class TidemarkError(Exception):
+    """An error answer from the API: `status` and the decoded body in `payload`."""
+
+    def __init__(self, status: int, payload):
+        self.status = status
+        self.payload = payload
+        super().__init__(f"HTTP {status}: {payload}")
+
+
+class InvalidRequest(TidemarkError):
+    """400: `payload` maps each bad field to its reasons."""
+
+
+class Forbidden(TidemarkError):
+    """401 / 403: not logged in, or the role does not allow it."""
+
+
+class NotFound(TidemarkError):
+    """404: unknown job name or batch id."""
+
+
+class Conflict(TidemarkError):
+    """409: the object's state does not allow it (e.g. the lease was lost)."""
+
+
+_ERRORS = {400: InvalidRequest, 401: Forbidden, 403: Forbidden, 404: NotFound, 409: Conflict}
+
+
+@dataclass
+class AcquiredBatch:
+    """A batch taken for processing. `attempt` is the fencing token every report must carry."""
+
+    id: int
+    job: str
+    attempt: int
+    first_item: int
+    last_item: int
+    item_count: int
+    weight: int
+    lease_expires_at: str
+    items: list[dict] = field(default_factory=list)
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "AcquiredBatch":
+        return cls(
+            id=data["id"],
+            job=data["job"],
+            attempt=data["attempt"],
+            first_item=data["first_item"],
+            last_item=data["last_item"],
+            item_count=data["item_count"],
+            weight=data["weight"],
+            lease_expires_at=data["lease_expires_at"],
+            items=data.get("items", []),
+            raw=data,
+        )
+
+    @property
+    def locations(self) -> list[str]:
+        return [item["item"] for item in self.items]
+
+
+class Tidemark:
+    def __init__(self, base_url: str, *, token: str, timeout: float = 30.0):
+        self.base_url = base_url.rstrip("/") + "/api/v1/"
+        self.token = token
+        self.timeout = timeout
+
+    # ---- plumbing ----
+
+    def request(self, method: str, path: str, body: dict | None = None, params=None):
+        """One API call; returns the decoded JSON (None for 204) or raises a TidemarkError."""
+        url = urllib.parse.urljoin(self.base_url, path.lstrip("/"))
+        if params:
+            url += "?" + urllib.parse.urlencode(params, doseq=True)
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method)
+        req.add_header("Authorization", f"Token {self.token}")
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as response:
+                raw = response.read()
+                return json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                payload = json.loads(raw) if raw else None
+            except ValueError:
+                payload = raw.decode(errors="replace")
+            raise _ERRORS.get(exc.code, TidemarkError)(exc.code, payload) from None
+
+    def get(self, path: str, **params):
+        return self.request("GET", path, params=params or None)
+
+    def post(self, path: str, body: dict | None = None):
+        return self.request("POST", path, body if body is not None else {})
+
+    # ---- external processing ----
+
+    def acquire(
+        self, job: str, *, worker: str, lease_seconds: int | None = None
+    ) -> AcquiredBatch | None:
+        """Take the job's next batch (None when nothing is waiting)."""
+        body = {"worker": worker}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        data = self.post(f"jobs/{_quote(job)}/acquire/", body)
+        return None if data is None else AcquiredBatch.from_json(data)
+
+    def heartbeat(self, batch: AcquiredBatch, *, lease_seconds: int | None = None) -> str:
+        """Extend the lease; returns the new expiry. Raises Conflict when the lease is lost."""
+        body = {"attempt": batch.attempt}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        data = self.post(f"batches/{batch.id}/heartbeat/", body)
+        batch.lease_expires_at = data["lease_expires_at"]
+        return batch.lease_expires_at
+
+    def succeed(self, batch: AcquiredBatch, *, result: dict | None = None, watermark_value=None):
+        """Commit the batch (its output is written). Raises Conflict when the lease was lost."""
+        body = {"attempt": batch.attempt, "result": result or {}}
+        if watermark_value is not None:
+            body["watermark_value"] = watermark_value
+        return self.post(f"batches/{batch.id}/succeed/", body)
+
+    def fail(self, batch: AcquiredBatch, *, error: dict):
+        """Report a failed attempt; Tidemark retries it after a backoff, or marks it dead."""
+        return self.post(f"batches/{batch.id}/fail/", {"attempt": batch.attempt, "error": error})
+
+    @contextmanager
+    def keep_alive(self, batch: AcquiredBatch, *, every: float | None = None):
+        """Heartbeat in a background thread while the block runs.
+
+        Yields a threading.Event that is set if the lease is lost; the block may check it to stop
+        early. Beat every `every` seconds (default 10; keep it well under the lease).
+        """
+        lost = threading.Event()
+        stop = threading.Event()
+        interval = every or 10.0
+
+        def beat():
+            while not stop.wait(interval):
+                try:
+                    self.heartbeat(batch)
+                except (Conflict, NotFound):
+                    lost.set()
+                    return
+                except (TidemarkError, OSError):
+                    continue  # a hiccup: the next beat may get through before the lease ends
+
+        thread = threading.Thread(target=beat, name=f"tidemark-heartbeat-{batch.id}", daemon=True)
+        thread.start()
+        try:
+            yield lost
+        finally:
+            stop.set()
+            thread.join(timeout=interval + self.timeout)
+
+    # ---- reads and operations ----
+
+    def job(self, name: str) -> dict:
+        return self.get(f"jobs/{_quote(name)}/")
+
+    def watermark(self, job: str) -> dict:
+        return self.get(f"jobs/{_quote(job)}/watermark/")
+
+    def run(self, job: str) -> dict:
+        return self.post(f"jobs/{_quote(job)}/run/")
+
+    def batches(self, **filters) -> list[dict]:
+        """All batches matching the filters (job=, status=, kind=, ...), following the pages."""
+        found, path, params = [], "batches/", filters
+        while path:
+            page = self.request("GET", path, params=params)
+            found.extend(page["results"])
+            path, params = page.get("next"), None
+        return found
+
+
+def _quote(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
