@@ -3,9 +3,10 @@
 The API, the dashboard, the admin and /metrics read through these; nothing here writes.
 """
 
+import logging
 from dataclasses import dataclass
 
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce
 
@@ -19,7 +20,10 @@ from inventory.models import (
     Job,
     WatermarkEvent,
 )
+from inventory.services.errors import InvalidInput
 from inventory.services.items import source_for_connector
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -30,16 +34,21 @@ class Lag:
     weight: int
 
 
-def job_lag(*, job: Job) -> Lag:
+def job_lag(*, job: Job) -> Lag | None:
+    """None when the job's items cannot be read now (e.g. its external meta table is gone)."""
     position = job.watermark.position
-    items_sql, params = source_for_connector(job.connector).select(
-        lower=position, upper=None, limit=None, with_item=False
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT count(*), coalesce(sum(weight), 0) FROM ({items_sql}) AS pending", params
+    try:
+        items_sql, params = source_for_connector(job.connector).select(
+            lower=position, upper=None, limit=None, with_item=False
         )
-        items, weight = cursor.fetchone()
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*), coalesce(sum(weight), 0) FROM ({items_sql}) AS pending", params
+            )
+            items, weight = cursor.fetchone()
+    except (DatabaseError, InvalidInput):
+        log.warning("job %s: cannot count its pending items", job.name, exc_info=True)
+        return None
     return Lag(items=int(items), weight=int(weight))
 
 

@@ -72,8 +72,8 @@ class AcquiredBatch:
     id: int
     job: str
     attempt: int
-    first_item: int
-    last_item: int
+    range_start: int
+    range_end: int
     item_count: int
     weight: int
     lease_expires_at: str
@@ -86,8 +86,8 @@ class AcquiredBatch:
             id=data["id"],
             job=data["job"],
             attempt=data["attempt"],
-            first_item=data["first_item"],
-            last_item=data["last_item"],
+            range_start=data["range_start"],
+            range_end=data["range_end"],
             item_count=data["item_count"],
             weight=data["weight"],
             lease_expires_at=data["lease_expires_at"],

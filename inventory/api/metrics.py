@@ -62,7 +62,9 @@ class InventoryCollector:
             "tidemark_lag_items", "Items at or after the watermark", labels=["job"]
         )
         lag_weight = GaugeMetricFamily(
-            "tidemark_lag_weight", "Summed weight of the items at or after the watermark", ["job"]
+            "tidemark_lag_weight",
+            "Summed weight of the items at or after the watermark",
+            labels=["job"],
         )
         blocked = GaugeMetricFamily(
             "tidemark_watermark_blocked",
@@ -78,8 +80,9 @@ class InventoryCollector:
             lag = selectors.job_lag(job=job)
             blocker = selectors.job_blocker(job=job)
             position.add_metric([job.name], job.watermark.position)
-            lag_items.add_metric([job.name], lag.items)
-            lag_weight.add_metric([job.name], lag.weight)
+            if lag is not None:
+                lag_items.add_metric([job.name], lag.items)
+                lag_weight.add_metric([job.name], lag.weight)
             blocked.add_metric([job.name], int(blocker is not None and blocker.status == "dead"))
             updated.add_metric([job.name], job.watermark.updated_at.timestamp())
         yield from (position, lag_items, lag_weight, blocked, updated)

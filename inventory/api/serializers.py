@@ -123,13 +123,13 @@ class LagSerializer(serializers.Serializer):
 class BlockerSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     status = serializers.CharField()
-    first_item = serializers.IntegerField()
-    last_item = serializers.IntegerField()
+    range_start = serializers.IntegerField(source="first_item")
+    range_end = serializers.IntegerField(source="last_item")
 
 
 class WatermarkStateSerializer(WatermarkSerializer):
     job = serializers.CharField(source="job.name")
-    lag = LagSerializer()
+    lag = LagSerializer(allow_null=True, help_text="null when the items cannot be read now")
     blocked_by = BlockerSerializer(
         allow_null=True, help_text="the uncommitted batch the watermark waits for"
     )
@@ -215,7 +215,7 @@ class JobSerializer(serializers.ModelSerializer):
 
 
 class JobDetailSerializer(JobSerializer):
-    lag = LagSerializer()
+    lag = LagSerializer(allow_null=True, help_text="null when the items cannot be read now")
     blocked_by = BlockerSerializer(allow_null=True)
     batch_counts = serializers.DictField(child=serializers.IntegerField())
 
@@ -246,8 +246,14 @@ class JobWriteSerializer(serializers.ModelSerializer):
 
 class BatchSerializer(serializers.ModelSerializer):
     job = serializers.SlugRelatedField(read_only=True, slug_field="name")
-    first_item = serializers.IntegerField(read_only=True, help_text="first item id (inclusive)")
-    last_item = serializers.IntegerField(read_only=True, help_text="last item id (inclusive)")
+    range_start = serializers.IntegerField(
+        source="first_item", read_only=True, help_text="covers item ids from (inclusive)"
+    )
+    range_end = serializers.IntegerField(
+        source="last_item",
+        read_only=True,
+        help_text="to (inclusive); ids in the range without an item are covered too",
+    )
     watermark_value = AnyJSONField(allow_null=True)
 
     class Meta:
@@ -258,8 +264,8 @@ class BatchSerializer(serializers.ModelSerializer):
             "backfill",
             "kind",
             "status",
-            "first_item",
-            "last_item",
+            "range_start",
+            "range_end",
             "item_count",
             "weight",
             "attempt",
@@ -446,8 +452,8 @@ class BackfillCreateSerializer(BackfillPlanSerializer):
 
 
 class PlannedBatchSerializer(serializers.Serializer):
-    first_item = serializers.IntegerField()
-    last_item = serializers.IntegerField()
+    range_start = serializers.IntegerField()
+    range_end = serializers.IntegerField()
     item_count = serializers.IntegerField()
     weight = serializers.IntegerField()
 

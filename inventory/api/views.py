@@ -519,8 +519,8 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
             "total_weight": sum(p.weight for p in plan),
             "batches": [
                 {
-                    "first_item": p.lower,
-                    "last_item": p.upper - 1,
+                    "range_start": p.lower,
+                    "range_end": p.upper - 1,
                     "item_count": p.item_count,
                     "weight": p.weight,
                 }

@@ -1,0 +1,172 @@
+"""jobs/: CRUD by name, run/, detail with lag, watermark read and correction, history."""
+
+import pytest
+
+from inventory.models import Batch, BatchStatus, Job, Watermark, WatermarkEvent
+from inventory.services import batches
+from tests.api_support import make_inventory, token_client
+
+pytestmark = pytest.mark.django_db
+
+
+def _commit_batches(job, count):
+    done = []
+    for _ in range(count):
+        batch = batches.batch_acquire(job=job, worker="w")
+        batches.batch_succeed(batch_id=batch.pk, attempt=batch.attempt)
+        done.append(batch)
+    return done
+
+
+def test_it_creates_a_job_with_its_watermark(role_users):
+    connector, _ = make_inventory()
+    api = token_client(role_users["admin"])
+    response = api.post(
+        "/api/v1/jobs/",
+        {"name": "hourly", "connector": connector.name, "batch_weight": 500, "max_items": 20},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["connector"] == connector.name
+    assert body["watermark"]["position"] == 0
+    assert Watermark.objects.filter(job__name="hourly").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"batch_weight": 0}, "batch_weight"),
+        ({"batch_weight": 2**70}, "batch_weight"),
+        ({"max_items": -1}, "max_items"),
+        ({"connector": "no-such-connector"}, "connector"),
+        ({"watermark_type": "float"}, "watermark_type"),
+        ({"name": "Not A Slug!"}, "name"),
+        ({"sink": {"path": "/out", "password": "x"}}, "sink.password"),
+    ],
+)
+def test_bad_job_input_is_a_400_naming_the_field(role_users, change, field):
+    connector, _ = make_inventory()
+    api = token_client(role_users["admin"])
+    payload = {"name": "hourly", "connector": connector.name, "batch_weight": 500, **change}
+    response = api.post("/api/v1/jobs/", payload, format="json")
+    assert response.status_code == 400
+    assert field in response.json(), response.json()
+    assert not Job.objects.filter(name="hourly").exists()
+
+
+def test_job_detail_shows_watermark_lag_and_batch_counts(role_users):
+    _, job = make_inventory(weights=[40] * 6)  # 3 batches of 2 items (budget 100)
+    _commit_batches(job, 1)
+    api = token_client(role_users["viewer"])
+    body = api.get(f"/api/v1/jobs/{job.name}/").json()
+    assert body["lag"] == {"items": 4, "weight": 160}
+    assert body["batch_counts"]["succeeded"] == 1
+    assert body["blocked_by"] is None
+    assert body["watermark"]["value"] == job.connector.assets.order_by("id")[1].id
+    assert api.get("/api/v1/jobs/missing/").status_code == 404
+    listing = api.get("/api/v1/jobs/", {"connector__name": job.connector.name}).json()
+    assert [j["name"] for j in listing["results"]] == [job.name]
+
+
+def test_job_detail_names_the_dead_batch_the_watermark_waits_for(role_users):
+    _, job = make_inventory(max_attempts=1)
+    batch = batches.batch_acquire(job=job, worker="w")
+    batches.batch_fail(batch_id=batch.pk, attempt=batch.attempt, error={"message": "boom"})
+    body = token_client(role_users["viewer"]).get(f"/api/v1/jobs/{job.name}/watermark/").json()
+    assert body["blocked_by"]["id"] == batch.pk
+    assert body["blocked_by"]["status"] == "dead"
+
+
+def test_it_changes_settings_but_not_fixed_fields(role_users):
+    _, job = make_inventory()
+    api = token_client(role_users["admin"])
+    response = api.patch(f"/api/v1/jobs/{job.name}/", {"batch_weight": 250}, format="json")
+    assert response.status_code == 200, response.content
+    job.refresh_from_db()
+    assert job.batch_weight == 250
+    response = api.patch(f"/api/v1/jobs/{job.name}/", {"watermark_type": "datetime"}, format="json")
+    assert response.status_code == 400
+    assert "watermark_type" in response.json()
+
+
+def test_deleting_a_job_with_a_running_batch_is_a_409(role_users):
+    _, job = make_inventory()
+    batch = batches.batch_acquire(job=job, worker="w")
+    api = token_client(role_users["admin"])
+    assert api.delete(f"/api/v1/jobs/{job.name}/").status_code == 409
+    batches.batch_cancel(batch_id=batch.pk, actor="t")
+    assert api.delete(f"/api/v1/jobs/{job.name}/").status_code == 204
+    assert not Job.objects.filter(pk=job.pk).exists()
+
+
+def test_run_plans_new_batches_now(role_users):
+    _, job = make_inventory(max_concurrency=2)
+    response = token_client(role_users["operator"]).post(f"/api/v1/jobs/{job.name}/run/")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert len(body["planned"]) == 2
+    assert set(Batch.objects.filter(job=job).values_list("status", flat=True)) == {"queued"}
+
+
+def test_run_of_a_paused_job_plans_nothing_and_says_why(role_users):
+    _, job = make_inventory(paused=True)
+    body = token_client(role_users["operator"]).post(f"/api/v1/jobs/{job.name}/run/").json()
+    assert body["planned"] == []
+    assert "paused" in body["reason"]
+
+
+def test_a_watermark_correction_is_recorded_with_actor_and_reason(role_users):
+    _, job = make_inventory(weights=[40] * 6)
+    committed = _commit_batches(job, 2)
+    api = token_client(role_users["admin"])
+    back_to = committed[0].last_item
+
+    refused = api.post(
+        f"/api/v1/jobs/{job.name}/watermark/",
+        {"value": back_to, "reason": "bad output"},
+        format="json",
+    )
+    assert refused.status_code == 400
+    assert "replay" in refused.json()
+
+    no_reason = api.post(
+        f"/api/v1/jobs/{job.name}/watermark/",
+        {"value": back_to, "replay": True},
+        format="json",
+    )
+    assert no_reason.status_code == 400
+    assert "reason" in no_reason.json()
+
+    response = api.post(
+        f"/api/v1/jobs/{job.name}/watermark/",
+        {"value": back_to, "reason": "bad output", "replay": True},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["value"] == back_to
+    event = WatermarkEvent.objects.filter(watermark__job=job).first()
+    assert (event.source, event.actor, event.reason, event.is_replay) == (
+        "api",
+        "admin-user",
+        "bad output",
+        True,
+    )
+    assert Batch.objects.get(pk=committed[1].pk).status == BatchStatus.SUPERSEDED
+
+    history = api.get(f"/api/v1/jobs/{job.name}/watermark/history/").json()
+    sources = [e["source"] for e in history["results"]]
+    assert sources == ["api", "batch", "batch"]
+    assert history["results"][0]["new_value"] == back_to
+
+
+def test_a_correction_of_the_wrong_type_names_the_value(role_users):
+    _, job = make_inventory()
+    response = token_client(role_users["admin"]).post(
+        f"/api/v1/jobs/{job.name}/watermark/",
+        {"value": "yesterday", "reason": "typo"},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert "value" in response.json()
+    assert not WatermarkEvent.objects.filter(watermark__job=job).exists()

@@ -1,0 +1,55 @@
+"""/metrics: Prometheus text from the inventory, behind a scrape token or a login."""
+
+import pytest
+from django.test import override_settings
+from prometheus_client.parser import text_string_to_metric_families
+
+from inventory.services import batches
+from tests.api_support import make_inventory, token_client
+
+pytestmark = pytest.mark.django_db
+
+
+def _samples(text: str) -> dict:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_metrics_report_batches_watermark_lag_and_attempts(client):
+    _, job = make_inventory(weights=[40] * 6)
+    done = batches.batch_acquire(job=job, worker="w")
+    batches.batch_succeed(batch_id=done.pk, attempt=done.attempt)
+    batches.batch_acquire(job=job, worker="w")
+
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me")
+    assert response.status_code == 200
+    samples = _samples(response.content.decode())
+    name = (("job", job.name),)
+    assert samples[("tidemark_watermark_position", name)] == done.span.upper
+    assert samples[("tidemark_lag_items", name)] == 4
+    assert samples[("tidemark_lag_weight", name)] == 160
+    assert samples[("tidemark_watermark_blocked", name)] == 0
+    by_status = (("job", job.name), ("kind", "incremental"), ("status", "running"))
+    assert samples[("tidemark_batches", by_status)] == 1
+    assert samples[("tidemark_batch_attempts_started_total", name)] == 2
+    succeeded = (("job", job.name), ("outcome", "succeeded"))
+    assert samples[("tidemark_batch_attempts_finished_total", succeeded)] == 1
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_metrics_need_the_scrape_token_or_a_login(client, role_users):
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    assert token_client(role_users["viewer"]).get("/metrics").status_code == 200
+    assert token_client(role_users["norole"]).get("/metrics").status_code == 401
+    client.force_login(role_users["viewer"])
+    assert client.get("/metrics").status_code == 200
+
+
+@override_settings(METRICS_TOKEN="")
+def test_without_a_scrape_token_a_bearer_header_opens_nothing(client):
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
