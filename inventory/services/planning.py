@@ -8,7 +8,7 @@ job serialize on the job's row lock; the exclusion constraint on Batch.span is t
 
 from dataclasses import dataclass
 
-from django.db import DataError, connection
+from django.db import DataError, connection, transaction
 
 from inventory.services.errors import InvalidInput
 from inventory.services.items import ItemSource
@@ -56,7 +56,8 @@ def _plan(
 ) -> list[PlannedRange]:
     """Run tidemark_plan_batches (migration 0002) over the source's items in id order."""
     try:
-        with connection.cursor() as cursor:
+        # a savepoint: a bad weight must not leave the caller's transaction aborted
+        with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 "SELECT lower, upper, item_count, weight "
                 "FROM tidemark_plan_batches(%s, %s, %s, %s, %s, %s)",
