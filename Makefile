@@ -15,7 +15,11 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) manage.py demo
 
-test: $(VENV)/.installed
+# the browser tests drive Debian's Chromium (Playwright never downloads one)
+/usr/bin/chromium:
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+test: $(VENV)/.installed /usr/bin/chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
 

@@ -14,6 +14,20 @@ def django_db_modify_db_settings():
     settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_tidemark_{suffix}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _close_stray_test_connections(django_db_setup, django_db_blocker):
+    """At the end, end connections other threads left on this run's test database (the live
+    server's, a worker's) so that pytest-django can drop it instead of leaving it behind."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One SparkSession for the whole test session (local[2]), the same warm session workers use."""
