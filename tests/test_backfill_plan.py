@@ -1,0 +1,153 @@
+"""Backfills: an exact plan over a closed id range, a preview that writes nothing, clear refusals,
+and backfill batches that run in their own lane beside incremental work."""
+
+import pytest
+
+from inventory.models import Backfill, BackfillStatus, Batch, BatchKind, BatchStatus, Watermark
+from inventory.services import batches
+from inventory.services.backfills import backfill_create, backfill_preview, backfill_set_status
+from inventory.services.errors import Conflict, InvalidInput
+from tests.factories import ConnectorFactory, make_assets, make_job
+
+
+def _setup(weights, **job_options):
+    connector = ConnectorFactory()
+    assets = make_assets(connector, weights)
+    options = {"batch_weight": 10, "max_items": 3, **job_options}
+    return make_job(connector=connector, **options), [a.id for a in assets]
+
+
+def _nothing_written(job):
+    return (
+        not Backfill.objects.filter(job=job).exists() and not Batch.objects.filter(job=job).exists()
+    )
+
+
+@pytest.mark.django_db
+def test_the_preview_is_the_exact_greedy_plan_and_writes_nothing():
+    job, ids = _setup([4, 4, 4, 0, 0, 0, 25, 1, 9, 1])
+    plan = backfill_preview(job=job, range_start=ids[0] - 5, range_end=ids[-1] + 5)
+
+    assert [(p.item_count, p.weight) for p in plan] == [
+        (2, 8),  # 4+4; a third 4 would exceed 10
+        (3, 4),  # 4+0+0; the cap of 3 ends it
+        (1, 0),  # 0; then 25 does not fit
+        (1, 25),  # heavier than the budget: alone
+        (2, 10),  # 1+9 = 10 exactly fits
+        (1, 1),
+    ]
+    # contiguous: from range_start, each range right after the previous batch's last item, and
+    # the last one closing the requested stretch
+    last_items = [ids[1], ids[4], ids[5], ids[6], ids[8]]
+    assert [p.lower for p in plan] == [ids[0] - 5] + [i + 1 for i in last_items]
+    assert [p.upper for p in plan] == [i + 1 for i in last_items] + [ids[-1] + 6]
+    assert _nothing_written(job)
+
+
+@pytest.mark.django_db
+def test_the_preview_can_use_its_own_budget_and_cap():
+    job, ids = _setup([1] * 6)
+    plan = backfill_preview(
+        job=job, range_start=ids[0], range_end=ids[-1], batch_weight=100, max_items=4
+    )
+    assert [p.item_count for p in plan] == [4, 2]
+
+
+@pytest.mark.django_db
+def test_an_empty_range_is_refused_naming_the_field():
+    job, ids = _setup([1, 1])
+    with pytest.raises(InvalidInput) as refused:
+        backfill_create(job=job, range_start=ids[1], range_end=ids[0])
+    assert refused.value.field == "range_end"
+    assert "empty" in refused.value.message
+    assert _nothing_written(job)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"range_start": "1", "range_end": 5}, "range_start"),
+        ({"range_start": 1, "range_end": None}, "range_end"),
+        ({"range_start": 1, "range_end": 5, "batch_weight": 0}, "batch_weight"),
+        ({"range_start": 1, "range_end": 5, "max_items": -1}, "max_items"),
+        ({"range_start": 1, "range_end": 5, "max_concurrency": 0}, "max_concurrency"),
+    ],
+)
+def test_malformed_backfill_arguments_are_refused_naming_the_field(arguments, field):
+    job, _ = _setup([1, 1])
+    with pytest.raises(InvalidInput) as refused:
+        backfill_create(job=job, **arguments)
+    assert refused.value.field == field
+    assert _nothing_written(job)
+
+
+@pytest.mark.django_db
+def test_a_range_without_items_is_a_conflict():
+    job, ids = _setup([1, 1])
+    with pytest.raises(Conflict, match="no items"):
+        backfill_create(job=job, range_start=ids[-1] + 1, range_end=ids[-1] + 100)
+    assert _nothing_written(job)
+
+
+@pytest.mark.django_db
+def test_a_backfill_reprocesses_committed_items_in_its_own_lane_without_touching_the_watermark():
+    job, ids = _setup([5] * 4, batch_weight=10, max_items=10)
+    while (batch := batches.batch_acquire(job=job, worker="w")) is not None:
+        batches.batch_succeed(batch_id=batch.id, attempt=batch.attempt)
+    watermark_before = Watermark.objects.values_list("position", "value").get(job=job)
+
+    backfill = backfill_create(
+        job=job, range_start=ids[0], range_end=ids[-1], reason="fix", actor="alice"
+    )
+    planned = list(backfill.batches.order_by("span"))
+    assert [(b.kind, b.status, b.item_count) for b in planned] == [
+        (BatchKind.BACKFILL, BatchStatus.QUEUED, 2),
+        (BatchKind.BACKFILL, BatchStatus.QUEUED, 2),
+    ]
+
+    for _ in planned:
+        batch = batches.batch_acquire(job=job, worker="w")
+        assert batch.backfill_id == backfill.pk
+        batches.batch_succeed(batch_id=batch.id, attempt=batch.attempt)
+    assert batches.batch_acquire(job=job, worker="w") is None
+    assert Backfill.objects.get(pk=backfill.pk).status == BackfillStatus.COMPLETED
+    assert Watermark.objects.values_list("position", "value").get(job=job) == watermark_before
+
+
+@pytest.mark.django_db
+def test_an_urgent_backfill_goes_first_within_its_concurrency_and_a_normal_one_after_live_work():
+    job, ids = _setup([5] * 6, batch_weight=5, max_items=1)
+    urgent = backfill_create(
+        job=job, range_start=ids[0], range_end=ids[1], priority=1, max_concurrency=1
+    )
+    later = backfill_create(job=job, range_start=ids[2], range_end=ids[2], priority=0)
+
+    first = batches.batch_acquire(job=job, worker="w")
+    assert first.backfill_id == urgent.pk
+    # the urgent backfill is at its max_concurrency: incremental work comes next
+    second = batches.batch_acquire(job=job, worker="w")
+    assert second.kind == BatchKind.INCREMENTAL
+    batches.batch_succeed(batch_id=first.id, attempt=first.attempt)
+    third = batches.batch_acquire(job=job, worker="w")
+    assert third.backfill_id == urgent.pk
+
+    kinds = []
+    while (batch := batches.batch_acquire(job=job, worker="w")) is not None:
+        kinds.append(batch.backfill_id)
+    # the rest of the incremental items first, then the normal-priority backfill
+    assert kinds == [None] * 5 + [later.pk]
+
+
+@pytest.mark.django_db
+def test_cancelling_a_backfill_cancels_its_waiting_batches():
+    job, ids = _setup([5] * 4, batch_weight=5, max_items=1)
+    backfill = backfill_create(job=job, range_start=ids[0], range_end=ids[-1], priority=1)
+    running = batches.batch_acquire(job=job, worker="w")
+    backfill_set_status(backfill=backfill, status=BackfillStatus.CANCELLED)
+
+    statuses = dict(backfill.batches.values_list("id", "status"))
+    assert statuses.pop(running.id) == BatchStatus.RUNNING
+    assert set(statuses.values()) == {BatchStatus.CANCELLED}
+    with pytest.raises(Conflict):
+        backfill_set_status(backfill=backfill, status=BackfillStatus.RUNNING)
