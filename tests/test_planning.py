@@ -1,0 +1,169 @@
+"""Incremental planning: budgets and caps, planning after the last live batch, holes, new items,
+and the conditions under which a job takes no work."""
+
+import pytest
+
+from inventory.models import Batch, BatchStatus, ConnectorState, Watermark
+from inventory.services import batches
+from inventory.services.assets import assets_register
+from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.items import assets_source
+from inventory.services.planning import incremental_start, plan_closed_range, plan_step
+from tests.factories import ConnectorFactory, make_assets, make_job
+
+
+def _span(batch):
+    return batch.span.lower, batch.span.upper
+
+
+@pytest.mark.django_db
+def test_a_batch_takes_items_while_they_fit_the_budget_and_the_cap():
+    connector = ConnectorFactory()
+    ids = [a.id for a in make_assets(connector, [40, 40, 40, 40, 1, 1, 1, 1, 1])]
+    job = make_job(connector=connector, batch_weight=100, max_items=3)
+
+    taken = [batches.batch_acquire(job=job, worker="w") for _ in range(4)]
+    # 40+40 (a third 40 exceeds 100); 40+40+1 (the cap); 1+1+1 (the cap); the last 1
+    assert [(b.item_count, b.weight) for b in taken] == [(2, 80), (3, 81), (3, 3), (1, 1)]
+    assert [_span(b) for b in taken] == [
+        (job.start_position, ids[1] + 1),
+        (ids[1] + 1, ids[4] + 1),
+        (ids[4] + 1, ids[7] + 1),
+        (ids[7] + 1, ids[8] + 1),
+    ]
+    assert batches.batch_acquire(job=job, worker="w") is None
+
+
+@pytest.mark.django_db
+def test_an_item_heavier_than_the_budget_is_a_batch_of_its_own():
+    connector = ConnectorFactory()
+    make_assets(connector, [1, 500, 1])
+    job = make_job(connector=connector, batch_weight=10, max_items=10)
+    taken = [batches.batch_acquire(job=job, worker="w") for _ in range(3)]
+    assert [(b.item_count, b.weight) for b in taken] == [(1, 1), (1, 500), (1, 1)]
+
+
+@pytest.mark.django_db
+def test_planning_continues_after_the_last_live_batch_not_after_the_watermark():
+    connector = ConnectorFactory()
+    make_assets(connector, [10] * 3)
+    job = make_job(connector=connector, batch_weight=10, max_items=1)
+    first = batches.batch_acquire(job=job, worker="a")
+    second = batches.batch_acquire(job=job, worker="b")
+    assert Watermark.objects.get(job=job).position == job.start_position
+    assert second.span.lower == first.span.upper
+    assert incremental_start(job_id=job.pk) == (second.span.upper, None)
+
+
+@pytest.mark.django_db
+def test_new_items_are_planned_from_where_the_last_batch_ended():
+    connector = ConnectorFactory()
+    make_assets(connector, [1, 1])
+    job = make_job(connector=connector, batch_weight=100, max_items=100)
+    first = batches.batch_acquire(job=job, worker="w")
+    assert batches.batch_acquire(job=job, worker="w") is None
+
+    assets_register(connector=connector, items=[("/late/a", 1, {}), ("/late/b", 1, {})])
+    second = batches.batch_acquire(job=job, worker="w")
+    assert (second.span.lower, second.item_count) == (first.span.upper, 2)
+
+
+@pytest.mark.django_db
+def test_items_before_the_start_position_are_never_planned():
+    connector = ConnectorFactory()
+    ids = [a.id for a in make_assets(connector, [1] * 4)]
+    job = make_job(connector=connector, batch_weight=100, max_items=100, start_position=ids[2])
+    batch = batches.batch_acquire(job=job, worker="w")
+    assert (_span(batch), batch.item_count) == ((ids[2], ids[3] + 1), 2)
+
+
+@pytest.mark.django_db
+def test_a_scheduled_run_queues_batches_that_acquire_then_takes_in_order():
+    connector = ConnectorFactory()
+    make_assets(connector, [10] * 5)
+    job = make_job(connector=connector, batch_weight=10, max_items=1)
+    queued = batches.batches_plan(job=job, limit=3)
+    assert [b.status for b in queued] == [BatchStatus.QUEUED] * 3
+    assert [b.span.lower for b in queued[1:]] == [b.span.upper for b in queued[:-1]]
+
+    taken = [batches.batch_acquire(job=job, worker="w") for _ in range(4)]
+    assert [b.id for b in taken[:3]] == [b.id for b in queued]
+    assert taken[3].span.lower == queued[-1].span.upper
+
+
+@pytest.mark.django_db
+def test_a_hole_left_by_a_cancelled_batch_is_filled_first_and_exactly():
+    connector = ConnectorFactory()
+    ids = [a.id for a in make_assets(connector, [5, 5, 5, 5])]
+    job = make_job(connector=connector, batch_weight=10, max_items=10)
+    first = batches.batch_acquire(job=job, worker="w")
+    second = batches.batch_acquire(job=job, worker="w")
+    batches.batch_cancel(batch_id=first.id, actor="ops", reason="bad config")
+    assert incremental_start(job_id=job.pk) == _span(first)
+
+    # a budget that would reach past the hole still stops at its end
+    job.batch_weight = 1000
+    job.save(update_fields=["batch_weight"])
+    refill = batches.batch_acquire(job=job, worker="w")
+    assert (_span(refill), refill.item_count) == (_span(first), 2)
+    assert second.span.lower == ids[1] + 1
+
+
+@pytest.mark.django_db
+def test_a_bounded_plan_step_stops_at_the_bound():
+    connector = ConnectorFactory()
+    ids = [a.id for a in make_assets(connector, [1] * 6)]
+    source = assets_source(connector.pk)
+    step = plan_step(source=source, lower=ids[1], upper=ids[4], budget=100, max_items=100)
+    assert (step.lower, step.upper, step.item_count) == (ids[1], ids[4], 3)
+    assert plan_step(source=source, lower=ids[4], upper=ids[4], budget=100, max_items=100) is None
+    assert plan_step(source=source, lower=ids[-1] + 1, upper=None, budget=1, max_items=1) is None
+
+
+@pytest.mark.django_db
+def test_a_closed_range_that_ends_before_it_starts_is_refused():
+    connector = ConnectorFactory()
+    with pytest.raises(InvalidInput) as refused:
+        plan_closed_range(
+            source=assets_source(connector.pk), first=10, last=9, budget=1, max_items=1
+        )
+    assert refused.value.field == "range_end"
+
+
+@pytest.mark.django_db
+def test_a_paused_job_or_connector_takes_no_work():
+    connector = ConnectorFactory()
+    make_assets(connector, [1])
+    job = make_job(connector=connector, paused=True)
+    with pytest.raises(Conflict, match="paused"):
+        batches.batch_acquire(job=job, worker="w")
+
+    other = make_job(connector=connector)
+    connector.state = ConnectorState.PAUSED
+    connector.save(update_fields=["state"])
+    with pytest.raises(Conflict, match="paused"):
+        batches.batch_acquire(job=other, worker="w")
+    assert not Batch.objects.filter(job__in=[job, other]).exists()
+
+
+@pytest.mark.django_db
+def test_acquiring_needs_a_worker_name():
+    connector = ConnectorFactory()
+    make_assets(connector, [1])
+    job = make_job(connector=connector)
+    with pytest.raises(InvalidInput) as refused:
+        batches.batch_acquire(job=job, worker="")
+    assert refused.value.field == "worker"
+    assert not Batch.objects.filter(job=job).exists()
+
+
+@pytest.mark.django_db
+def test_a_batch_keeps_a_snapshot_of_the_config_it_was_planned_with():
+    connector = ConnectorFactory()
+    make_assets(connector, [1, 1])
+    job = make_job(connector=connector, batch_weight=1, max_items=1, params={"mode": "a"})
+    batch = batches.batch_acquire(job=job, worker="w")
+    job.params = {"mode": "b"}
+    job.save(update_fields=["params"])
+    assert Batch.objects.get(pk=batch.id).config_snapshot["params"] == {"mode": "a"}
+    assert Batch.objects.get(pk=batch.id).config_snapshot["batch_weight"] == 1
