@@ -83,7 +83,7 @@ def test_an_incremental_run_processes_exactly_the_new_files(tmp_path, celery_wor
 
     batches_before = Batch.objects.filter(job=job).count()
     runs_before = celery_worker.log().count("tidemark.run_job[")
-    run_job.delay(job.pk)
+    runs.send(run_job, job.pk)
     wait_until(
         lambda: celery_worker.log().count("tidemark.run_job[") >= runs_before + 2,
         timeout=30,

@@ -142,8 +142,9 @@ def worker_env(django_db_setup, celery_queue) -> dict:
 
     from controlplane.celery import app
 
-    app.conf.task_default_queue = celery_queue
-    app.conf.task_default_routing_key = celery_queue
+    # the app reads Django settings under the CELERY_ namespace: set the namespaced key
+    app.conf.CELERY_TASK_DEFAULT_QUEUE = celery_queue
+    assert app.conf.task_default_queue == celery_queue
     return {
         **os.environ,
         "DATABASE_URL": database_url(),

@@ -31,7 +31,7 @@ def run_batch(batch_id: int) -> dict:
     """Run one batch if it is queued (or a due retry); anything else is left as it is."""
     outcome = runs.batch_execute(batch_id=batch_id, executor_for=executors.executor_for)
     if outcome.retry_in is not None:
-        run_batch.apply_async((batch_id,), countdown=outcome.retry_in + _RETRY_SLACK_SECONDS)
+        runs.send(run_batch, batch_id, countdown=outcome.retry_in + _RETRY_SLACK_SECONDS)
     log.info(
         "batch %s attempt %s: %s %s",
         batch_id,

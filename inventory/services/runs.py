@@ -58,7 +58,12 @@ def dispatch(batch_ids: list[int]) -> None:
     from workers.tasks import run_batch
 
     ids = list(batch_ids)
-    transaction.on_commit(lambda: [run_batch.delay(batch_id) for batch_id in ids])
+    transaction.on_commit(lambda: [send(run_batch, batch_id) for batch_id in ids])
+
+
+def send(task, *args, countdown: float | None = None) -> None:
+    """Enqueue on the configured queue, read at send time (tests point the app at their own)."""
+    task.apply_async(args, queue=task.app.conf.task_default_queue, countdown=countdown)
 
 
 # ---- what a job may name -----------------------------------------------------------------------
