@@ -39,6 +39,8 @@ class BatchError(Exception):
 
 
 _STACK_LINE = re.compile(r"^\s*(at |\.\.\. \d+ more|Suppressed: |\{\")")
+_ERROR_CLASS = re.compile(r"(\[[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*\] .*)")
+_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+;?")
 _MAX_DETAIL_LINES = 15
 _MAX_DETAIL_CHARS = 4000
 
@@ -71,27 +73,27 @@ def spark_error_detail(exc: BaseException) -> str:
 
 
 def spark_error_summary(exc: BaseException) -> str:
-    """One line naming the root cause: the last 'Caused by', a Python error, or the first line."""
+    """One line saying what went wrong: Spark's error-class line plus the root cause.
+
+    For an error raised in a Python worker, the last line of its traceback.
+    """
     text = error_text(exc)
     if "Traceback (most recent call last)" in text:
-        # an error raised in a Python worker: its last traceback line says what went wrong
         tail = text.split("Traceback (most recent call last)")[-1]
         for line in reversed(tail.splitlines()):
             stripped = line.strip()
-            if (
-                stripped
-                and not _STACK_LINE.match(line)
-                and re.match(r"^[A-Za-z_][\w.]*(Error|Exception)\b", stripped)
-            ):
+            if re.match(r"^[A-Za-z_][\w.]*(Error|Exception)\b", stripped):
                 return stripped
-    causes = [
-        line.split("Caused by:", 1)[1].strip()
-        for line in text.splitlines()
-        if line.startswith("Caused by:")
-    ]
-    if causes:
-        return causes[-1]
-    for line in text.splitlines():
+    lines = text.splitlines()
+    classed = [m.group(1) for line in lines if (m := _ERROR_CLASS.search(line))]
+    causes = [line.split("Caused by:", 1)[1].strip() for line in lines if "Caused by:" in line]
+    head = _SQLSTATE.sub("", classed[-1]).strip().rstrip(";").strip() if classed else ""
+    root = causes[-1] if causes else ""
+    if head and root and root not in head:
+        return f"{head} (cause: {root})"
+    if head or root:
+        return head or root
+    for line in lines:
         stripped = line.strip().lstrip(": ")
         if stripped and not stripped.startswith("An error occurred while calling"):
             return stripped

@@ -1,0 +1,260 @@
+"""Sinks: a rerun replaces the batch's own output; PostgreSQL merges append/upsert/coalesce."""
+
+import uuid
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+import psycopg2
+import pytest
+
+from workers.spark.errors import SinkError
+from workers.spark.sinks import check_sink, write_sink
+
+# ---- files ---------------------------------------------------------------------------------------
+
+
+def files_sink(path, **extra):
+    return {"kind": "files", "path": str(path), "format": "parquet", **extra}
+
+
+def rows_of(spark, path):
+    return sorted(tuple(r) for r in spark.read.parquet(str(path)).collect())
+
+
+def test_file_sink_rerun_replaces_the_batch_output_instead_of_adding_to_it(spark, tmp_path):
+    out = tmp_path / "out"
+    first = spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], "id INT, v STRING")
+    result = write_sink(first, files_sink(out), batch_id=5)
+    assert result["rows_out"] == 3
+    assert result["bytes"] > 0
+    assert result["location"] == f"{out}/batch_id=5"
+    assert rows_of(spark, out) == [(1, "a", 5), (2, "b", 5), (3, "c", 5)]
+
+    # a retry of the same batch: same rows, written once
+    assert write_sink(first, files_sink(out), batch_id=5)["rows_out"] == 3
+    assert rows_of(spark, out) == [(1, "a", 5), (2, "b", 5), (3, "c", 5)]
+
+    # a replay with different output replaces it; another batch sits beside it
+    write_sink(spark.createDataFrame([(1, "A")], "id INT, v STRING"), files_sink(out), batch_id=5)
+    write_sink(spark.createDataFrame([(9, "z")], "id INT, v STRING"), files_sink(out), batch_id=6)
+    assert rows_of(spark, out) == [(1, "A", 5), (9, "z", 6)]
+    # no staged or replaced directories are left behind
+    assert sorted(p.name for p in out.iterdir()) == ["_staging", "batch_id=5", "batch_id=6"]
+    assert list((out / "_staging").iterdir()) == []
+
+
+def test_readers_never_see_staging_and_a_dead_attempt_is_cleaned_up(spark, tmp_path):
+    out = tmp_path / "out"
+    leftover = out / "_staging" / "batch_id=8-deadbeef0000"
+    spark.createDataFrame([(99, "half")], "id INT, v STRING").write.parquet(str(leftover))
+    write_sink(spark.createDataFrame([(1, "a")], "id INT, v STRING"), files_sink(out), batch_id=7)
+    assert rows_of(spark, out) == [(1, "a", 7)]
+    assert leftover.exists()
+
+    write_sink(spark.createDataFrame([(2, "b")], "id INT, v STRING"), files_sink(out), batch_id=8)
+    assert not leftover.exists()
+    assert rows_of(spark, out) == [(1, "a", 7), (2, "b", 8)]
+
+
+def test_file_sink_partitions_below_the_batch_directory(spark, tmp_path):
+    out = tmp_path / "out"
+    df = spark.createDataFrame([(1, "eu"), (2, "us"), (3, "eu")], "id INT, region STRING")
+    result = write_sink(df, files_sink(out, partition_by=["region"]), batch_id=2)
+    assert result["rows_out"] == 3
+    assert sorted(
+        p.name for p in (out / "batch_id=2").iterdir() if not p.name.startswith((".", "_"))
+    ) == [
+        "region=eu",
+        "region=us",
+    ]
+    got = spark.read.parquet(str(out)).select("id", "region", "batch_id").collect()
+    assert sorted(tuple(r) for r in got) == [(1, "eu", 2), (2, "us", 2), (3, "eu", 2)]
+
+
+def test_file_sink_refuses_partition_columns_the_output_lacks(spark, tmp_path):
+    df = spark.createDataFrame([(1,)], "id INT")
+    with pytest.raises(SinkError, match=r"partition_by.*\['day'\]"):
+        write_sink(df, files_sink(tmp_path, partition_by=["day"]), batch_id=1)
+
+
+@pytest.mark.parametrize(
+    ("sink", "message"),
+    [
+        ({"kind": "s3"}, "unknown sink kind 's3'"),
+        ({"kind": "files"}, "sink 'path'"),
+        ({"kind": "files", "path": "/x", "format": "xml"}, "sink 'format'"),
+        ({"kind": "postgres", "table": "a.b.c", "dsn_env": "X"}, "sink 'table'"),
+        ({"kind": "postgres", "table": "t;drop", "dsn_env": "X"}, "not a valid identifier"),
+        ({"kind": "postgres", "table": "t", "mode": "merge", "dsn_env": "X"}, "sink 'mode'"),
+        ({"kind": "postgres", "table": "t", "mode": "upsert", "dsn_env": "X"}, "sink 'key'"),
+        ({"kind": "postgres", "table": "t", "mode": "append"}, "dsn_env"),
+    ],
+)
+def test_check_sink_names_the_bad_setting(sink, message):
+    with pytest.raises(SinkError, match=message):
+        check_sink(sink)
+
+
+# ---- postgres ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pg(monkeypatch):
+    """A schema of its own in the test server; the sink reads the DSN from TM_TEST_SINK_DSN."""
+    from django.conf import settings
+
+    dsn = settings.DATABASE_URL
+    schema = f"tm_sink_{uuid.uuid4().hex[:10]}"
+    monkeypatch.setenv("TM_TEST_SINK_DSN", dsn)
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    try:
+        yield Pg(conn, schema)
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        conn.close()
+
+
+class Pg:
+    def __init__(self, conn, schema):
+        self.conn = conn
+        self.schema = schema
+
+    def sink(self, table, **extra):
+        return {
+            "kind": "postgres",
+            "dsn_env": "TM_TEST_SINK_DSN",
+            "table": f"{self.schema}.{table}",
+            **extra,
+        }
+
+    def rows(self, table, order="1"):
+        with self.conn.cursor() as cur:
+            cur.execute(f'SELECT * FROM "{self.schema}"."{table}" ORDER BY {order}')
+            return cur.fetchall()
+
+    def tables(self):
+        with self.conn.cursor() as cur:
+            cur.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", [self.schema]
+            )
+            return [r[0] for r in cur.fetchall()]
+
+
+CUSTOMERS = "id BIGINT, email STRING, name STRING, city STRING"
+
+
+def test_upsert_creates_the_table_updates_by_key_and_a_rerun_changes_nothing(spark, pg):
+    sink = pg.sink("customers", key=["id"], mode="upsert")
+    first = spark.createDataFrame([(1, "a@x", "Ann", "Oslo"), (2, "b@x", "Bob", None)], CUSTOMERS)
+    result = write_sink(first, sink, batch_id=1)
+    assert result == {
+        "rows_out": 2,
+        "bytes": None,
+        "location": f"{pg.schema}.customers",
+        "rows_changed": 2,
+    }
+    assert pg.rows("customers") == [(1, "a@x", "Ann", "Oslo"), (2, "b@x", "Bob", None)]
+
+    assert write_sink(first, sink, batch_id=1)["rows_changed"] == 0
+    assert pg.rows("customers") == [(1, "a@x", "Ann", "Oslo"), (2, "b@x", "Bob", None)]
+
+    # upsert overwrites every non-key column, nulls included
+    second = spark.createDataFrame(
+        [(2, None, "Bobby", "Rome"), (3, "c@x", "Cy", "Nice")], CUSTOMERS
+    )
+    assert write_sink(second, sink, batch_id=2)["rows_changed"] == 2
+    assert pg.rows("customers") == [
+        (1, "a@x", "Ann", "Oslo"),
+        (2, None, "Bobby", "Rome"),
+        (3, "c@x", "Cy", "Nice"),
+    ]
+    assert pg.tables() == ["customers"]  # staging tables are dropped
+    with pg.conn.cursor() as cur:
+        cur.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
+            [f"{pg.schema}.customers"],
+        )
+        assert [r[0] for r in cur.fetchall()] == ["id"]
+
+
+def test_coalesce_keeps_stored_values_where_the_new_row_has_nulls(spark, pg):
+    sink = pg.sink("customers", key=["id"], mode="coalesce")
+    stored = spark.createDataFrame([(1, "a@x", "Ann", "Oslo"), (2, "b@x", None, None)], CUSTOMERS)
+    write_sink(stored, sink, batch_id=1)
+
+    partial = spark.createDataFrame([(1, None, "Anna", None), (2, None, None, "Rome")], CUSTOMERS)
+    assert write_sink(partial, sink, batch_id=2)["rows_changed"] == 2
+    expected = [(1, "a@x", "Anna", "Oslo"), (2, "b@x", None, "Rome")]
+    assert pg.rows("customers") == expected
+
+    # replaying either batch leaves the table as it is
+    assert write_sink(partial, sink, batch_id=2)["rows_changed"] == 0
+    assert pg.rows("customers") == expected
+
+
+def test_append_inserts_and_a_rerun_of_a_lineage_batch_replaces_its_own_rows(spark, pg):
+    schema = "id INT, v STRING, _tm_batch_id BIGINT"
+    sink = pg.sink("events", mode="append")
+    write_sink(spark.createDataFrame([(1, "a", 1), (1, "a", 1)], schema), sink, batch_id=1)
+    write_sink(spark.createDataFrame([(2, "b", 2)], schema), sink, batch_id=2)
+    write_sink(spark.createDataFrame([(1, "a", 1), (1, "a", 1)], schema), sink, batch_id=1)
+    assert pg.rows("events", order="3, 1") == [(1, "a", 1), (1, "a", 1), (2, "b", 2)]
+
+
+def test_append_without_lineage_appends_every_time(spark, pg):
+    sink = pg.sink("log", mode="append")
+    df = spark.createDataFrame([(1,)], "id INT")
+    write_sink(df, sink, batch_id=1)
+    write_sink(df, sink, batch_id=1)
+    assert pg.rows("log") == [(1,), (1,)]
+
+
+def test_values_survive_the_copy_exactly(spark, pg):
+    schema = (
+        "id INT, s STRING, empty STRING, none STRING, amount DECIMAL(10,2), ok BOOLEAN, "
+        "day DATE, at TIMESTAMP, ratio DOUBLE, tags ARRAY<STRING>"
+    )
+    tricky = 'quote " comma , semicolon ; newline \n tab \t back\\slash'
+    at = datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
+    row = (1, tricky, "", None, Decimal("12.34"), True, date(2026, 3, 4), at, 0.1, ["a", "b"])
+    write_sink(spark.createDataFrame([row], schema), pg.sink("typed", key=["id"]), batch_id=1)
+    (got,) = pg.rows("typed")
+    assert got[:8] == (1, tricky, "", None, Decimal("12.34"), True, date(2026, 3, 4), at)
+    assert got[8] == 0.1 and got[9] == ["a", "b"]
+
+
+def test_duplicate_keys_in_one_batch_are_refused_unless_order_by_picks_the_latest(spark, pg):
+    schema = "id INT, v STRING, seq INT"
+    df = spark.createDataFrame([(1, "old", 1), (1, "new", 2), (2, "x", 1)], schema)
+    with pytest.raises(SinkError, match=r"several rows for key \{'id': 1\}"):
+        write_sink(df, pg.sink("t", key=["id"], mode="upsert"), batch_id=1)
+    write_sink(df, pg.sink("t", key=["id"], mode="upsert", order_by="seq"), batch_id=1)
+    assert pg.rows("t") == [(1, "new", 2), (2, "x", 1)]
+    assert pg.tables() == ["t"]
+
+
+def test_output_columns_missing_from_an_existing_table_are_named(spark, pg):
+    sink = pg.sink("narrow", key=["id"])
+    write_sink(spark.createDataFrame([(1,)], "id INT"), sink, batch_id=1)
+    with pytest.raises(SinkError, match=r"columns \['extra'\] are not in the sink table"):
+        write_sink(spark.createDataFrame([(2, "x")], "id INT, extra STRING"), sink, batch_id=2)
+    assert pg.rows("narrow") == [(1,)]
+
+
+def test_connection_errors_never_show_the_dsn_or_its_password(spark, monkeypatch):
+    monkeypatch.setenv("TM_TEST_BAD_DSN", "postgresql://tm:s3cr3t-pw@127.0.0.1:1/nowhere")
+    sink = {"kind": "postgres", "dsn_env": "TM_TEST_BAD_DSN", "table": "t", "key": ["id"]}
+    with pytest.raises(SinkError) as caught:
+        write_sink(spark.createDataFrame([(1,)], "id INT"), sink, batch_id=1)
+    assert "cannot connect" in str(caught.value)
+    assert "s3cr3t-pw" not in str(caught.value)
+
+
+def test_an_unset_dsn_variable_is_named(spark, monkeypatch):
+    monkeypatch.delenv("TM_TEST_UNSET_DSN", raising=False)
+    sink = {"kind": "postgres", "dsn_env": "TM_TEST_UNSET_DSN", "table": "t", "key": ["id"]}
+    with pytest.raises(SinkError, match="TM_TEST_UNSET_DSN"):
+        write_sink(spark.createDataFrame([(1,)], "id INT"), sink, batch_id=1)
