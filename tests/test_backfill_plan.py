@@ -151,3 +151,18 @@ def test_cancelling_a_backfill_cancels_its_waiting_batches():
     assert set(statuses.values()) == {BatchStatus.CANCELLED}
     with pytest.raises(Conflict):
         backfill_set_status(backfill=backfill, status=BackfillStatus.RUNNING)
+
+
+@pytest.mark.django_db
+def test_a_backfill_whose_dead_batch_is_skipped_completes():
+    job, ids = _setup([5, 5], batch_weight=5, max_items=1, max_attempts=1)
+    backfill = backfill_create(job=job, range_start=ids[0], range_end=ids[1], priority=1)
+    first = batches.batch_acquire(job=job, worker="w")
+    batches.batch_fail(batch_id=first.id, attempt=first.attempt, error={"type": "Boom"})
+    second = batches.batch_acquire(job=job, worker="w")
+    assert second.backfill_id == backfill.pk
+    batches.batch_succeed(batch_id=second.id, attempt=second.attempt)
+    assert Backfill.objects.get(pk=backfill.pk).status == BackfillStatus.RUNNING  # one is dead
+
+    batches.batch_skip(batch_id=first.id, actor="alice", reason="source file gone")
+    assert Backfill.objects.get(pk=backfill.pk).status == BackfillStatus.COMPLETED

@@ -415,6 +415,8 @@ def batch_skip(*, batch_id: int, actor: str, reason: str) -> Batch:
     batch.save(update_fields=["status", "skip_reason"])
     if batch.kind == BatchKind.INCREMENTAL:
         watermarks.watermark_advance(watermark=watermark, trigger=batch, actor=actor, reason=reason)
+    elif batch.backfill_id:
+        _complete_backfill_if_done(batch.backfill_id)
     return batch
 
 
