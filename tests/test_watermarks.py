@@ -313,3 +313,21 @@ def test_every_watermark_change_leaves_an_event_with_source_actor_and_reason():
         (job.start_position, assets[1].id + 1),
         (assets[1].id + 1, assets[2].id + 1),
     ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"value": "12"}, "value"),
+        ({"value": 1.5}, "value"),
+        ({"position": "12"}, "position"),
+        ({}, "value"),
+    ],
+)
+def test_a_malformed_int_correction_is_refused_naming_the_field(arguments, field):
+    job, _ = _job(1)
+    with pytest.raises(InvalidInput) as refused:
+        watermark_correct(job=job, actor="a", reason="r", replay=True, **arguments)
+    assert refused.value.field == field
+    assert not WatermarkEvent.objects.filter(watermark__job=job).exists()

@@ -241,7 +241,10 @@ def watermark_correct(
     if wm_type == WatermarkType.INT:
         if value is None and position is None:
             raise InvalidInput("value", "give the new value (the last committed item id)")
-        new_value = parse_value(wm_type, value) if value is not None else position - 1
+        if value is not None:
+            new_value = parse_value(wm_type, value)
+        else:
+            new_value = parse_value(wm_type, position, field="position") - 1
         new_position = new_value + 1
     else:
         new_value = parse_value(wm_type, value)
