@@ -197,3 +197,19 @@ def test_a_negative_or_missing_weight_in_the_meta_table_fails_planning_and_write
         cursor.execute("UPDATE meta_events SET weight = 2 WHERE uid = 2")
     batch = batches.batch_acquire(job=job, worker="w")
     assert (batch.span.lower, batch.span.upper, batch.item_count) == (0, 4, 3)
+
+
+def test_a_meta_table_column_dropped_after_creation_is_a_clear_error_at_planning(meta_table):
+    connector = _connector("meta-drift", [{"column": "region", "op": "eq", "value": "eu"}])
+    job = make_job(connector=connector, batch_weight=100, max_items=3)
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE meta_events DROP COLUMN region")
+
+    with pytest.raises(InvalidInput) as refused:
+        batches.batch_acquire(job=job, worker="w")
+    assert refused.value.field == "config.meta_table"
+    assert "region" in refused.value.message
+    with pytest.raises(InvalidInput) as preview:
+        backfill_preview(job=job, range_start=1, range_end=40)
+    assert preview.value.field == "config.meta_table"
+    assert not Batch.objects.filter(job=job).exists()

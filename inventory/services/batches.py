@@ -24,7 +24,7 @@ from inventory.models import (
 from inventory.services import watermarks
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.items import source_for_connector
-from inventory.services.planning import incremental_start, plan_step
+from inventory.services.planning import MISSING_SOURCE_CODES, incremental_start, plan_step
 
 
 def config_snapshot(job: Job) -> dict:
@@ -160,6 +160,8 @@ def batch_acquire(*, job: Job, worker: str, lease_seconds: int | None = None) ->
             raise NotFound(message) from None
         if code == "22023":
             raise InvalidInput("weight", message) from None
+        if code in MISSING_SOURCE_CODES:  # the meta table or a column changed after creation
+            raise InvalidInput("config.meta_table", message) from None
         raise
 
 

@@ -8,10 +8,13 @@ job serialize on the job's row lock; the exclusion constraint on Batch.span is t
 
 from dataclasses import dataclass
 
-from django.db import DataError, connection, transaction
+from django.db import DataError, ProgrammingError, connection, transaction
 
 from inventory.services.errors import InvalidInput
 from inventory.services.items import ItemSource
+
+# undefined_table, undefined_column: an item source that no longer matches its config
+MISSING_SOURCE_CODES = ("42P01", "42703")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,11 @@ def _plan(
             rows = cursor.fetchall()
     except DataError as exc:
         raise InvalidInput("weight", str(exc).strip().splitlines()[0]) from None
+    except ProgrammingError as exc:
+        if getattr(exc.__cause__, "pgcode", None) not in MISSING_SOURCE_CODES:
+            raise
+        # the meta table or one of its columns changed after the connector was created
+        raise InvalidInput("config.meta_table", str(exc).strip().splitlines()[0]) from None
     return [PlannedRange(*row) for row in rows]
 
 
