@@ -1,8 +1,30 @@
 """Query filters for list endpoints (django-filter); bad values give 400 naming the parameter."""
 
+from datetime import UTC
+
 import django_filters
+from django import forms
+from django_filters.fields import IsoDateTimeField
 
 from inventory.models import Backfill, BackfillStatus, Batch, BatchKind, BatchStatus
+
+
+class UTCIsoDateTimeField(IsoDateTimeField):
+    """ISO 8601, converted to UTC here: PostgreSQL refuses offsets beyond +-15:59 that Python
+    accepts, and a query the database refuses must not be how bad input is found."""
+
+    def to_python(self, value):
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(UTC)
+        except (OverflowError, ValueError):
+            raise forms.ValidationError("out of range", code="invalid") from None
+
+
+class UTCIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UTCIsoDateTimeField
 
 
 class BatchFilter(django_filters.FilterSet):
@@ -14,10 +36,10 @@ class BatchFilter(django_filters.FilterSet):
     backfill = django_filters.NumberFilter(
         field_name="backfill_id", min_value=1, max_value=2**63 - 1, help_text="backfill id"
     )
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
-    finished_after = django_filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="gte")
-    finished_before = django_filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="lt")
+    created_after = UTCIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UTCIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    finished_after = UTCIsoDateTimeFilter(field_name="finished_at", lookup_expr="gte")
+    finished_before = UTCIsoDateTimeFilter(field_name="finished_at", lookup_expr="lt")
 
     class Meta:
         model = Batch

@@ -1,0 +1,98 @@
+"""Property-based run of the whole API against its own OpenAPI schema (schemathesis).
+
+The schema is fetched from /api/schema/ through the Django WSGI app, authenticated as an admin so
+every operation is reachable. Each generated request is sent twice: as generated (mostly unknown
+names and odd bodies), and with the path pointing at real objects. Checks: no 5xx, and every
+documented response matches its schema.
+"""
+
+import pytest
+import schemathesis
+from django.conf import settings as django_settings
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from hypothesis import HealthCheck, settings
+from rest_framework.authtoken.models import Token
+from schemathesis.checks import not_a_server_error, response_schema_conformance
+
+from controlplane.wsgi import application
+from inventory.services import backfills, batches
+from tests.api_support import make_inventory
+
+CHECKS = [not_a_server_error, response_schema_conformance]
+
+
+@pytest.fixture
+def admin_headers(role_users, settings):
+    # the run sends hundreds of requests in seconds; throttling is tested in test_api_roles
+    settings.REST_FRAMEWORK = {
+        **django_settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {"read": None, "write": None, "processing": None},
+    }
+    token, _ = Token.objects.get_or_create(user=role_users["admin"])
+    return {"Authorization": f"Token {token.key}"}
+
+
+@pytest.fixture
+def real_objects(db):
+    connector, job = make_inventory(name="schema-job", weights=[40] * 12, max_attempts=1)
+    dead = batches.batch_acquire(job=job, worker="w")
+    batches.batch_fail(batch_id=dead.pk, attempt=dead.attempt, error={"message": "x"})
+    running = batches.batch_acquire(job=job, worker="w")
+    ids = sorted(connector.assets.values_list("id", flat=True))
+    backfill = backfills.backfill_create(job=job, range_start=ids[0], range_end=ids[-1])
+    return {
+        "connector": connector.name,
+        "job": job.name,
+        "batches": [dead.pk, running.pk],
+        "backfill": backfill.pk,
+    }
+
+
+@pytest.fixture
+def wsgi_app(db):
+    """The project's WSGI app, minus the per-request connection cleanup: like Django's test
+    client, keep the test's connection (and its transaction) open across requests."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield application
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def api_schema(wsgi_app, admin_headers):
+    return schemathesis.openapi.from_wsgi(
+        "/api/schema/?format=json", wsgi_app, headers=admin_headers
+    )
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+def _pointed_at_real_objects(case, real):
+    params = dict(case.path_parameters or {})
+    if "name" in params:
+        params["name"] = real["connector"] if "/connectors/" in case.path else real["job"]
+    if "id" in params:
+        params["id"] = (
+            str(real["backfill"]) if "/backfills/" in case.path else str(real["batches"][0])
+        )
+    return params
+
+
+@schema.parametrize()
+@settings(
+    max_examples=5,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
+@pytest.mark.django_db
+def test_the_api_keeps_to_its_schema(case, admin_headers, real_objects):
+    response = case.call(headers=admin_headers)
+    case.validate_response(response, checks=CHECKS, headers=admin_headers)
+    if case.path_parameters:
+        case.path_parameters = _pointed_at_real_objects(case, real_objects)
+        response = case.call(headers=admin_headers)
+        case.validate_response(response, checks=CHECKS, headers=admin_headers)
