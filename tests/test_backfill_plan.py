@@ -166,3 +166,15 @@ def test_a_backfill_whose_dead_batch_is_skipped_completes():
 
     batches.batch_skip(batch_id=first.id, actor="alice", reason="source file gone")
     assert Backfill.objects.get(pk=backfill.pk).status == BackfillStatus.COMPLETED
+
+
+@pytest.mark.django_db
+def test_a_backfill_whose_last_open_batch_is_cancelled_completes():
+    job, ids = _setup([5, 5], batch_weight=5, max_items=1)
+    backfill = backfill_create(job=job, range_start=ids[0], range_end=ids[1], priority=1)
+    first = batches.batch_acquire(job=job, worker="w")
+    batches.batch_succeed(batch_id=first.id, attempt=first.attempt)
+    last = backfill.batches.get(status=BatchStatus.QUEUED)
+
+    batches.batch_cancel(batch_id=last.id, actor="alice", reason="not needed")
+    assert Backfill.objects.get(pk=backfill.pk).status == BackfillStatus.COMPLETED

@@ -213,3 +213,16 @@ def test_a_meta_table_column_dropped_after_creation_is_a_clear_error_at_planning
         backfill_preview(job=job, range_start=1, range_end=40)
     assert preview.value.field == "config.meta_table"
     assert not Batch.objects.filter(job=job).exists()
+
+
+def test_a_bad_weight_right_after_a_full_batch_does_not_block_that_batch(meta_table):
+    connector = _connector("meta-next-bad", [])
+    job = make_job(connector=connector, batch_weight=100, max_items=3)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE meta_events SET weight = -1 WHERE uid = 4")
+
+    first = batches.batch_acquire(job=job, worker="w")  # uids 1..3 fill the item cap
+    assert (first.span.lower, first.span.upper, first.item_count) == (0, 4, 3)
+    with pytest.raises(InvalidInput) as refused:
+        batches.batch_acquire(job=job, worker="w")
+    assert refused.value.field == "weight" and "item 4" in refused.value.message

@@ -41,10 +41,6 @@ BEGIN
         query := query || ' LIMIT ' || (cap::bigint * max_batches + 1);
     END IF;
     FOR uid, w IN EXECUTE query USING first_id, end_id LOOP
-        IF w IS NULL OR w < 0 THEN
-            RAISE EXCEPTION 'item % has weight %; weights must be non-negative', uid, w
-                USING ERRCODE = '22023';
-        END IF;
         IF cur_n > 0 AND (cur_w + w > budget OR cur_n >= cap) THEN
             lower := cur_lo; upper := cur_last + 1; item_count := cur_n; weight := cur_w;
             RETURN NEXT;
@@ -53,6 +49,11 @@ BEGIN
                 RETURN;
             END IF;
             cur_lo := cur_last + 1; cur_n := 0; cur_w := 0;
+        END IF;
+        -- checked once the row joins a batch: a bad row never blocks the batch before it
+        IF w IS NULL OR w < 0 THEN
+            RAISE EXCEPTION 'item % has weight %; weights must be non-negative', uid, w
+                USING ERRCODE = '22023';
         END IF;
         cur_n := cur_n + 1; cur_w := cur_w + w; cur_last := uid;
     END LOOP;

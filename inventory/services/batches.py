@@ -24,7 +24,12 @@ from inventory.models import (
 from inventory.services import watermarks
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.items import source_for_connector
-from inventory.services.planning import MISSING_SOURCE_CODES, incremental_start, plan_step
+from inventory.services.planning import (
+    BAD_WEIGHT_CODE,
+    MISSING_SOURCE_CODES,
+    incremental_start,
+    plan_step,
+)
 
 
 def config_snapshot(job: Job) -> dict:
@@ -158,7 +163,7 @@ def batch_acquire(*, job: Job, worker: str, lease_seconds: int | None = None) ->
             raise Conflict(message) from None
         if code == "TM404":
             raise NotFound(message) from None
-        if code == "22023":
+        if code == BAD_WEIGHT_CODE:
             raise InvalidInput("weight", message) from None
         if code in MISSING_SOURCE_CODES:  # the meta table or a column changed after creation
             raise InvalidInput("config.meta_table", message) from None
@@ -330,9 +335,7 @@ def _fail(batch: Batch, *, error: dict) -> Batch:
 
 def batches_requeue_due(*, job_id: int | None = None) -> list[int]:
     """failed -> queued for every batch whose backoff has passed; returns their ids."""
-    due = Batch.objects.filter(
-        status=BatchStatus.FAILED, next_attempt_at__lte=timezone.now()
-    )
+    due = Batch.objects.filter(status=BatchStatus.FAILED, next_attempt_at__lte=timezone.now())
     if job_id is not None:
         due = due.filter(job_id=job_id)
     ids = list(due.values_list("id", flat=True))
@@ -396,6 +399,9 @@ def batch_cancel(*, batch_id: int, actor: str, reason: str = "") -> Batch:
     batch.finished_at = timezone.now()
     batch.error = {**batch.error, "cancelled_by": actor, "reason": reason}
     batch.save(update_fields=["status", "lease_expires_at", "finished_at", "error"])
+    if batch.backfill_id:
+        # a backfill ends when none of its batches is open any more, cancelled ones included
+        _complete_backfill_if_done(batch.backfill_id)
     return batch
 
 

@@ -48,6 +48,10 @@ def plan_closed_range(
     return _plan(source=source, first=first, end=last + 1, budget=budget, max_items=max_items)
 
 
+# the SQLSTATE tidemark_plan_batches raises for a negative or missing weight
+BAD_WEIGHT_CODE = "22023"
+
+
 def _plan(
     *,
     source: ItemSource,
@@ -68,7 +72,10 @@ def _plan(
             )
             rows = cursor.fetchall()
     except DataError as exc:
-        raise InvalidInput("weight", str(exc).strip().splitlines()[0]) from None
+        message = str(exc).strip().splitlines()[0]
+        if getattr(exc.__cause__, "pgcode", None) == BAD_WEIGHT_CODE:
+            raise InvalidInput("weight", message) from None
+        raise InvalidInput("config.meta_table", message) from None
     except ProgrammingError as exc:
         if getattr(exc.__cause__, "pgcode", None) not in MISSING_SOURCE_CODES:
             raise
