@@ -23,6 +23,7 @@ from inventory.models import (
     BackfillStatus,
     Batch,
     BatchAttempt,
+    BatchStatus,
     Connector,
     Job,
     Watermark,
@@ -136,6 +137,14 @@ class ConnectorAdmin(RoleActionsMixin, admin.ModelAdmin):
     def delete_model(self, request, obj):
         connector_services.connector_delete(connector=obj)
 
+    def delete_queryset(self, request, queryset):
+        self.run_service(
+            request,
+            queryset,
+            "deleted",
+            lambda c: connector_services.connector_delete(connector=c),
+        )
+
     @admin.action(description="Pause selected connectors", permissions=["operate"])
     def pause_connectors(self, request, queryset):
         self.run_service(
@@ -210,7 +219,7 @@ class JobForm(forms.ModelForm):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
     form = JobForm
     list_display = [
         "name",
@@ -246,8 +255,17 @@ class JobAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         """JobForm already saved it through the service."""
 
+    def has_delete_permission(self, request, obj=None):
+        # job_delete refuses while a batch runs; say so before the confirmation page
+        if obj is not None and obj.batches.filter(status=BatchStatus.RUNNING).exists():
+            return False
+        return super().has_delete_permission(request, obj)
+
     def delete_model(self, request, obj):
         job_services.job_delete(job=obj)
+
+    def delete_queryset(self, request, queryset):
+        self.run_service(request, queryset, "deleted", lambda j: job_services.job_delete(job=j))
 
 
 class WatermarkEventInline(admin.TabularInline):

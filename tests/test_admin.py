@@ -277,3 +277,22 @@ def test_a_job_saved_in_the_admin_goes_through_the_service(role_users, admin_cli
     assert created.status_code == 302, created.content.decode()[-3000:]
     job = Job.objects.get(name="from-admin")
     assert Watermark.objects.filter(job=job).exists()  # job_create made it
+
+
+def test_deleting_a_job_with_a_running_batch_is_refused_in_the_admin(role_users, admin_client_for):
+    _, job = make_inventory()
+    running = batches.batch_acquire(job=job, worker="w")
+    client = admin_client_for(role_users["admin"])
+    assert client.get(reverse("admin:inventory_job_delete", args=[job.pk])).status_code == 403
+    response = client.post(
+        reverse("admin:inventory_job_changelist"),
+        {"action": "delete_selected", ACTION_CHECKBOX_NAME: [job.pk], "post": "yes"},
+    )
+    assert response.status_code == 403
+    assert Job.objects.filter(pk=job.pk).exists()
+    batches.batch_cancel(batch_id=running.pk, actor="t")
+    client.post(
+        reverse("admin:inventory_job_changelist"),
+        {"action": "delete_selected", ACTION_CHECKBOX_NAME: [job.pk], "post": "yes"},
+    )
+    assert not Job.objects.filter(pk=job.pk).exists()
