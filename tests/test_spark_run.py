@@ -260,3 +260,26 @@ def test_a_batch_runs_as_its_own_spark_submit_process(tmp_path):
         (1, "a", 11, "orders-hourly"),
         (2, "b", 11, "orders-hourly"),
     ]
+
+
+def test_error_summary_and_detail_keep_the_python_error_and_drop_stack_frames():
+    from workers.spark.errors import spark_error_detail, spark_error_summary
+
+    text = (
+        "An error occurred while calling z:PythonRDD.collectAndServe.\n"
+        ": org.apache.spark.SparkException: Job aborted: org.apache.spark.api.python.PythonException: "
+        "Traceback (most recent call last):\n"
+        '  File "/x/worker.py", line 2044, in main\n'
+        "    process()\n"
+        "psycopg2.errors.InvalidTextRepresentation: invalid input syntax for type integer\n"
+        "CONTEXT:  COPY stage, line 1\n"
+        "\n\tat org.apache.spark.api.python.BasePythonRunner.read(PythonRunner.scala:1)\n"
+        "\tat scala.Option.foreach(Option.scala:437)\n"
+    )
+    error = RuntimeError(text)
+    assert spark_error_summary(error) == (
+        "psycopg2.errors.InvalidTextRepresentation: invalid input syntax for type integer"
+    )
+    detail = spark_error_detail(error)
+    assert "psycopg2.errors.InvalidTextRepresentation" in detail
+    assert "File " not in detail and "\tat " not in detail and "scala" not in detail

@@ -45,14 +45,17 @@ def test_file_sink_rerun_replaces_the_batch_output_instead_of_adding_to_it(spark
 
 def test_readers_never_see_staging_and_a_dead_attempt_is_cleaned_up(spark, tmp_path):
     out = tmp_path / "out"
-    leftover = out / "_staging" / "batch_id=8-deadbeef0000"
-    spark.createDataFrame([(99, "half")], "id INT, v STRING").write.parquet(str(leftover))
+    staged = out / "_staging" / "batch_id=8-deadbeef0000"  # died while writing
+    replaced = out / "_staging" / "replaced-batch_id=8-deadbeef0000"  # died while swapping
+    other = out / "_staging" / "batch_id=18-deadbeef0000"  # another batch's: not ours to clean
+    for leftover in (staged, replaced, other):
+        spark.createDataFrame([(99, "half")], "id INT, v STRING").write.parquet(str(leftover))
     write_sink(spark.createDataFrame([(1, "a")], "id INT, v STRING"), files_sink(out), batch_id=7)
     assert rows_of(spark, out) == [(1, "a", 7)]
-    assert leftover.exists()
+    assert staged.exists() and replaced.exists()
 
     write_sink(spark.createDataFrame([(2, "b")], "id INT, v STRING"), files_sink(out), batch_id=8)
-    assert not leftover.exists()
+    assert not staged.exists() and not replaced.exists() and other.exists()
     assert rows_of(spark, out) == [(1, "a", 7), (2, "b", 8)]
 
 

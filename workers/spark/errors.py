@@ -60,7 +60,8 @@ def spark_error_detail(exc: BaseException) -> str:
     seen: set[str] = set()
     for raw in error_text(exc).splitlines():
         line = raw.rstrip()
-        if not line.strip() or _STACK_LINE.match(line):
+        # indented lines are stack frames: Java's "\tat ...", Python's "  File ..." and its code
+        if not line.strip() or line[0].isspace() or _STACK_LINE.match(line):
             continue
         line = line.lstrip(": ").strip() if line.startswith(":") else line
         if line in seen:
@@ -78,12 +79,9 @@ def spark_error_summary(exc: BaseException) -> str:
     For an error raised in a Python worker, the last line of its traceback.
     """
     text = error_text(exc)
-    if "Traceback (most recent call last)" in text:
-        tail = text.split("Traceback (most recent call last)")[-1]
-        for line in reversed(tail.splitlines()):
-            stripped = line.strip()
-            if re.match(r"^[A-Za-z_][\w.]*(Error|Exception)\b", stripped):
-                return stripped
+    python_error = _python_error_line(text)
+    if python_error:
+        return python_error
     lines = text.splitlines()
     classed = [m.group(1) for line in lines if (m := _ERROR_CLASS.search(line))]
     causes = [line.split("Caused by:", 1)[1].strip() for line in lines if "Caused by:" in line]
@@ -98,6 +96,24 @@ def spark_error_summary(exc: BaseException) -> str:
         if stripped and not stripped.startswith("An error occurred while calling"):
             return stripped
     return type(exc).__name__
+
+
+def _python_error_line(text: str) -> str:
+    """The `Type: message` line closing the last Python traceback in `text`, if any."""
+    marker = "Traceback (most recent call last)"
+    if marker not in text:
+        return ""
+    found = ""
+    for line in text.split(marker)[-1].splitlines()[1:]:
+        if _STACK_LINE.match(line) or line.startswith("\t"):
+            break  # the Java frames that carried the Python error begin
+        if not line.strip():
+            continue
+        if line[0].isspace():
+            found = ""  # a frame: the error line is the first one after the last frame
+        elif not found:
+            found = line.strip()
+    return found
 
 
 def spark_error_type(exc: BaseException) -> str:

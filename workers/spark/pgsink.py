@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from workers.spark.errors import SinkError, spark_error_summary
+from workers.spark.errors import SinkError, spark_error_detail, spark_error_summary
 
 MODES = ("append", "upsert", "coalesce")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -86,10 +86,13 @@ def write_postgres(df: DataFrame, sink: dict, *, batch_id: int) -> dict:
         try:
             _as_text(df).foreachPartition(_partition_copier(dsn, stage, columns))
         except Exception as exc:
-            raise SinkError(
+            error = SinkError(
                 f"copying rows into staging for {schema}.{table} failed: "
                 f"{_scrub(spark_error_summary(exc), dsn)}"
-            ) from exc
+            )
+            # executors' errors travel through Spark's text: keep the DSN out of it
+            error.detail = _scrub(spark_error_detail(exc), dsn)
+            raise error from None
         try:
             with conn, conn.cursor() as cur:
                 rows_out, changed = _merge(

@@ -195,7 +195,9 @@ def _batch_error(stage: str, exc: BaseException, *, processor: str | None = None
     cause = exc.__cause__
     if isinstance(exc, _OWN_ERRORS):
         message = str(exc)
-        detail = spark_error_detail(cause) if cause is not None else ""
+        detail = getattr(exc, "detail", None)
+        if detail is None:
+            detail = spark_error_detail(cause) if cause is not None else ""
         return BatchError(type(exc).__name__, message, detail, stage)
     message = spark_error_summary(exc)
     if processor is not None:

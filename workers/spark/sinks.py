@@ -76,8 +76,8 @@ def write_files(df: DataFrame, sink: dict, *, batch_id: int) -> dict:
     staging = f"{path}/_staging/batch_id={batch_id}-{token}"
     retired = f"{path}/_staging/replaced-batch_id={batch_id}-{token}"
 
-    # leftovers of this batch's earlier attempts that died before swapping in
-    for status in fs.globStatus(hadoop_path(f"{path}/_staging/batch_id={batch_id}-*")) or []:
+    # leftovers of this batch's earlier attempts that died while staging or swapping
+    for status in fs.globStatus(hadoop_path(f"{path}/_staging/*batch_id={batch_id}-*")) or []:
         fs.delete(status.getPath(), True)
 
     observation = Observation(f"tm_rows_{token}")
