@@ -73,8 +73,12 @@ class Command(BaseCommand):
             self._start_children(port)
             self._say("4. first files", "registering and processing the first files")
             self._round(connector, [hourly, customers])
-            new_files = self._write_days(first_day=4, days=1)
-            self._say("5. new files", f"{len(new_files)} more files arrived: " + _names(new_files))
+            new_files = self._write_days(first_day=4, days=1, renames=True)
+            self._say(
+                "5. new files",
+                f"{len(new_files)} more files arrived (their customer fields are partial: a new "
+                "name, no email or city): " + _names(new_files),
+            )
             self._round(connector, [hourly, customers], expect=new_files)
             self._show_sinks(port)
             if once:
@@ -167,7 +171,11 @@ class Command(BaseCommand):
         )
         return connector, hourly, customers
 
-    def _write_days(self, *, first_day: int, days: int, files_per_day: int = 2) -> list[Path]:
+    def _write_days(
+        self, *, first_day: int, days: int, files_per_day: int = 2, renames: bool = False
+    ) -> list[Path]:
+        """Order events; with `renames`, the events carry only a new customer name (a partial
+        update: email and city are null, so `coalesce` keeps the stored ones)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -191,14 +199,26 @@ class Command(BaseCommand):
                             pa.timestamp("us", "UTC"),
                         ),
                         # partial customer records: most events carry only some fields
-                        "email": [
-                            f"c{c}@example.com" if rng.random() < 0.3 else None for c in customers
-                        ],
-                        "name": [
-                            f"Customer {c} v{day}" if rng.random() < 0.2 else None
-                            for c in customers
-                        ],
-                        "city": [rng.choice(CITIES) for _ in customers],
+                        "email": pa.array(
+                            [
+                                None if renames or rng.random() > 0.3 else f"c{c}@example.com"
+                                for c in customers
+                            ],
+                            pa.string(),
+                        ),
+                        "name": pa.array(
+                            [
+                                f"Customer {c} (renamed)"
+                                if renames
+                                else (f"Customer {c}" if rng.random() < 0.2 else None)
+                                for c in customers
+                            ],
+                            pa.string(),
+                        ),
+                        "city": pa.array(
+                            [None if renames else rng.choice(CITIES) for _ in customers],
+                            pa.string(),
+                        ),
                     }
                 )
                 path = self.landing / f"orders-2026-03-{day:02d}-{part}.parquet"
@@ -210,9 +230,11 @@ class Command(BaseCommand):
     # ---- children ------------------------------------------------------------------------------
 
     def _free_port(self, wanted: int) -> int:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", wanted)) != 0:
-                return wanted
+        """`wanted` if nothing listens there, else (or for 0) any free port."""
+        if wanted:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", wanted)) != 0:
+                    return wanted
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             return sock.getsockname()[1]
@@ -352,9 +374,16 @@ class Command(BaseCommand):
     def _show_sinks(self, port: int) -> None:
         with connection.cursor() as cursor:
             cursor.execute(
-                f'SELECT count(*), count(email), count(name), count(city) FROM "{CUSTOMERS_TABLE}"'
+                f"SELECT count(*), count(*) FILTER (WHERE name LIKE '%%(renamed)'), "
+                "count(*) FILTER (WHERE name LIKE '%%(renamed)' AND email IS NOT NULL "
+                f'AND city IS NOT NULL) FROM "{CUSTOMERS_TABLE}"'
             )
-            rows, emails, names, cities = cursor.fetchone()
+            rows, renamed, kept = cursor.fetchone()
+            cursor.execute(
+                f'SELECT customer_id, name, email, city FROM "{CUSTOMERS_TABLE}" '
+                "WHERE name LIKE '%%(renamed)' AND email IS NOT NULL ORDER BY customer_id LIMIT 1"
+            )
+            example = cursor.fetchone()
         base = f"http://127.0.0.1:{port}"
         self._say("6. where to look", "")
         self.stdout.write(
@@ -364,8 +393,10 @@ class Command(BaseCommand):
             f"   metrics        {base}/metrics\n"
             f"   hourly sink    {self.sink / 'orders_hourly'} (Parquet, one folder per batch)\n"
             f"   customers      table {CUSTOMERS_TABLE} in {_safe_url(settings.DATABASE_URL)}: "
-            f"{rows} customers; {emails} with an email, {names} with a name, {cities} with a "
-            "city (coalesce kept values that later partial updates left empty)\n"
+            f"{rows} customers; {renamed} renamed by the new files, {kept} of them still with "
+            "the email and city of earlier files (coalesce: a null keeps the stored value)"
+            + (f", e.g. {example}" if example else "")
+            + "\n"
             f"   logs           {self.logs}"
         )
 

@@ -10,6 +10,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         report = schedules_sync()
+        if options["verbosity"] < 1:
+            return
         for label, names in (
             ("created", report.created),
             ("updated", report.updated),
