@@ -83,6 +83,17 @@ def _services_form_error(form, exc: TidemarkError) -> None:
     form.add_error(field, exc.message if isinstance(exc, InvalidInput) else str(exc))
 
 
+def _own_delete_permission_only(model_admin, objs, request):
+    """get_deleted_objects, needing delete permission on the model itself only: the records that
+    go with it (assets, batches, events) are system-managed and read-only, and the delete service
+    removes them."""
+    deleted, counts, perms_needed, protected = admin.ModelAdmin.get_deleted_objects(
+        model_admin, objs, request
+    )
+    own = {model_admin.model._meta.verbose_name}
+    return deleted, counts, perms_needed & own, protected
+
+
 # ---- connectors and assets ---------------------------------------------------------------------
 
 
@@ -133,6 +144,9 @@ class ConnectorAdmin(RoleActionsMixin, admin.ModelAdmin):
                 start_after=data["start_after"],
             )
             obj.pk = created.pk
+
+    def get_deleted_objects(self, objs, request):
+        return _own_delete_permission_only(self, objs, request)
 
     def delete_model(self, request, obj):
         connector_services.connector_delete(connector=obj)
@@ -260,6 +274,9 @@ class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
         if obj is not None and obj.batches.filter(status=BatchStatus.RUNNING).exists():
             return False
         return super().has_delete_permission(request, obj)
+
+    def get_deleted_objects(self, objs, request):
+        return _own_delete_permission_only(self, objs, request)
 
     def delete_model(self, request, obj):
         job_services.job_delete(job=obj)
