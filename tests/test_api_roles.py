@@ -3,6 +3,7 @@ processes, admin corrects and configures. Also: throttling of token clients, sch
 behind authentication."""
 
 import pytest
+from django.contrib.auth.models import Group
 from django.test import override_settings
 from rest_framework.settings import api_settings
 from rest_framework.test import APIClient
@@ -217,3 +218,20 @@ def test_login_page_is_served(client):
     response = client.get("/accounts/login/")
     assert response.status_code == 200
     assert b'name="username"' in response.content
+
+
+def test_a_session_login_opens_the_docs(client, settings, django_user_model):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    from inventory.roles import role_groups_ensure
+
+    role_groups_ensure()
+    user = django_user_model.objects.create_user("reader", password="a-long-test-password")
+    user.groups.add(Group.objects.get(name="viewer"))
+    response = client.post(
+        "/accounts/login/?next=/api/docs/",
+        {"username": "reader", "password": "a-long-test-password", "next": "/api/docs/"},
+    )
+    assert response.status_code == 302
+    assert response["Location"] == "/api/docs/"
+    assert client.get("/api/docs/").status_code == 200
+    assert client.get("/api/v1/jobs/").status_code == 200
