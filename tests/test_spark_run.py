@@ -283,3 +283,25 @@ def test_error_summary_and_detail_keep_the_python_error_and_drop_stack_frames():
     detail = spark_error_detail(error)
     assert "psycopg2.errors.InvalidTextRepresentation" in detail
     assert "File " not in detail and "\tat " not in detail and "scala" not in detail
+
+
+def test_read_result_returns_the_result_or_raises_the_stored_error(tmp_path):
+    from workers.spark.submit import read_result
+
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"ok": True, "result": {"rows_in": 3}}))
+    assert read_result(path, 0) == {"rows_in": 3}
+
+    error = {"type": "ReadError", "message": "cannot read", "detail": "d", "stage": "read"}
+    path.write_text(json.dumps({"ok": False, "error": error}))
+    with pytest.raises(BatchError) as caught:
+        read_result(path, 1)
+    assert caught.value.as_dict() == error
+
+    log = tmp_path / "spark-submit.log"
+    log.write_text("java.lang.OutOfMemoryError: Java heap space\n\tat somewhere\n")
+    with pytest.raises(BatchError) as caught:
+        read_result(tmp_path / "missing.json", 137, log)
+    assert caught.value.type == "SparkSubmitFailed"
+    assert "code 137" in caught.value.message
+    assert caught.value.detail == "java.lang.OutOfMemoryError: Java heap space"

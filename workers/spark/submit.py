@@ -5,15 +5,13 @@ RESULT receives {"ok": true, "result": {...}} or {"ok": false, "error": {"type",
 "detail", "stage"}}; the exit code is 0 or 1 to match. The file is written atomically (temporary
 name, then rename), so a reader never sees half of it.
 
-`submit_command` builds the spark-submit command line for this file; `submit_batch` runs it and
-returns the result or raises BatchError, for a caller that has nothing else to do meanwhile.
+`submit_command` builds the spark-submit command line for this file; `read_result` turns what
+the process left behind into run_batch's result or a BatchError.
 """
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 
@@ -51,37 +49,6 @@ def submit_command(
     for key, value in settings.items():
         command += ["--conf", f"{key}={_conf_value(value)}"]
     return [*command, SUBMIT_FILE, str(spec_path), str(result_path)]
-
-
-def submit_batch(
-    spec: dict,
-    *,
-    master: str,
-    conf: dict | None = None,
-    workdir: str | None = None,
-    timeout: float | None = None,
-) -> dict:
-    """Run `spec` through spark-submit and return run_batch's result; raises BatchError."""
-    with tempfile.TemporaryDirectory(prefix="tidemark-submit-", dir=workdir) as tmp:
-        spec_path = Path(tmp) / "spec.json"
-        result_path = Path(tmp) / "result.json"
-        log_path = Path(tmp) / "spark-submit.log"
-        spec_path.write_text(json.dumps({**spec, "spark": {"master": master, "conf": conf or {}}}))
-        env = {**os.environ, "PYTHONPATH": _with_project_root(os.environ.get("PYTHONPATH", ""))}
-        with log_path.open("wb") as log:
-            try:
-                completed = subprocess.run(
-                    submit_command(str(spec_path), str(result_path), master, conf),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    timeout=timeout,
-                )
-            except subprocess.TimeoutExpired:
-                raise BatchError(
-                    "Timeout", f"spark-submit did not finish within {timeout} s", "", "submit"
-                ) from None
-        return read_result(result_path, completed.returncode, log_path)
 
 
 def read_result(result_path: Path, returncode: int, log_path: Path | None = None) -> dict:
@@ -132,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         load_processor_modules()
         spark = get_session(
-            # None: keep the master spark-submit was given
-            master=spark_settings.get("master"),
+            master=_master(spark_settings),
             conf=spark_settings.get("conf") or {},
             app_name=f"tidemark-{spec.get('job')}-{spec.get('batch_id')}",
         )
@@ -154,6 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _master(spark_settings: dict) -> str | None:
+    if spark_settings.get("master"):
+        return spark_settings["master"]
+    # under spark-submit (it hands its JVM over through this variable) keep its --master;
+    # run with plain python, default to local
+    return None if os.environ.get("PYSPARK_GATEWAY_PORT") else "local[*]"
+
+
 def _error(type_: str, message: str, stage: str, detail: str = "") -> dict:
     return {"type": type_, "message": message, "detail": detail, "stage": stage}
 
@@ -163,11 +137,6 @@ def _write(path: str, payload: dict) -> None:
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(json.dumps(payload, default=str))
     os.replace(tmp, target)
-
-
-def _with_project_root(pythonpath: str) -> str:
-    paths = [p for p in pythonpath.split(os.pathsep) if p]
-    return os.pathsep.join([PROJECT_ROOT, *[p for p in paths if p != PROJECT_ROOT]])
 
 
 def _conf_value(value) -> str:
