@@ -175,7 +175,13 @@ def test_token_clients_are_throttled_per_scope_and_sessions_are_not(role_users, 
     rates = {**api_settings.DEFAULT_THROTTLE_RATES, "read": "3/min"}
     from django.core.cache import cache
 
-    cache.clear()
+    # only this test's throttle counters (the cache may be shared with other things)
+    keys = [
+        f"throttle_{scope}_{user.pk}"
+        for scope in ("read", "write", "processing")
+        for user in role_users.values()
+    ]
+    cache.delete_many(keys)
     with override_settings(REST_FRAMEWORK={**_rest_settings(), "DEFAULT_THROTTLE_RATES": rates}):
         api = token_client(role_users["viewer"])
         codes = [api.get("/api/v1/jobs/").status_code for _ in range(4)]
@@ -189,7 +195,7 @@ def test_token_clients_are_throttled_per_scope_and_sessions_are_not(role_users, 
         )
         browser = session_client(role_users["viewer"])
         assert [browser.get("/api/v1/jobs/").status_code for _ in range(4)] == [200] * 4
-    cache.clear()
+    cache.delete_many(keys)
 
 
 def _rest_settings():
