@@ -18,6 +18,7 @@ an error. Identifiers are validated and quoted; values travel only through COPY 
 """
 
 import hashlib
+import logging
 import os
 import re
 import uuid
@@ -27,6 +28,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from workers.spark.errors import SinkError, spark_error_detail, spark_error_summary
+
+log = logging.getLogger(__name__)
 
 MODES = ("append", "upsert", "coalesce")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -111,6 +114,9 @@ def write_postgres(df: DataFrame, sink: dict, *, batch_id: int) -> dict:
         try:
             with conn, conn.cursor() as cur:
                 cur.execute(f"DROP TABLE IF EXISTS {stage}")
+        except psycopg2.Error:
+            # never hide the real error; the batch's next attempt drops what is left
+            log.warning("could not drop staging table %s.%s", schema, stage_name)
         finally:
             conn.close()
     return {
