@@ -7,6 +7,7 @@ the batch runs and, through `validate_params`, when a job is saved.
 
 import importlib
 import os
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -148,12 +149,15 @@ def sql(df: DataFrame, ctx: ProcessorContext) -> DataFrame:
     """
     query = _string_param(ctx.params, "query")
     spark = df.sparkSession
-    args = {"batch_id": ctx.batch_id, "lower": ctx.lower, "upper": ctx.upper}
+    values = {"batch_id": ctx.batch_id, "lower": ctx.lower, "upper": ctx.upper}
+    # bind only the markers the query uses: a query without any stays an unparameterized one,
+    # where `:` keeps its other meanings (e.g. variant paths)
+    args = {k: v for k, v in values.items() if re.search(rf":{k}\b", query)}
     with _view_lock:
         df.createOrReplaceTempView("batch")
         try:
             # spark.sql analyses eagerly, so the result keeps its plan after the view is dropped
-            return spark.sql(query, args=args)
+            return spark.sql(query, args=args or None)
         finally:
             spark.catalog.dropTempView("batch")
 
