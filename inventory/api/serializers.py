@@ -51,6 +51,9 @@ class AnyJSONField(serializers.JSONField):
 
 class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
+    code = serializers.CharField(
+        required=False, help_text="409 only: `conflict`, or `staleattempt` when a lease was lost"
+    )
 
 
 # ---- connectors --------------------------------------------------------------------------------
