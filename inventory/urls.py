@@ -11,6 +11,7 @@ urlpatterns = [
     path("jobs/<slug:name>/", views.job_detail, name="job"),
     path("jobs/<slug:name>/batches/", views.job_batches_partial, name="job-batches"),
     path("jobs/<slug:name>/run/", views.job_run_now, name="job-run"),
+    path("jobs/<slug:name>/<str:action>/", views.job_pause_resume, name="job-action"),
     path("connectors/", views.connectors, name="connectors"),
     path("connectors/<slug:name>/<str:action>/", views.connector_action, name="connector-action"),
     path("backfills/", views.backfills, name="backfills"),

@@ -19,6 +19,7 @@ from inventory.roles import ADMIN, OPERATOR, actor_name, has_role
 from inventory.services import backfills as backfill_services
 from inventory.services import batches as batch_services
 from inventory.services import connectors as connector_services
+from inventory.services import jobs as job_services
 from inventory.services.errors import TidemarkError
 from inventory.services.runs import job_run
 
@@ -94,6 +95,20 @@ def job_run_now(request, name):
             request,
             f"Planned {len(outcome.planned)} batch(es), dispatched {len(outcome.dispatched)}.",
         )
+    return redirect("dashboard:job", name=job.name)
+
+
+@require_POST
+@role_required(OPERATOR)
+def job_pause_resume(request, name, action):
+    job = get_object_or_404(Job, name=name)
+    if action not in ("pause", "resume"):
+        raise PermissionDenied(f"unknown action {action!r}")
+    _act(
+        request,
+        lambda: job_services.job_set_paused(job=job, paused=action == "pause"),
+        f"{action}d {name}",
+    )
     return redirect("dashboard:job", name=job.name)
 
 

@@ -170,3 +170,14 @@ def test_a_correction_of_the_wrong_type_names_the_value(role_users):
     assert response.status_code == 400
     assert "value" in response.json()
     assert not WatermarkEvent.objects.filter(watermark__job=job).exists()
+
+
+def test_an_operator_pauses_and_resumes_a_job(role_users):
+    _, job = make_inventory()
+    client = token_client(role_users["operator"])
+    response = client.post(f"/api/v1/jobs/{job.name}/pause/")
+    assert response.status_code == 200 and response.json()["paused"] is True
+    assert client.post(f"/api/v1/jobs/{job.name}/acquire/", {"worker": "x"}).status_code == 409
+    response = client.post(f"/api/v1/jobs/{job.name}/resume/")
+    assert response.status_code == 200 and response.json()["paused"] is False
+    assert client.post(f"/api/v1/jobs/{job.name}/acquire/", {"worker": "x"}).status_code == 200

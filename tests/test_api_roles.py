@@ -59,6 +59,8 @@ ENDPOINTS = [
     ),
     ("post", "/api/v1/connectors/{connector}/pause/", None, "operator"),
     ("post", "/api/v1/connectors/{connector}/resume/", None, "operator"),
+    ("post", "/api/v1/jobs/{job}/pause/", None, "operator"),
+    ("post", "/api/v1/jobs/{job}/resume/", None, "operator"),
     ("post", "/api/v1/jobs/{job}/run/", None, "operator"),
     ("post", "/api/v1/jobs/{job}/acquire/", {"worker": "x"}, "operator"),
     ("post", "/api/v1/batches/{running}/heartbeat/", {"attempt": "{attempt}"}, "operator"),

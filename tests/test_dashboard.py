@@ -5,6 +5,7 @@ from django.test import Client
 
 from inventory.models import BackfillStatus, BatchStatus, ConnectorState
 from inventory.services import batches
+from inventory.services.errors import Conflict
 from tests.factories import ConnectorFactory, make_assets, make_job
 
 pytestmark = pytest.mark.django_db
@@ -146,3 +147,16 @@ def test_skipping_a_dead_batch_needs_an_admin_and_a_reason(job, role_users):
     assert batch.status == BatchStatus.SKIPPED
     page = admin.get(f"/batches/{batch.id}/").content.decode()
     assert "file is corrupt upstream" in page and "bad file" in page
+
+
+def test_an_operator_pauses_and_resumes_a_job_and_a_paused_job_hands_out_nothing(job, role_users):
+    client = _client(role_users["operator"])
+    assert _client(role_users["viewer"]).post("/jobs/orders-hourly/pause/").status_code == 403
+    client.post("/jobs/orders-hourly/pause/")
+    job.refresh_from_db()
+    assert job.paused
+    with pytest.raises(Conflict):
+        batches.batch_acquire(job=job, worker="w")
+    client.post("/jobs/orders-hourly/resume/")
+    job.refresh_from_db()
+    assert not job.paused and batches.batch_acquire(job=job, worker="w") is not None

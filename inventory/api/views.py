@@ -195,6 +195,8 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
         "partial_update": ADMIN,
         "destroy": ADMIN,
         "run": OPERATOR,
+        "pause": OPERATOR,
+        "resume": OPERATOR,
         "acquire": OPERATOR,
         "watermark:POST": ADMIN,
     }
@@ -237,6 +239,26 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     def destroy(self, request, name=None):
         job_services.job_delete(job=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        summary="Pause a job (operator): it plans nothing and hands out no batch until resumed",
+        request=None,
+        responses=_responses({200: s.JobSerializer}, 404),
+    )
+    @action(detail=True, methods=["post"])
+    def pause(self, request, name=None):
+        job = job_services.job_set_paused(job=self.get_object(), paused=True)
+        return Response(s.JobSerializer(job).data)
+
+    @extend_schema(
+        summary="Resume a paused job (operator)",
+        request=None,
+        responses=_responses({200: s.JobSerializer}, 404),
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request, name=None):
+        job = job_services.job_set_paused(job=self.get_object(), paused=False)
+        return Response(s.JobSerializer(job).data)
 
     @extend_schema(
         summary="Plan the job's new items now and hand them to the workers (operator)",

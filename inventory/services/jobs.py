@@ -98,6 +98,17 @@ def job_update(*, job: Job, **changes) -> Job:
 
 
 @transaction.atomic
+def job_set_paused(*, job: Job, paused: bool) -> Job:
+    """Pause or resume a job (operator): a paused job plans nothing and hands out no batch;
+    batches already running finish and commit."""
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.paused != paused:
+        job.paused = paused
+        job.save(update_fields=["paused", "updated_at"])
+    return job
+
+
+@transaction.atomic
 def job_delete(*, job: Job) -> None:
     """Delete a job with its batches and watermark history; refused while a batch is running."""
     job = Job.objects.select_for_update().get(pk=job.pk)
