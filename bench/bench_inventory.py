@@ -793,17 +793,169 @@ def profile_run(connector, seq: list) -> dict:
     }
 
 
+def baseline_profile(conn_params: dict, seq: list) -> dict:
+    """The baseline's acquire + succeed with explicit commits: statement time vs commit time."""
+    import psycopg2
+
+    seq[0] += 1
+    job = f"bench-sql-{seq[0]}"
+    params = {"job": job, "first": 1, "budget": BUDGET, "max_items": MAX_ITEMS, "worker": "p"}
+    conn = psycopg2.connect(**conn_params)
+    statements_s = commits_s = 0.0
+    try:
+        cur = conn.cursor()
+        for index in range(20 + PROFILE_BATCHES):
+            t0 = time.perf_counter()
+            cur.execute(BASELINE_ACQUIRE, params)
+            batch_id = cur.fetchone()[0]
+            t1 = time.perf_counter()
+            conn.commit()
+            t2 = time.perf_counter()
+            cur.execute(BASELINE_SUCCEED, [batch_id])
+            t3 = time.perf_counter()
+            conn.commit()
+            t4 = time.perf_counter()
+            if index >= 20:  # the first 20 warm up
+                statements_s += (t1 - t0) + (t3 - t2)
+                commits_s += (t2 - t1) + (t4 - t3)
+    finally:
+        conn.close()
+    return {
+        "statements_ms_per_batch": 1000 * statements_s / PROFILE_BATCHES,
+        "commits_ms_per_batch": 1000 * commits_s / PROFILE_BATCHES,
+    }
+
+
 def explain_plan_step() -> str:
-    """EXPLAIN ANALYZE of the one planning call an acquire makes, at the start of the table."""
+    """EXPLAIN ANALYZE of the item read an acquire plans from, at the start of the table."""
     from django.db import connection
 
-    from inventory.services.items import meta_table_source
+    try:  # the product's own query for this meta table
+        from inventory.services.items import meta_table_source
 
-    source = meta_table_source({"table": META})
-    items_sql, params = source.select(lower=1, upper=None, limit=MAX_ITEMS + 1, with_item=False)
+        source = meta_table_source({"table": META})
+        items_sql, params = source.select(lower=1, upper=None, limit=MAX_ITEMS + 1, with_item=False)
+    except (ImportError, AttributeError, TypeError):  # its shape changed: the same read by hand
+        items_sql = f"SELECT uid, weight FROM {META} WHERE uid >= %s ORDER BY uid LIMIT %s"
+        params = [1, MAX_ITEMS + 1]
     with connection.cursor() as cur:
         cur.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + items_sql, params)
         return "\n".join(row[0] for row in cur.fetchall())
+
+
+_PLAN_LINE = re.compile(r"^\s*(->\s*)?[A-Z][A-Za-z ]+.*\((actual|cost)")
+
+
+def nested_statements(connector, seq: list, conn_params: dict) -> dict | None:
+    """Every statement inside one acquire and one succeed, with its time (auto_explain, nested).
+
+    auto_explain logs each finished statement, including those run inside PL/pgSQL functions;
+    with client_min_messages = log the log lines come back to this connection as notices. None
+    when the server has no auto_explain (pgserver ships no contrib modules).
+    """
+    from django.db import connection
+
+    from inventory.models import Job
+    from inventory.services.batches import batch_acquire, batch_succeed
+    from inventory.services.jobs import job_create
+
+    seq[0] += 1
+    job = job_create(
+        name=f"bench-tidemark-{seq[0]}",
+        connector=connector,
+        batch_weight=BUDGET,
+        max_items=MAX_ITEMS,
+        start_position=1,
+    )
+    job = Job.objects.select_related("connector").get(pk=job.pk)
+    for _ in range(5):  # warm: plans cached, buffers hot
+        batch = batch_acquire(job=job, worker="bench-explain")
+        batch_succeed(batch_id=batch.pk, attempt=batch.attempt, result={})
+    connection.ensure_connection()
+    raw = connection.connection
+    try:
+        with connection.cursor() as cur:
+            cur.execute("LOAD 'auto_explain'")
+    except Exception:
+        return None
+    settings = {
+        "auto_explain.log_min_duration": "0",
+        "auto_explain.log_nested_statements": "on",
+        "auto_explain.log_analyze": "on",
+        "auto_explain.log_buffers": "on",
+        "auto_explain.log_wal": "on",
+        "client_min_messages": "log",
+    }
+    with connection.cursor() as cur:
+        for name, value in settings.items():
+            cur.execute("SELECT set_config(%s, %s, false)", [name, value])
+    captured = {}
+    try:
+        for phase in ("acquire", "succeed"):
+            raw.notices = []
+            if phase == "acquire":
+                batch = batch_acquire(job=job, worker="bench-explain")
+            else:
+                batch_succeed(batch_id=batch.pk, attempt=batch.attempt, result={})
+            captured[phase] = list(raw.notices)
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("SELECT set_config('client_min_messages', 'notice', false)")
+            cur.execute("SELECT set_config('auto_explain.log_min_duration', '-1', false)")
+        raw.notices = []
+    # the same for one pair of the SQL baseline, on a connection of its own
+    import psycopg2
+
+    seq[0] += 1
+    base = psycopg2.connect(**conn_params)
+    base.autocommit = True
+    try:
+        cur = base.cursor()
+        cur.execute("LOAD 'auto_explain'")
+        for name, value in settings.items():
+            cur.execute("SELECT set_config(%s, %s, false)", [name, value])
+        params = {
+            "job": f"bench-sql-{seq[0]}",
+            "first": 1,
+            "budget": BUDGET,
+            "max_items": MAX_ITEMS,
+            "worker": "bench-explain",
+        }
+        base.notices = []
+        cur.execute(BASELINE_ACQUIRE, params)
+        batch_id = cur.fetchone()[0]
+        captured["SQL baseline acquire"] = list(base.notices)
+        base.notices = []
+        cur.execute(BASELINE_SUCCEED, [batch_id])
+        captured["SQL baseline succeed"] = list(base.notices)
+    finally:
+        base.close()
+    statements, full = [], []
+    for phase, notices in captured.items():
+        for notice in notices:
+            full.append(f"-- {phase}\n{notice.strip()}\n")
+            match = re.search(r"duration: ([\d.]+) ms", notice)
+            if not match or "Query Text:" not in notice:
+                continue
+            text_lines = []
+            for line in notice.split("Query Text:", 1)[1].splitlines():
+                if _PLAN_LINE.match(line):
+                    break
+                text_lines.append(re.sub(r"--.*$", "", line).strip())
+            text = re.sub(r"\s+", " ", " ".join(text_lines)).strip()
+            wal = re.search(r"WAL: records=(\d+)(?: fpi=(\d+))?(?: bytes=(\d+))?", notice)
+            statements.append(
+                {
+                    "phase": phase,
+                    "ms": float(match.group(1)),
+                    "sql": text,
+                    "wal_records": int(wal.group(1)) if wal else 0,
+                    "wal_fpi": int(wal.group(2) or 0) if wal else 0,
+                    "wal_bytes": int(wal.group(3) or 0) if wal else 0,
+                }
+            )
+    (common.OUT_DIR / "inventory_explain.txt").write_text("\n".join(full))
+    return {"statements": statements}
 
 
 # ---- report -------------------------------------------------------------------------------------
@@ -825,6 +977,36 @@ def ratio_text(a: float, b: float) -> str:
     if b == 0:
         return "unbounded (the other completed 0 batches)" if a else "n/a"
     return f"{a / b:,.2f}x" if a / b < 10 else f"{a / b:,.0f}x"
+
+
+def nested_lines(nested: dict | None) -> list[str]:
+    if nested is None:
+        return [
+            "(This server has no `auto_explain`, so the statements inside the PL/pgSQL functions "
+            "are not itemized.)",
+            "",
+        ]
+    rows = [
+        [
+            s["phase"],
+            f"{s['ms']:.3f}",
+            f"{s['wal_records']} / {s['wal_fpi']} / {s['wal_bytes']:,}",
+            "`"
+            + (s["sql"][:160] + ("..." if len(s["sql"]) > 160 else "")).replace("|", "\\|")
+            + "`",
+        ]
+        for s in nested["statements"]
+    ]
+    return [
+        "Every statement of one acquire and one succeed as the server ran it (`auto_explain` with "
+        "nested statements and ANALYZE timing, which adds overhead; statements inside PL/pgSQL "
+        "functions are listed before the call that ran them, and the call's WAL includes theirs; "
+        "full plans in `bench/out/inventory_explain.txt`), then one pair of the SQL baseline the "
+        "same way:",
+        "",
+        common.table(["phase", "ms", "WAL records / full pages / bytes", "statement"], rows),
+        "",
+    ]
 
 
 def render(ctx: dict) -> str:
@@ -1060,6 +1242,7 @@ def render(ctx: dict) -> str:
         "",
     ]
 
+    commit_ms = sum(q["ms_per_batch"] for q in profile["queries"] if q["sql"] == "COMMIT")
     lines += [
         f"### Where Tidemark's time goes (1 client, backlog {ROWS:,})",
         "",
@@ -1067,8 +1250,12 @@ def render(ctx: dict) -> str:
         f"{profile['queries_per_acquire']:.1f} queries per `batch_acquire`, "
         f"{profile['queries_per_succeed']:.1f} per `batch_succeed`; {profile['ms_per_batch']:.2f} ms per pair, of "
         f"which {profile['sql_ms_per_batch']:.2f} ms is spent waiting on SQL (as timed by Django's cursor "
-        "wrapper) and the rest in Python (ORM, model instances, the capture itself). The most expensive "
-        "statements:",
+        "wrapper) and the rest in Python (ORM, model instances, the capture itself). "
+        f"Of the SQL time, {commit_ms:.2f} ms is the two COMMITs. For comparison, the SQL baseline "
+        "run the same way (explicit commits, same connection kind) spends "
+        f"{ctx['baseline_profile']['statements_ms_per_batch']:.2f} ms per pair in its two statements "
+        f"and {ctx['baseline_profile']['commits_ms_per_batch']:.2f} ms in its two COMMITs. The most "
+        "expensive statements:",
         "",
         common.table(
             ["phase", "statement (normalized)", "per pair", "ms per pair", "ms each"],
@@ -1093,13 +1280,15 @@ def render(ctx: dict) -> str:
         ctx["explain"],
         "```",
         "",
+        *nested_lines(ctx.get("nested")),
         "A cProfile listing of the same loop is written to `bench/out/inventory_profile.txt` by each run.",
         "",
         "### Notes",
         "",
         f"- The machine has {ctx['machine']['nproc']} cores shared with PostgreSQL and with anything else running "
         "(other people's test runs included); 4 client processes on 2 cores measure contention as much as "
-        "the code. Figures vary by ~10-20% between runs.",
+        "the code. Absolute rates moved 2-3x between runs with the load; compare systems within one "
+        "run (they alternate), and see the 'slices' spread.",
         "- Tidemark's acquire serializes on the job's row lock, so more clients of one job add safety, not "
         "throughput; the hand-written statement has no lock and retries on `UNIQUE (job, lo)` instead.",
         "- pybatchintory computes each batch with one window query over the remaining rows of the meta "
@@ -1188,6 +1377,8 @@ def main() -> int:
         )
         profile = profile_run(connector, seq)
         explain = explain_plan_step()
+        nested = nested_statements(connector, seq, conn)
+        base_profile = baseline_profile(conn, seq)
         log(
             f"profile: {profile['queries_per_acquire']:.1f} + {profile['queries_per_succeed']:.1f} queries, "
             f"{profile['ms_per_batch']:.2f} ms per pair"
@@ -1205,6 +1396,8 @@ def main() -> int:
         "backfill": backfill,
         "profile": profile,
         "explain": explain,
+        "nested": nested,
+        "baseline_profile": base_profile,
         "peer_versions": versions,
         "server_version": server_version,
         "server_kind": server_kind,
@@ -1239,6 +1432,8 @@ def main() -> int:
         ],
         "backfill": backfill,
         "profile": profile,
+        "nested_statements": nested,
+        "baseline_profile": base_profile,
         "total_seconds": time.perf_counter() - started,
     }
     common.write_section("inventory", render(ctx), figures)

@@ -115,8 +115,10 @@ def header(timings: dict) -> str:
             "# Benchmarks",
             "",
             "Written by `make bench` (`bench/run_all.py`), which runs every `bench/bench_*.py` and "
-            "rewrites this file. Do not edit by hand; the figures below are from the machine described "
-            "here and move by ~10-20% between runs on a shared machine.",
+            "rewrites this file. Do not edit by hand. The figures are from the machine described here "
+            "and depend on its load: on the shared 2-core development machine absolute rates moved "
+            "2-3x between runs, while ratios measured within one run (where the systems alternate) "
+            "were steadier.",
             "",
             common.table(["", ""], rows),
             "",
