@@ -230,6 +230,7 @@ def main() -> int:
 
 
 def measure(bench: Bench) -> dict:
+    load_start = round(os.getloadavg()[0], 1)
     # 1. one small batch: warm session vs one spark-submit process per batch, same files
     source = bench.connector("small")
     warm_job = bench.job("warm", source, processor="orders_hourly", max_items=1)
@@ -290,6 +291,8 @@ def measure(bench: Bench) -> dict:
         "incremental_share": round(incremental / full_again, 3),
         "fixed_batch_cost_s": round(warm_median, 3),
         "incremental_target_s": round(0.05 * full_again + warm_median, 2),
+        "load_start": load_start,
+        "load_end": round(os.getloadavg()[0], 1),
     }
 
 
@@ -329,7 +332,9 @@ def write(f: dict) -> None:
         + common.table(["measure", "result"], rows)
         + f"\n\nWarm batches (s): {', '.join(f'{s:.2f}' for s in f['warm_batch_seconds'])}; "
         f"spark-submit batches (s): {', '.join(f'{s:.2f}' for s in f['submit_batch_seconds'])}. "
-        f"The first full run (cold caches) took {f['full_run_s']:.2f} s.\n"
+        f"The first full run (cold caches) took {f['full_run_s']:.2f} s. Load average (1 min) "
+        f"at the start and end: {f['load_start']} / {f['load_end']} (2 cores; other processes "
+        "on the machine inflate the times).\n"
     )
     common.write_section("worker", markdown, f)
     print(json.dumps(f, indent=2))
