@@ -14,9 +14,10 @@ from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.watermarks import decreases, merge_values, parse_value, watermark_correct
 from tests.factories import ConnectorFactory, make_assets, make_job
 
-# ---- pure value rules --------------------------------------------------------------------------
+# ---- value rules (the merge runs in the database: tidemark_merge_watermark) --------------------------------------------------------------------------
 
 
+@pytest.mark.django_db  # the merge rule lives in PostgreSQL
 def test_key_value_merge_takes_the_per_key_maximum_and_keeps_missing_keys():
     old = {"p0": 10, "p1": 5, "p2": 7}
     new = {"p0": 8, "p1": 9, "p3": 1}
@@ -24,6 +25,7 @@ def test_key_value_merge_takes_the_per_key_maximum_and_keeps_missing_keys():
     assert old == {"p0": 10, "p1": 5, "p2": 7}  # the stored value is not mutated
 
 
+@pytest.mark.django_db  # the merge rule lives in PostgreSQL
 @given(
     old=st.dictionaries(st.sampled_from("abcdef"), st.integers(-100, 100)),
     new=st.dictionaries(st.sampled_from("abcdef"), st.integers(-100, 100)),
@@ -44,6 +46,7 @@ def test_decreases_names_every_key_that_would_go_back_or_vanish():
     assert decreases(WatermarkType.FILE_SET, ["a", "b"], ["b"]) == ["a removed"]
 
 
+@pytest.mark.django_db  # the merge rule lives in PostgreSQL
 def test_datetime_values_need_a_time_zone_and_merge_by_instant():
     with pytest.raises(InvalidInput) as refused:
         parse_value(WatermarkType.DATETIME, "2024-05-01T10:00:00", field="watermark_value")
@@ -59,6 +62,7 @@ def test_datetime_values_need_a_time_zone_and_merge_by_instant():
     assert decreases(WatermarkType.DATETIME, utc, east) == [f"{east} is before {utc}"]
 
 
+@pytest.mark.django_db  # the merge rule lives in PostgreSQL
 def test_file_set_merge_is_the_union_and_int_merge_the_maximum():
     assert merge_values(WatermarkType.FILE_SET, ["b", "a"], ["c", "a"]) == ["a", "b", "c"]
     assert parse_value(WatermarkType.FILE_SET, ["b", "a", "b"]) == ["a", "b"]

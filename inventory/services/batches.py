@@ -6,14 +6,13 @@ only the holder of the current attempt, with a live lease, may commit (invariant
 """
 
 import json
+from contextlib import nullcontext
 from datetime import timedelta
 
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from inventory.models import (
-    Backfill,
-    BackfillStatus,
     Batch,
     BatchAttempt,
     BatchKind,
@@ -131,31 +130,32 @@ def batches_plan(*, job: Job, limit: int) -> list[Batch]:
     return planned
 
 
-@transaction.atomic
 def batch_acquire(*, job: Job, worker: str, lease_seconds: int | None = None) -> Batch | None:
     """Take the next batch of `job` and start it, or None when there is no work.
 
     In order: a waiting batch of an urgent backfill (priority > 0), a due retry or queued
     incremental batch, a newly planned incremental batch, a waiting batch of another backfill;
     no backfill ever has more than its `max_concurrency` batches running. All of it is one call
-    to tidemark_acquire (migration 0002) under the job's row lock: this is every worker's hot path.
+    to tidemark_acquire (migration 0002) under the job's row lock: this is every worker's hot path,
+    and outside an atomic block that one call is the whole transaction.
     """
     if not worker:
         raise InvalidInput("worker", "name the worker taking the batch")
     source = source_for_connector(job.connector)
     try:
-        return _one(
-            Batch.objects.raw(
-                "SELECT * FROM tidemark_acquire(%s, %s, %s, %s, %s::jsonb)",
-                [
-                    job.pk,
-                    source.planning_query(),
-                    worker,
-                    lease_seconds or job.lease_seconds,
-                    json.dumps(config_snapshot(job)),
-                ],
+        with _single_call():
+            return _one(
+                Batch.objects.raw(
+                    "SELECT * FROM tidemark_acquire(%s, %s, %s, %s, %s::jsonb)",
+                    [
+                        job.pk,
+                        source.planning_query(),
+                        worker,
+                        lease_seconds or job.lease_seconds,
+                        json.dumps(config_snapshot(job)),
+                    ],
+                )
             )
-        )
     except DatabaseError as exc:
         code = getattr(exc.__cause__, "pgcode", None)
         message = str(exc).strip().splitlines()[0]
@@ -233,39 +233,15 @@ def batch_heartbeat(*, batch_id: int, attempt: int, lease_seconds: int | None = 
     return row[0]
 
 
-# One statement locks the job's watermark (lock order job -> watermark -> batch), fences the batch
-# (running, this attempt, lease alive) and commits it; the watermark's current row comes back with
-# it. The advance then runs as its own statement, so it reads with a snapshot taken after the lock.
-_SUCCEED_SQL = """
-    WITH wm AS (
-        SELECT w.id, w.type, w.position, w.value
-        FROM inventory_watermark AS w JOIN inventory_batch AS b ON b.job_id = w.job_id
-        WHERE b.id = %(id)s
-        FOR UPDATE OF w
-    ), done AS (
-        UPDATE inventory_batch
-        SET status = 'succeeded', result = %(result)s::jsonb, watermark_value = %(value)s::jsonb,
-            finished_at = statement_timestamp(), lease_expires_at = NULL, error = '{}'
-        WHERE id = %(id)s AND status = 'running' AND attempt = %(attempt)s
-          AND lease_expires_at > statement_timestamp() AND EXISTS (SELECT 1 FROM wm)
-        RETURNING *
-    ), closed AS (
-        UPDATE inventory_batchattempt AS a
-        SET finished_at = done.finished_at, outcome = 'succeeded', error = '{}'
-        FROM done WHERE a.batch_id = done.id AND a.number = done.attempt
-    )
-    SELECT done.*, wm.id AS wm_id, wm.type AS wm_type, wm.position AS wm_position,
-           wm.value AS wm_value
-    FROM done, wm
-"""
-
-
-@transaction.atomic
 def batch_succeed(
     *, batch_id: int, attempt: int, result: dict | None = None, watermark_value=None
 ) -> Batch:
     """Commit a batch whose output is durably written: the status and the watermark move together
-    in one transaction, and only for the current attempt holding a live lease (invariants 1, 8)."""
+    in one transaction, and only for the current attempt holding a live lease (invariants 1, 8).
+
+    tidemark_succeed (migration 0004) does it in one call; outside an atomic block that call is
+    also the whole transaction, as cheap as the hot path can be.
+    """
     if result is not None and not isinstance(result, dict):
         raise InvalidInput("result", "must be an object")
     if watermark_value is not None:
@@ -277,28 +253,33 @@ def batch_succeed(
         if wm_type is None:
             raise NotFound(f"batch {batch_id} does not exist")
         watermark_value = watermarks.parse_value(wm_type, watermark_value, field="watermark_value")
-    params = {
-        "id": batch_id,
-        "attempt": attempt,
-        "result": json.dumps(result or {}),
-        "value": None if watermark_value is None else json.dumps(watermark_value),
-    }
-    batch = _one(Batch.objects.raw(_SUCCEED_SQL, params))
-    if batch is None:
-        _fence(_locked(batch_id), attempt, require_lease=True)
-        raise StaleAttempt(f"batch {batch_id} attempt {attempt} may not commit")
-    if batch.kind == BatchKind.INCREMENTAL:
-        watermark = watermarks.Watermark(
-            id=batch.wm_id,
-            job_id=batch.job_id,
-            type=batch.wm_type,
-            position=batch.wm_position,
-            value=None if batch.wm_value is None else json.loads(batch.wm_value),
+    params = [
+        batch_id,
+        attempt,
+        json.dumps(result or {}),
+        None if watermark_value is None else json.dumps(watermark_value),
+    ]
+    try:
+        batch = _one(
+            Batch.objects.raw(
+                "SELECT * FROM tidemark_succeed(%s, %s, %s::jsonb, %s::jsonb)", params
+            )
         )
-        watermarks.watermark_advance(watermark=watermark, trigger=batch)
-    elif batch.backfill_id:
-        _complete_backfill_if_done(batch.backfill_id)
+    except DatabaseError as exc:
+        if getattr(exc.__cause__, "pgcode", None) == "TM404":
+            raise NotFound(f"batch {batch_id} does not exist") from None
+        raise
+    if batch is None:
+        with transaction.atomic():
+            _fence(_locked(batch_id), attempt, require_lease=True)
+        raise StaleAttempt(f"batch {batch_id} attempt {attempt} may not commit")
     return batch
+
+
+def _single_call():
+    """Outside a transaction the call is its own transaction (one round trip); inside a caller's
+    transaction it runs in a savepoint, so a refusal leaves that transaction usable."""
+    return transaction.atomic() if connection.in_atomic_block else nullcontext()
 
 
 def _one(raw_queryset) -> Batch | None:
@@ -461,10 +442,5 @@ def _close_attempt(batch: Batch, *, outcome: str, now, error: dict | None = None
 
 
 def _complete_backfill_if_done(backfill_id: int) -> None:
-    open_batches = Batch.objects.filter(backfill_id=backfill_id).exclude(
-        status__in=[BatchStatus.SUCCEEDED, BatchStatus.SKIPPED, BatchStatus.CANCELLED]
-    )
-    if not open_batches.exists():
-        Backfill.objects.filter(pk=backfill_id, status=BackfillStatus.RUNNING).update(
-            status=BackfillStatus.COMPLETED
-        )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tidemark_complete_backfill(%s)", [backfill_id])

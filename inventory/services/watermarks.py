@@ -62,23 +62,17 @@ def parse_value(watermark_type: str, value, *, field: str = "value"):
 def merge_values(watermark_type: str, old, new):
     """Combine a stored value with an update so the result never decreases (invariant 4).
 
-    datetime: the later one; key_value: per-key maximum, keys missing from the update kept;
-    file_set: the union; int: the larger one.
+    datetime: the later instant; key_value: per-key maximum, keys missing from the update kept;
+    file_set: the union; int: the larger one. The rule lives in the database
+    (tidemark_merge_watermark, migration 0004), where commits apply it; this asks it.
     """
-    if new is None:
-        return old
-    if old is None:
-        return new
-    if watermark_type == WatermarkType.DATETIME:
-        return max(old, new, key=datetime.fromisoformat)
-    if watermark_type == WatermarkType.KEY_VALUE:
-        merged = dict(old)
-        for key, offset in new.items():
-            merged[key] = max(offset, merged.get(key, offset))
-        return merged
-    if watermark_type == WatermarkType.FILE_SET:
-        return sorted(set(old) | set(new))
-    return max(old, new)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tidemark_merge_watermark(%s, %s::jsonb, %s::jsonb)",
+            [watermark_type, _json_or_null(old), _json_or_null(new)],
+        )
+        merged = cursor.fetchone()[0]
+    return json.loads(merged) if isinstance(merged, str) else merged
 
 
 def decreases(watermark_type: str, old, new) -> list[str]:
@@ -118,59 +112,23 @@ def _lock_watermark(job_id: int) -> Watermark:
 def watermark_advance(
     *, watermark: Watermark, trigger: Batch | None = None, actor: str | None = None, reason=""
 ) -> Watermark:
-    """Move the watermark over the gap-free run of committed batches that starts at its position.
+    """Move the watermark over the gap-free run of committed batches that starts at its position
+    (tidemark_advance, migration 0004), recording one event when it moves.
 
     Must run inside the transaction holding the watermark's row lock (see _lock_watermark).
     `actor`/`reason` name an operator who caused the move (a skip); else the batch's worker.
     """
-    sql = """
-        WITH held AS (
-            SELECT id, lower(span) AS lo, upper(span) AS hi, status, watermark_value,
-                   lag(upper(span), 1, %s) OVER (ORDER BY lower(span)) AS prev_hi
-            FROM inventory_batch
-            WHERE job_id = %s AND backfill_id IS NULL AND status = ANY(%s) AND upper(span) > %s
-        ), stop AS (
-            SELECT coalesce(min(lo), %s) AS lo FROM held
-            WHERE status <> ALL(%s) OR lo > prev_hi
-        )
-        SELECT held.hi, held.watermark_value FROM held, stop
-        WHERE held.lo < stop.lo ORDER BY held.lo
-    """
-    position = watermark.position
     with connection.cursor() as cursor:
         cursor.execute(
-            sql,
+            "SELECT tidemark_advance(%s, %s, %s, %s)",
             [
-                position,
-                watermark.job_id,
-                list(HOLDING_STATUSES),
-                position,
-                2**63 - 1,
-                list(COMMITTED_STATUSES),
+                watermark.pk,
+                trigger.pk if trigger else None,
+                actor if actor is not None else (trigger.worker if trigger else ""),
+                reason or "",
             ],
         )
-        rows = cursor.fetchall()
-    if not rows:
-        return watermark
-    new_position = rows[-1][0]
-    value = watermark.value
-    if watermark.type == WatermarkType.INT:
-        value = new_position - 1
-    else:
-        for _hi, reported in rows:
-            if reported is not None:
-                # raw cursors return jsonb as text (Django's psycopg2 setup)
-                reported = json.loads(reported) if isinstance(reported, str) else reported
-                value = merge_values(watermark.type, value, reported)
-    _record(
-        watermark,
-        new_position=new_position,
-        new_value=value,
-        source=WatermarkSource.BATCH,
-        batch=trigger,
-        actor=actor if actor is not None else (trigger.worker if trigger else ""),
-        reason=reason,
-    )
+    watermark.refresh_from_db(fields=["position", "value"])
     return watermark
 
 
