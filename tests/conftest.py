@@ -4,6 +4,10 @@ import os
 
 import pytest
 
+# Real Celery worker processes (tests/worker_fixtures.py): one per test session, shared by every
+# module that asks for `celery_worker` (a module that star-imports them gets its own instead).
+pytest_plugins = ["tests.worker_fixtures"]
+
 
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings():

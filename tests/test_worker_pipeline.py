@@ -13,7 +13,6 @@ from inventory.models import Asset, Batch, BatchAttempt, BatchStatus, Watermark,
 from inventory.services import assets, runs
 from inventory.services.connectors import connector_create
 from tests.factories import make_job
-from tests.worker_fixtures import *  # noqa: F403
 from tests.worker_fixtures import read_sink, wait_until, write_orders
 
 pytestmark = pytest.mark.django_db(transaction=True)

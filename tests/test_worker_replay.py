@@ -19,7 +19,6 @@ from inventory.services import assets, runs
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from tests.factories import make_job
-from tests.worker_fixtures import *  # noqa: F403
 from tests.worker_fixtures import read_sink, wait_until
 from workers import executors
 

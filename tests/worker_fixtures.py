@@ -1,8 +1,10 @@
 """Real Celery worker processes for tests: same test database, a queue of this test session's own.
 
-Use in a test module with `from tests.worker_fixtures import *  # noqa: F403` (or list the
-fixtures you need). Tests that talk to a worker need `@pytest.mark.django_db(transaction=True)`:
-the worker only sees committed rows.
+tests/conftest.py loads this module as a plugin, so every test module can ask for the fixtures
+by name and all of them share one worker (do not star-import them: a module that does gets a
+worker of its own). Tests that talk to a worker need `@pytest.mark.django_db(transaction=True)`:
+the worker only sees committed rows. Helpers (`wait_until`, `write_orders`, `read_sink`) are
+imported normally.
 
 - `worker_env`: the environment a worker subprocess needs (DATABASE_URL of the test database,
   REDIS_URL, CELERY_QUEUE, test processors); it also points this process's Celery app at the queue.
