@@ -164,7 +164,12 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TIDEMARK_BATCH_TIME_LIM
 
 # --- Spark -------------------------------------------------------------------------------------
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
-SPARK_CONF = dict(item.split("=", 1) for item in env_list("SPARK_CONF", []) if "=" in item)
+SPARK_CONF = {}
+for _item in env_list("SPARK_CONF", []):
+    _key, _sep, _value = _item.partition("=")
+    if not _sep or not _key.strip():
+        raise ConfigError(f"SPARK_CONF: {_item!r} is not key=value (e.g. spark.executor.memory=2g)")
+    SPARK_CONF[_key.strip()] = _value.strip()
 
 # --- Tidemark ----------------------------------------------------------------------------------
 TIDEMARK_LEASE_SECONDS = env_int("TIDEMARK_LEASE_SECONDS", 120, minimum=1)
