@@ -259,3 +259,16 @@ def test_a_cancelled_running_batch_cannot_be_committed_by_its_worker():
         batches.batch_succeed(batch_id=batch.id, attempt=batch.attempt)
     assert Batch.objects.get(pk=batch.id).status == BatchStatus.CANCELLED
     assert _watermark(job) == (job.start_position, None)
+
+
+@pytest.mark.django_db
+def test_a_refused_commit_leaves_the_callers_transaction_usable():
+    from django.db import connection
+
+    from inventory.services.errors import NotFound
+
+    with pytest.raises(NotFound):
+        batches.batch_succeed(batch_id=0, attempt=1)
+    with connection.cursor() as cursor:  # would raise InFailedSqlTransaction without a savepoint
+        cursor.execute("SELECT 1")
+        assert cursor.fetchone() == (1,)

@@ -260,11 +260,12 @@ def batch_succeed(
         None if watermark_value is None else json.dumps(watermark_value),
     ]
     try:
-        batch = _one(
-            Batch.objects.raw(
-                "SELECT * FROM tidemark_succeed(%s, %s, %s::jsonb, %s::jsonb)", params
+        with _single_call():
+            batch = _one(
+                Batch.objects.raw(
+                    "SELECT * FROM tidemark_succeed(%s, %s, %s::jsonb, %s::jsonb)", params
+                )
             )
-        )
     except DatabaseError as exc:
         if getattr(exc.__cause__, "pgcode", None) == "TM404":
             raise NotFound(f"batch {batch_id} does not exist") from None
