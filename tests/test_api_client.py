@@ -16,7 +16,6 @@ from inventory.models import Asset, Batch, BatchStatus, Watermark
 from inventory.services import assets, runs
 from inventory.services.connectors import connector_create
 from tests.factories import make_job
-from tests.worker_fixtures import *  # noqa: F403
 from tests.worker_fixtures import wait_until, write_orders
 from tidemark_client import Tidemark
 
