@@ -206,7 +206,6 @@ class JobForm(forms.ModelForm):
             "sink",
             "batch_weight",
             "max_items",
-            "lookback_seconds",
             "max_attempts",
             "retry_backoff_seconds",
             "lease_seconds",

@@ -101,7 +101,6 @@ class Job(models.Model):
     )
     batch_weight = models.BigIntegerField(help_text="weight budget of one batch")
     max_items = models.PositiveIntegerField(default=1000, help_text="item cap of one batch")
-    lookback_seconds = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveSmallIntegerField(default=3)
     retry_backoff_seconds = models.PositiveIntegerField(default=30)
     lease_seconds = models.PositiveIntegerField(default=120)

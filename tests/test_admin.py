@@ -259,7 +259,6 @@ def test_a_job_saved_in_the_admin_goes_through_the_service(role_users, admin_cli
         "sink": '{"path": "/out", "password": "x"}',
         "batch_weight": 100,
         "max_items": 10,
-        "lookback_seconds": 0,
         "max_attempts": 3,
         "retry_backoff_seconds": 30,
         "lease_seconds": 120,

@@ -184,7 +184,6 @@ JOB_SETTINGS = [
     "sink",
     "batch_weight",
     "max_items",
-    "lookback_seconds",
     "max_attempts",
     "retry_backoff_seconds",
     "lease_seconds",
