@@ -16,8 +16,8 @@ def test_it_creates_a_connector_and_shows_env_var_names_not_secrets(role_users):
         "/api/v1/connectors/",
         {
             "name": "warehouse",
-            "kind": "table",
-            "config": {"dsn_env": "WAREHOUSE_DSN", "password_env": "WAREHOUSE_PW", "table": "t"},
+            "kind": "files",
+            "config": {"dsn_env": "WAREHOUSE_DSN", "password_env": "WAREHOUSE_PW", "path": "/t"},
             "labels": ["nightly"],
         },
         format="json",
@@ -27,7 +27,7 @@ def test_it_creates_a_connector_and_shows_env_var_names_not_secrets(role_users):
     assert body["config"] == {
         "dsn_env": "WAREHOUSE_DSN",
         "password_env": "WAREHOUSE_PW",
-        "table": "t",
+        "path": "/t",
     }
     assert body["state"] == "active"
     assert Connector.objects.get(name="warehouse").labels == ["nightly"]
@@ -165,3 +165,19 @@ def test_deleting_a_connector_in_use_is_a_409_and_unused_is_204(role_users):
     )
     assert api.delete("/api/v1/connectors/spare/").status_code == 204
     assert not Connector.objects.filter(name="spare").exists()
+
+
+@pytest.mark.parametrize(
+    "kind, config, field",
+    [
+        ("kafka", {"topic": "orders"}, "kind"),
+        ("job_output", {"job": "x"}, "kind"),
+        ("table", {"table": "events"}, "config.meta_table"),
+    ],
+)
+def test_kinds_that_cannot_be_planned_yet_are_refused_not_accepted(role_users, kind, config, field):
+    response = token_client(role_users["admin"]).post(
+        "/api/v1/connectors/", {"name": f"c-{kind}", "kind": kind, "config": config}, format="json"
+    )
+    assert response.status_code == 400
+    assert field in response.json()

@@ -66,6 +66,15 @@ def validate_config(kind: str, config: dict) -> dict:
     check_no_secrets(config, "config")
     if "meta_table" in config:
         check_meta_table(config["meta_table"])
+    elif kind in (ConnectorKind.KAFKA, ConnectorKind.JOB_OUTPUT):
+        # refused rather than accepted and never planned
+        raise InvalidInput("kind", f"{kind} connectors are not supported yet")
+    elif kind == ConnectorKind.TABLE:
+        raise InvalidInput(
+            "config.meta_table",
+            "a table connector reads its table by an integer column: give meta_table "
+            "{table, uid_column, item_column, weight_column (or null for weight 1)}",
+        )
     elif kind == ConnectorKind.FILES and not config.get("path"):
         raise InvalidInput(
             "config.path", "a files connector needs a directory path (or a meta_table)"
