@@ -272,6 +272,11 @@ def test_a_job_saved_in_the_admin_goes_through_the_service(role_users, admin_cli
     assert not Job.objects.filter(name="from-admin").exists()
 
     data["sink"] = '{"path": "/out"}'
+    no_kind = client.post(reverse("admin:inventory_job_add"), data)
+    assert "unknown sink kind" in no_kind.content.decode()  # checked when the job is saved
+    assert not Job.objects.filter(name="from-admin").exists()
+
+    data["sink"] = '{"kind": "files", "path": "/out"}'
     created = client.post(reverse("admin:inventory_job_add"), data)
     assert created.status_code == 302, created.content.decode()[-3000:]
     job = Job.objects.get(name="from-admin")

@@ -43,6 +43,8 @@ def test_it_creates_a_job_with_its_watermark(role_users):
         ({"watermark_type": "float"}, "watermark_type"),
         ({"name": "Not A Slug!"}, "name"),
         ({"sink": {"path": "/out", "password": "x"}}, "sink.password"),
+        ({"sink": {"kind": "s3", "path": "/out"}}, "sink"),
+        ({"sink": {"kind": "postgres", "table": "t;drop", "dsn_env": "X"}}, "sink"),
     ],
 )
 def test_bad_job_input_is_a_400_naming_the_field(role_users, change, field):

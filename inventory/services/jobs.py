@@ -42,6 +42,7 @@ def job_create(
     job_validate_runtime(
         processor=options.get("processor", "passthrough"),
         params=options.get("params"),
+        sink=options.get("sink"),
         executor=options.get("executor"),
         schedule_cron=options.get("schedule_cron"),
         schedule_seconds=options.get("schedule_seconds"),
@@ -86,6 +87,7 @@ def job_update(*, job: Job, **changes) -> Job:
             params=changes.get("params", job.params),
         )
     job_validate_runtime(
+        sink=changes.get("sink"),
         executor=changes.get("executor"),
         schedule_cron=changes.get("schedule_cron"),
         schedule_seconds=changes.get("schedule_seconds"),

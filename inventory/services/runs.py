@@ -85,9 +85,26 @@ def processors_load() -> list[str]:
 
 
 def job_validate_runtime(
-    *, processor=None, params=None, executor=None, schedule_cron=None, schedule_seconds=None
+    *,
+    processor=None,
+    params=None,
+    sink=None,
+    executor=None,
+    schedule_cron=None,
+    schedule_seconds=None,
 ) -> None:
-    """Check what a job names for running (given fields only); InvalidInput names the field."""
+    """Check what a job names for running (given fields only); InvalidInput names the field.
+
+    An empty sink is allowed: a job processed outside Tidemark (acquire/succeed) writes nowhere
+    Tidemark knows of; a worker run of such a job fails with the sink error stored."""
+    if sink:
+        from workers.spark.errors import SinkError
+        from workers.spark.sinks import check_sink
+
+        try:
+            check_sink(sink)
+        except SinkError as exc:
+            raise InvalidInput("sink", str(exc)) from None
     if processor is not None:
         from workers.spark.processors import ProcessorError, validate_params
 
