@@ -196,25 +196,7 @@ class JobForm(forms.ModelForm):
 
     class Meta:
         model = Job
-        fields = [
-            "name",
-            "connector",
-            "watermark_type",
-            "start_position",
-            "processor",
-            "params",
-            "sink",
-            "batch_weight",
-            "max_items",
-            "max_attempts",
-            "retry_backoff_seconds",
-            "lease_seconds",
-            "schedule_seconds",
-            "schedule_cron",
-            "max_concurrency",
-            "executor",
-            "paused",
-        ]
+        fields = [*job_services.FIXED_JOB_FIELDS, *job_services.JOB_SETTINGS]
 
     def clean(self):
         cleaned = super().clean()

@@ -19,6 +19,7 @@ from inventory.models import (
     WatermarkEvent,
 )
 from inventory.services.connectors import is_secret_key
+from inventory.services.jobs import FIXED_JOB_FIELDS, JOB_SETTINGS
 
 MASK = "********"
 BIGINT = 2**63 - 1
@@ -178,23 +179,6 @@ class WatermarkEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-JOB_SETTINGS = [
-    "processor",
-    "params",
-    "sink",
-    "batch_weight",
-    "max_items",
-    "max_attempts",
-    "retry_backoff_seconds",
-    "lease_seconds",
-    "schedule_seconds",
-    "schedule_cron",
-    "max_concurrency",
-    "executor",
-    "paused",
-]
-
-
 class JobSerializer(serializers.ModelSerializer):
     connector = serializers.SlugRelatedField(read_only=True, slug_field="name")
     params = PublicJSONField()
@@ -235,7 +219,7 @@ class JobWriteSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Job
-        fields = ["name", "connector", "watermark_type", "start_position", *JOB_SETTINGS]
+        fields = [*FIXED_JOB_FIELDS, *JOB_SETTINGS]
 
     def validate_name(self, value):
         if self.instance is None and Job.objects.filter(name=value).exists():

@@ -61,6 +61,22 @@ def job_create(
 
 # Fixed at creation: they decide which items the job's batches and watermark refer to.
 FIXED_JOB_FIELDS = ("name", "connector", "watermark_type", "start_position")
+# what can change after creation (API, admin); everything else is system-managed
+JOB_SETTINGS = (
+    "processor",
+    "params",
+    "sink",
+    "batch_weight",
+    "max_items",
+    "max_attempts",
+    "retry_backoff_seconds",
+    "lease_seconds",
+    "schedule_seconds",
+    "schedule_cron",
+    "max_concurrency",
+    "executor",
+    "paused",
+)
 
 
 @transaction.atomic

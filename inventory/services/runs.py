@@ -446,7 +446,11 @@ def _continue(batch: Batch) -> None:
 
 
 def _start_if_ours(*, batch_id: int, worker: str) -> Batch | ExecuteOutcome:
+    backfill_id = Batch.objects.filter(pk=batch_id).values_list("backfill_id", flat=True).first()
     with transaction.atomic():
+        if backfill_id is not None:
+            # lock order backfill -> batch, as backfill_set_status takes them
+            Backfill.objects.select_for_update().filter(pk=backfill_id).first()
         batch = (
             Batch.objects.select_for_update(of=("self",))
             .select_related("job", "job__connector", "backfill")
@@ -467,7 +471,7 @@ def _start_if_ours(*, batch_id: int, worker: str) -> Batch | ExecuteOutcome:
         if blocked:
             return ExecuteOutcome(batch_id, "ignored", batch.attempt, blocked)
         if batch.backfill_id is not None:
-            backfill = Backfill.objects.select_for_update().get(pk=batch.backfill_id)
+            backfill = Backfill.objects.get(pk=batch.backfill_id)  # locked above
             if backfill.status != BackfillStatus.RUNNING:
                 return ExecuteOutcome(
                     batch_id, "ignored", batch.attempt, f"backfill is {backfill.status}"
