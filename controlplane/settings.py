@@ -73,6 +73,10 @@ DATABASE_URL = env_str("DATABASE_URL") or embedded.postgres_url(DATA_DIR)
 _db = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
 if _db.get("ENGINE") != "django.db.backends.postgresql":
     raise ConfigError(f"DATABASE_URL must point at PostgreSQL, got engine {_db.get('ENGINE')!r}")
+# A unix-socket URL (`...@/db?host=/dir`, the embedded server's form) puts the socket directory in
+# OPTIONS; keep it in HOST, where every reader of the settings (and libpq) looks for it.
+if not _db.get("HOST") and _db.get("OPTIONS", {}).get("host"):
+    _db["HOST"] = _db["OPTIONS"].pop("host")
 DATABASES = {"default": _db}
 
 REDIS_URL = env_str("REDIS_URL") or embedded.redis_url(DATA_DIR)

@@ -47,8 +47,8 @@ def database_url() -> str:
     if db.get("PASSWORD"):
         auth += ":" + quote(db["PASSWORD"], safe="")
     host = db.get("HOST") or ""
-    if host.startswith("/"):  # a unix socket directory (embedded PostgreSQL)
-        return f"postgresql://{auth}@/{db['NAME']}?host={quote(host, safe='')}"
+    if host.startswith("/"):  # a unix socket directory (embedded PostgreSQL), percent-encoded
+        return f"postgresql://{auth}@{quote(host, safe='')}/{db['NAME']}"
     port = f":{db['PORT']}" if db.get("PORT") else ""
     return f"postgresql://{auth}@{host}{port}/{db['NAME']}"
 
