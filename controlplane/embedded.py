@@ -4,6 +4,7 @@ Both keep their data under one folder and are shared by every process of the pro
 (web, worker, beat, manage.py): the first process starts them, later ones reuse them.
 """
 
+import logging
 import os
 import subprocess
 import time
@@ -16,6 +17,8 @@ def postgres_url(data_dir: Path) -> str:
     """Start (or reuse) the embedded PostgreSQL under data_dir/pg and return its URL."""
     import pgserver
 
+    # pgserver logs every handle at INFO, also from atexit hooks after logging has shut down
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
     pg_dir = data_dir / "pg"
     pg_dir.mkdir(parents=True, exist_ok=True)
     # cleanup_mode=None: the server outlives this process, so web, worker and beat share it.

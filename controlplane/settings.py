@@ -10,11 +10,13 @@ from controlplane.env import ConfigError, env_bool, env_int, env_list, env_str
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", False)
+# Development mode (the Makefile sets it): a fixed SECRET_KEY and plain HTTP are allowed.
+DEV = env_bool("TIDEMARK_DEV", False)
 DATA_DIR = Path(env_str("TIDEMARK_DATA_DIR", str(BASE_DIR / "var"))).resolve()
 
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
-    if not DEBUG and not env_bool("TIDEMARK_DEV", False):
+    if not DEBUG and not DEV:
         raise ConfigError(
             "SECRET_KEY is not set (set it, or DEBUG=true / TIDEMARK_DEV=true for development)"
         )
@@ -42,6 +44,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # static files in every mode (demo, image, compose), compressed and with hashed names
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -95,7 +99,26 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "staticfiles"
+# `manage.py collectstatic` fills it (the demo and the image do); WhiteNoise serves it.
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(DATA_DIR / "staticfiles"))).resolve()
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+
+# --- HTTPS and cookies -------------------------------------------------------------------------
+# On by default outside development: `manage.py check --deploy` passes with no extra settings.
+# Behind a proxy that terminates TLS, set TIDEMARK_PROXY_SSL_HEADER=true (it must set
+# X-Forwarded-Proto and strip it from clients).
+HTTPS = env_bool("TIDEMARK_HTTPS", not (DEBUG or DEV))
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_SSL_REDIRECT = HTTPS
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+if env_bool("TIDEMARK_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"

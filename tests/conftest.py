@@ -6,7 +6,7 @@ import pytest
 
 # Real Celery worker processes (tests/worker_fixtures.py): one per test session, shared by every
 # module that asks for `celery_worker` (a module that star-imports them gets its own instead).
-pytest_plugins = ["tests.worker_fixtures"]
+pytest_plugins = ["tests.worker_fixtures", "tests.server_fixtures"]
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +30,19 @@ def _close_stray_test_connections(django_db_setup, django_db_blocker):
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def static_root(tmp_path_factory):
+    """Static files collected once, as a deployment does: the manifest storage needs them to
+    render any page, and WhiteNoise serves them (also to the web server subprocesses)."""
+    from django.conf import settings
+    from django.core.management import call_command
+
+    root = tmp_path_factory.mktemp("staticfiles")
+    settings.STATIC_ROOT = root
+    call_command("collectstatic", interactive=False, verbosity=0)
+    return root
 
 
 @pytest.fixture(scope="session")

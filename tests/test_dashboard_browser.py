@@ -1,4 +1,5 @@
-"""The dashboard in a real browser: Debian's Chromium driven by Playwright against a live server."""
+"""The dashboard in a real browser: Debian's Chromium driven by Playwright against gunicorn with
+DEBUG off (the production web process), static files served by WhiteNoise."""
 
 import shutil
 
@@ -36,13 +37,60 @@ def browser(monkeypatch):
         browser.close()
 
 
-def test_an_operator_logs_in_reads_a_job_and_previews_a_backfill(
-    browser, live_server, role_users, settings
-):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast in tests
+def _log_in(page, base_url: str, user, *, next_path: str) -> None:
+    user.set_password("pw-for-tests-only")
+    user.save(update_fields=["password"])
+    page.goto(f"{base_url}{next_path}")
+    assert "/accounts/login/" in page.url
+    page.fill("input[name=username]", user.get_username())
+    page.fill("input[name=password]", "pw-for-tests-only")
+    page.click("[type=submit]")
+    page.wait_for_url(f"{base_url}{next_path}")
+
+
+def test_every_page_gets_its_stylesheets_and_scripts(browser, web_server, role_users):
+    connector = ConnectorFactory(name="styled")
+    make_assets(connector, [10] * 3)
+    job = make_job(connector=connector, name="styled-job", batch_weight=10, max_items=1)
+    batch = batches.batch_acquire(job=job, worker="w")
+    batches.batch_succeed(batch_id=batch.id, attempt=batch.attempt)
+
+    page = browser.new_page()
+    assets_seen = {}
+
+    def record(response):
+        if response.request.resource_type in ("stylesheet", "script"):
+            assets_seen[response.url] = response.status
+
+    page.on("response", record)
+    _log_in(page, web_server.url, role_users["admin"], next_path="/")
+    pages = [
+        "/",
+        f"/jobs/{job.name}/",
+        "/connectors/",
+        "/backfills/",
+        f"/batches/{batch.id}/",
+        "/api/docs/",
+        "/admin/",
+        "/admin/inventory/job/",
+    ]
+    for path in pages:
+        response = page.goto(f"{web_server.url}{path}")
+        assert response.status == 200, path
+        page.wait_for_load_state("networkidle")
+    assert any(url.endswith(".css") for url in assets_seen), assets_seen
+    assert any("htmx" in url for url in assets_seen), assets_seen
+    assert any("chart" in url for url in assets_seen), assets_seen
+    broken = {url: status for url, status in assets_seen.items() if status != 200}
+    assert not broken, broken
+    # the dashboard's own stylesheet is applied, not only fetched
+    page.goto(f"{web_server.url}/")
+    header = page.evaluate("() => getComputedStyle(document.querySelector('header.top')).display")
+    assert header == "flex"  # tidemark.css lays the header out; unstyled it is "block"
+
+
+def test_an_operator_logs_in_reads_a_job_and_previews_a_backfill(browser, web_server, role_users):
     operator = role_users["operator"]
-    operator.set_password("pw-for-tests-only")
-    operator.save(update_fields=["password"])
     connector = ConnectorFactory(name="orders")
     assets = make_assets(connector, [30] * 6)
     job = make_job(connector=connector, name="orders-hourly", batch_weight=60, max_items=5)
@@ -51,18 +99,13 @@ def test_an_operator_logs_in_reads_a_job_and_previews_a_backfill(
         batches.batch_succeed(batch_id=batch.id, attempt=batch.attempt)
 
     page = browser.new_page()
-    page.goto(f"{live_server.url}/jobs/orders-hourly/")
-    assert "/accounts/login/" in page.url
-    page.fill("input[name=username]", "operator-user")
-    page.fill("input[name=password]", "pw-for-tests-only")
-    page.click("[type=submit]")
-    page.wait_for_url(f"{live_server.url}/jobs/orders-hourly/")
+    _log_in(page, web_server.url, operator, next_path="/jobs/orders-hourly/")
 
     assert page.inner_text("dl.facts").count(str(assets[3].id)) >= 1  # the committed watermark
     # Chart.js drew the history on the canvas
     page.wait_for_function("() => Chart.getChart(document.getElementById('history')) !== undefined")
 
-    page.goto(f"{live_server.url}/backfills/")
+    page.goto(f"{web_server.url}/backfills/")
     page.select_option("select[name=job]", "orders-hourly")
     page.fill("input[name=range_start]", str(assets[0].id))
     page.fill("input[name=range_end]", str(assets[-1].id))

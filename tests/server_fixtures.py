@@ -1,0 +1,79 @@
+"""The production web process for tests: gunicorn serving the app (static files by WhiteNoise)
+on a free loopback port, on this test session's database. Loaded as a plugin from conftest."""
+
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.worker_fixtures import ROOT, wait_until
+
+GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except urllib.error.HTTPError:
+        return True  # any HTTP answer (a login redirect, 401) means the server is up
+    except OSError:
+        return False
+
+
+class WebServer:
+    def __init__(self, proc: subprocess.Popen, url: str, log_path):
+        self.proc, self.url, self.log_path = proc, url, log_path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def web_server(worker_env, static_root, tmp_path_factory):
+    """gunicorn with DEBUG off, as `make demo`, the image and docker compose run it."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("gunicorn") / "gunicorn.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - the child holds it
+    proc = subprocess.Popen(
+        [
+            str(GUNICORN),
+            "controlplane.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+            "--access-logfile",
+            "-",
+        ],
+        cwd=ROOT,
+        env={**worker_env, "DEBUG": "false", "STATIC_ROOT": str(static_root)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    log.close()
+    url = f"http://127.0.0.1:{port}"
+    server = WebServer(proc, url, log_path)
+
+    def up():
+        if proc.poll() is not None:
+            pytest.fail(f"gunicorn exited; log:\n{server.log()[-4000:]}")
+        return _answers(f"{url}/accounts/login/")
+
+    wait_until(up, timeout=60, message="gunicorn to answer")
+    yield server
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
