@@ -98,18 +98,64 @@ def _own_delete_permission_only(model_admin, objs, request):
 
 
 class ConnectorForm(forms.ModelForm):
+    """Saves through connector_create / connector_update / connector_reset while validating, so a
+    service error shows on the field it names (as JobForm does)."""
+
+    reset_reason = forms.CharField(
+        required=False,
+        label="Reset reason",
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        help_text="Changing the source (path, meta_table, table, topic, dsn_env) of a connector "
+        "with jobs resets their watermarks to the start: give the reason here to confirm it.",
+    )
+    actor = ""  # set per request by ConnectorAdmin.get_form
+
     class Meta:
         model = Connector
         fields = ["name", "kind", "labels", "config", "start_after"]
 
     def clean(self):
         cleaned = super().clean()
-        kind = cleaned.get("kind") or (self.instance.kind if self.instance.pk else None)
-        if kind and "config" in cleaned:
-            try:
-                connector_services.validate_config(kind, cleaned["config"])
-            except InvalidInput as exc:
+        if self.errors:
+            return cleaned
+        try:
+            if self.instance.pk is None:
+                self.instance = connector_services.connector_create(
+                    name=cleaned["name"],
+                    kind=cleaned["kind"],
+                    config=cleaned["config"],
+                    labels=cleaned["labels"],
+                    start_after=cleaned["start_after"],
+                )
+            elif cleaned.get("reset_reason"):
+                self.instance = connector_services.connector_reset(
+                    connector=self.instance,
+                    config=cleaned["config"],
+                    actor=self.actor,
+                    reason=cleaned["reset_reason"],
+                    source=WatermarkSource.ADMIN,
+                )
+                self.instance = connector_services.connector_update(
+                    connector=self.instance,
+                    labels=cleaned["labels"],
+                    start_after=cleaned["start_after"],
+                )
+            else:
+                self.instance = connector_services.connector_update(
+                    connector=self.instance,
+                    config=cleaned["config"],
+                    labels=cleaned["labels"],
+                    start_after=cleaned["start_after"],
+                )
+        except InvalidInput as exc:
+            if exc.field == "reason":
+                self.add_error("reset_reason", exc.message)
+            elif exc.field in self.fields:
+                self.add_error(exc.field, exc.message)
+            else:  # config.path, config.meta_table.table, ...
                 self.add_error("config", f"{exc.field}: {exc.message}")
+        except TidemarkError as exc:
+            self.add_error(None, str(exc))
         return cleaned
 
 
@@ -126,24 +172,13 @@ class ConnectorAdmin(RoleActionsMixin, admin.ModelAdmin):
         fixed = ["name", "kind"] if obj is not None else []
         return [*fixed, *self.readonly_fields]
 
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        form.actor = actor_name(request.user)
+        return form
+
     def save_model(self, request, obj, form, change):
-        data = form.cleaned_data
-        if change:
-            connector_services.connector_update(
-                connector=obj,
-                config=data["config"],
-                labels=data["labels"],
-                start_after=data["start_after"],
-            )
-        else:
-            created = connector_services.connector_create(
-                name=data["name"],
-                kind=data["kind"],
-                config=data["config"],
-                labels=data["labels"],
-                start_after=data["start_after"],
-            )
-            obj.pk = created.pk
+        """ConnectorForm already saved it through the service."""
 
     def get_deleted_objects(self, objs, request):
         return _own_delete_permission_only(self, objs, request)

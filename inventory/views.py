@@ -22,6 +22,7 @@ from inventory.services import connectors as connector_services
 from inventory.services import jobs as job_services
 from inventory.services.errors import TidemarkError
 from inventory.services.runs import job_run
+from inventory.services.secrets import mask
 
 
 def role_required(role):
@@ -205,9 +206,14 @@ def backfill_action(request, pk, action):
 @login_required
 def batch_detail(request, pk):
     batch = get_object_or_404(Batch.objects.select_related("job__connector", "backfill"), pk=pk)
+    # shown, never saved: what a worker reported, with any credential in it masked
+    batch.error, batch.result = mask(batch.error), mask(batch.result)
+    attempts = list(batch.attempts.order_by("number"))
+    for attempt in attempts:
+        attempt.error = mask(attempt.error)
     context = {
         "batch": batch,
-        "attempts": batch.attempts.order_by("number"),
+        "attempts": attempts,
         "items": selectors.batch_items(batch=batch)[:200],
         "reason_form": ReasonForm(),
         "can_skip": batch.status == BatchStatus.DEAD,

@@ -6,18 +6,23 @@ import pytest
 
 from inventory.models import Connector, ConnectorState
 from tests.api_support import make_inventory, token_client
+from tests.factories import ConnectorFactory
 
 pytestmark = pytest.mark.django_db
 
 
-def test_it_creates_a_connector_and_shows_env_var_names_not_secrets(role_users):
+def test_it_creates_a_connector_and_shows_env_var_names_not_secrets(role_users, tmp_path):
     api = token_client(role_users["admin"])
     response = api.post(
         "/api/v1/connectors/",
         {
             "name": "warehouse",
             "kind": "files",
-            "config": {"dsn_env": "WAREHOUSE_DSN", "password_env": "WAREHOUSE_PW", "path": "/t"},
+            "config": {
+                "dsn_env": "WAREHOUSE_DSN",
+                "password_env": "WAREHOUSE_PW",
+                "path": str(tmp_path),
+            },
             "labels": ["nightly"],
         },
         format="json",
@@ -27,7 +32,7 @@ def test_it_creates_a_connector_and_shows_env_var_names_not_secrets(role_users):
     assert body["config"] == {
         "dsn_env": "WAREHOUSE_DSN",
         "password_env": "WAREHOUSE_PW",
-        "path": "/t",
+        "path": str(tmp_path),
     }
     assert body["state"] == "active"
     assert Connector.objects.get(name="warehouse").labels == ["nightly"]
@@ -109,17 +114,19 @@ def test_it_lists_and_reads_connectors_by_name(role_users):
     assert "nope" in api.get("/api/v1/connectors/nope/").json()["detail"]
 
 
-def test_it_updates_config_and_labels_but_not_the_kind(role_users):
-    connector, _ = make_inventory()
+def test_it_updates_config_and_labels_but_not_the_kind(role_users, tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "other").mkdir()
+    connector = ConnectorFactory(config={"path": str(tmp_path / "in")})  # no jobs read it yet
     api = token_client(role_users["admin"])
     response = api.patch(
         f"/api/v1/connectors/{connector.name}/",
-        {"config": {"path": "/data/other"}, "labels": ["a", "b"]},
+        {"config": {"path": str(tmp_path / "other")}, "labels": ["a", "b"]},
         format="json",
     )
     assert response.status_code == 200, response.content
     connector.refresh_from_db()
-    assert connector.config == {"path": "/data/other"}
+    assert connector.config == {"path": str(tmp_path / "other")}
     assert connector.labels == ["a", "b"]
     response = api.patch(
         f"/api/v1/connectors/{connector.name}/", {"config": {"token": "x"}}, format="json"
@@ -127,7 +134,7 @@ def test_it_updates_config_and_labels_but_not_the_kind(role_users):
     assert response.status_code == 400
     assert "config.token" in response.json()
     connector.refresh_from_db()
-    assert connector.config == {"path": "/data/other"}
+    assert connector.config == {"path": str(tmp_path / "other")}
 
 
 def test_it_pauses_and_resumes_a_connector(role_users):
@@ -152,7 +159,7 @@ def test_resuming_a_completed_connector_is_a_409(role_users):
     assert api.post("/api/v1/connectors/missing/resume/").status_code == 404
 
 
-def test_deleting_a_connector_in_use_is_a_409_and_unused_is_204(role_users):
+def test_deleting_a_connector_in_use_is_a_409_and_unused_is_204(role_users, tmp_path):
     connector, _ = make_inventory()
     api = token_client(role_users["admin"])
     response = api.delete(f"/api/v1/connectors/{connector.name}/")
@@ -160,7 +167,7 @@ def test_deleting_a_connector_in_use_is_a_409_and_unused_is_204(role_users):
     assert Connector.objects.filter(pk=connector.pk).exists()
     api.post(
         "/api/v1/connectors/",
-        json.dumps({"name": "spare", "kind": "files", "config": {"path": "/x"}}),
+        json.dumps({"name": "spare", "kind": "files", "config": {"path": str(tmp_path)}}),
         content_type="application/json",
     )
     assert api.delete("/api/v1/connectors/spare/").status_code == 204

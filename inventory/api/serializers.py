@@ -1,8 +1,9 @@
 """API shapes. Input serializers only validate; views pass the validated data to a service.
 
-Configs are shown as stored: secrets are never stored (the connector service refuses them; `*_env`
-keys hold an environment variable's *name*). As a second line of defence, any key that looks like
-a secret is masked on the way out, at any depth.
+Configs are shown as stored: secrets are never stored (inventory.services.secrets refuses them;
+`*_env` keys hold an environment variable's *name*). As a second line of defence, any key that
+looks like a secret and any credential inside a string is masked on the way out, at any depth,
+in configs, results and errors alike.
 """
 
 from drf_spectacular.utils import extend_schema_field
@@ -18,25 +19,18 @@ from inventory.models import (
     Watermark,
     WatermarkEvent,
 )
-from inventory.services.connectors import is_secret_key
 from inventory.services.jobs import FIXED_JOB_FIELDS, JOB_SETTINGS
+from inventory.services.secrets import mask
 
-MASK = "********"
 BIGINT = 2**63 - 1
 INT = 2**31 - 1
 SMALLINT = 2**15 - 1
 
 
 def public_config(value):
-    """A copy of a config with every secret-looking key masked, at any depth."""
-    if isinstance(value, dict):
-        return {
-            key: (MASK if is_secret_key(key) else public_config(inner))
-            for key, inner in value.items()
-        }
-    if isinstance(value, list):
-        return [public_config(inner) for inner in value]
-    return value
+    """A copy of a config (or an error, a result) with every secret-looking key and every
+    credential inside a string masked, at any depth (inventory.services.secrets)."""
+    return mask(value)
 
 
 class PublicJSONField(serializers.JSONField):
@@ -100,11 +94,19 @@ class ConnectorCreateSerializer(serializers.Serializer):
 
 
 class ConnectorUpdateSerializer(serializers.Serializer):
-    """Name and kind are fixed; config, labels and start_after may change."""
+    """Name and kind are fixed; config, labels and start_after may change (the source identity in
+    the config only without jobs: see reset/)."""
 
     config = serializers.DictField(required=False)
     labels = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
     start_after = serializers.CharField(max_length=100, required=False, allow_blank=True)
+
+
+class ConnectorResetSerializer(serializers.Serializer):
+    config = serializers.DictField(
+        help_text="the new config, source identity (path, meta_table, table, topic) included"
+    )
+    reason = serializers.CharField(max_length=2000, help_text="recorded on each job's watermark")
 
 
 # ---- jobs and watermarks -----------------------------------------------------------------------
@@ -269,6 +271,8 @@ class BatchSerializer(serializers.ModelSerializer):
 
 
 class BatchAttemptSerializer(serializers.ModelSerializer):
+    error = PublicJSONField()
+
     class Meta:
         model = BatchAttempt
         fields = ["number", "worker", "started_at", "finished_at", "outcome", "error"]
@@ -278,6 +282,8 @@ class BatchAttemptSerializer(serializers.ModelSerializer):
 class BatchDetailSerializer(BatchSerializer):
     attempts = BatchAttemptSerializer(many=True, read_only=True)
     config_snapshot = PublicJSONField()
+    result = PublicJSONField()
+    error = PublicJSONField()
 
     class Meta(BatchSerializer.Meta):
         fields = [*BatchSerializer.Meta.fields, "result", "error", "config_snapshot", "attempts"]

@@ -114,6 +114,7 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
         "destroy": ADMIN,
         "pause": OPERATOR,
         "resume": OPERATOR,
+        "reset": ADMIN,
     }
 
     @extend_schema(
@@ -128,6 +129,8 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
 
     @extend_schema(
         summary="Change a connector's config, labels or start_after (admin)",
+        description="A change of the source identity (config.path, meta_table, table, topic, "
+        "dsn_env) while jobs read from the connector is a 400 naming the field: use reset/.",
         request=s.ConnectorUpdateSerializer,
         responses=_responses({200: s.ConnectorSerializer}, 400, 404),
     )
@@ -135,6 +138,27 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
         connector = self.get_object()
         data = _valid(s.ConnectorUpdateSerializer, request)
         connector = connector_services.connector_update(connector=connector, **data)
+        return Response(s.ConnectorSerializer(connector).data)
+
+    @extend_schema(
+        summary="Change a connector's source and start its jobs over (admin)",
+        description="Sets the new config (its source identity included) and resets every job of "
+        "the connector to its start position: waiting batches and open backfills are cancelled, "
+        "finished batches superseded, each watermark reset with an audited event carrying the "
+        "reason. 409 while a batch of these jobs is running.",
+        request=s.ConnectorResetSerializer,
+        responses=_responses({200: s.ConnectorSerializer}, 400, 404, 409),
+    )
+    @action(detail=True, methods=["post"])
+    def reset(self, request, name=None):
+        data = _valid(s.ConnectorResetSerializer, request)
+        connector = connector_services.connector_reset(
+            connector=self.get_object(),
+            config=data["config"],
+            actor=actor_name(request.user),
+            reason=data["reason"],
+            source=WatermarkSource.API,
+        )
         return Response(s.ConnectorSerializer(connector).data)
 
     @extend_schema(

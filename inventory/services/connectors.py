@@ -1,59 +1,29 @@
 """Connectors: create with validated config, pause/resume, orchestration by `start_after`."""
 
-import re
-
 from django.db import transaction
 from django.db.models import Q
+from django.db.models.functions import Now
 
-from inventory.models import Connector, ConnectorKind, ConnectorState
-from inventory.services.errors import Conflict, InvalidInput
-from inventory.services.items import check_meta_table
-
-# Config keys that look like secrets must name an environment variable (`<key>_env`) instead.
-SECRET_HINTS = (
-    "password",
-    "passwd",
-    "secret",
-    "token",
-    "api_key",
-    "apikey",
-    "access_key",
-    "private_key",
-    "credentials",
-    "jaas",
+from inventory.models import (
+    Backfill,
+    BackfillStatus,
+    Batch,
+    BatchStatus,
+    Connector,
+    ConnectorKind,
+    ConnectorState,
+    Job,
+    WatermarkSource,
 )
-# A URL with a password in it (postgres://user:pw@host/db) holds a secret whatever its key.
-_URL_WITH_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]+@")
-
-
-def is_secret_key(key: str) -> bool:
-    lowered = str(key).lower()
-    return any(hint in lowered for hint in SECRET_HINTS) and not lowered.endswith("_env")
-
-
-def check_no_secrets(value, path: str) -> None:
-    """Refuse secrets anywhere in a config, nested objects and lists included."""
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            field = f"{path}.{key}"
-            if is_secret_key(key):
-                raise InvalidInput(
-                    field,
-                    f"secrets are not stored; put it in an environment variable and set {key}_env "
-                    "to that variable's name",
-                )
-            if str(key).lower().endswith("_env") and not (
-                isinstance(inner, str) and inner.isidentifier()
-            ):
-                raise InvalidInput(field, "must be the name of an environment variable")
-            check_no_secrets(inner, field)
-    elif isinstance(value, list):
-        for index, inner in enumerate(value):
-            check_no_secrets(inner, f"{path}[{index}]")
-    elif isinstance(value, str) and _URL_WITH_PASSWORD.search(value):
-        raise InvalidInput(
-            path, "this URL contains a password; put the password in an environment variable"
-        )
+from inventory.services import watermarks
+from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.items import check_meta_table, quote_table
+from inventory.services.secrets import check_no_secrets
+from inventory.services.sources import (
+    check_local_directory,
+    identity_changes,
+    source_table_check,
+)
 
 
 def validate_config(kind: str, config: dict) -> dict:
@@ -64,7 +34,17 @@ def validate_config(kind: str, config: dict) -> dict:
     if not isinstance(config, dict):
         raise InvalidInput("config", "must be an object")
     check_no_secrets(config, "config")
+    if "table" in config:
+        relation = quote_table(config["table"], field_name="config.table")
+        source_table_check(relation, field="config.table")
     if "meta_table" in config:
+        if "dsn_env" in config:
+            # refused rather than accepted and silently read through Tidemark's own connection
+            raise InvalidInput(
+                "config.dsn_env",
+                "meta tables are read through Tidemark's database connection; reading one "
+                "through a connection of its own is not supported yet",
+            )
         check_meta_table(config["meta_table"])
     elif kind in (ConnectorKind.KAFKA, ConnectorKind.JOB_OUTPUT):
         # refused rather than accepted and never planned
@@ -75,10 +55,12 @@ def validate_config(kind: str, config: dict) -> dict:
             "a table connector reads its table by an integer column: give meta_table "
             "{table, uid_column, item_column, weight_column (or null for weight 1)}",
         )
-    elif kind == ConnectorKind.FILES and not config.get("path"):
-        raise InvalidInput(
-            "config.path", "a files connector needs a directory path (or a meta_table)"
-        )
+    elif kind == ConnectorKind.FILES:
+        if not config.get("path"):
+            raise InvalidInput(
+                "config.path", "a files connector needs a directory path (or a meta_table)"
+            )
+        check_local_directory(config["path"], field="config.path")
     patterns = config.get("patterns")
     if patterns is not None and not (
         isinstance(patterns, list) and all(isinstance(p, str) and p for p in patterns)
@@ -164,11 +146,23 @@ _UNSET = object()
 def connector_update(
     *, connector: Connector, config=_UNSET, labels=_UNSET, start_after=_UNSET
 ) -> Connector:
-    """Change a connector's config, labels or `start_after`; its name and kind are fixed."""
+    """Change a connector's config, labels or `start_after`; its name and kind are fixed, and so
+    is its source identity while jobs read from it (connector_reset changes it explicitly)."""
     connector = Connector.objects.select_for_update().get(pk=connector.pk)
     fields = []
     if config is not _UNSET:
-        connector.config = validate_config(connector.kind, config or {})
+        config = validate_config(connector.kind, config or {})
+        changed = identity_changes(connector.config, config)
+        jobs = list(connector.jobs.order_by("name").values_list("name", flat=True)[:5])
+        if changed and jobs:
+            raise InvalidInput(
+                changed[0],
+                f"changing it re-points job(s) {', '.join(jobs)} at other data while their "
+                "watermarks stay where the old source left them; reset the connector instead "
+                "(POST connectors/{name}/reset/ with the new config and a reason: the jobs' "
+                "watermarks start over)",
+            )
+        connector.config = config
         fields.append("config")
     if labels is not _UNSET:
         if not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels):
@@ -193,3 +187,77 @@ def connector_delete(*, connector: Connector) -> None:
             f"connector {connector.name} is used by job(s) {', '.join(jobs)}; delete them first"
         )
     connector.delete()
+
+
+# batches of a reset connector's jobs: not started yet -> cancelled; finished -> superseded
+_RESET_CANCELLED = (BatchStatus.QUEUED, BatchStatus.FAILED)
+_RESET_SUPERSEDED = (BatchStatus.SUCCEEDED, BatchStatus.DEAD, BatchStatus.SKIPPED)
+_OPEN_BACKFILLS = (BackfillStatus.PENDING, BackfillStatus.RUNNING, BackfillStatus.PAUSED)
+
+
+@transaction.atomic
+def connector_reset(
+    *,
+    connector: Connector,
+    config: dict,
+    actor: str,
+    reason: str,
+    source: str = WatermarkSource.API,
+) -> Connector:
+    """Give a connector a new config, source identity included, and start its jobs over.
+
+    Every job of the connector goes back to its start position: its waiting batches and open
+    backfills are cancelled, its finished batches superseded, and its watermark reset, recorded
+    as a replay event with the actor and the reason. Assets registered from an old `path` are
+    forgotten. Output already written to sinks stays. Refused while a batch of these jobs runs.
+    Locks: connector, then jobs -> watermark -> backfill -> batch (the lock order of batches.py).
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise InvalidInput("reason", "resetting a connector needs a reason")
+    connector = Connector.objects.select_for_update().get(pk=connector.pk)
+    config = validate_config(connector.kind, config or {})
+    changed = identity_changes(connector.config, config)
+    jobs = list(Job.objects.select_for_update().filter(connector=connector).order_by("pk"))
+    running = (
+        Batch.objects.filter(job__in=jobs, status=BatchStatus.RUNNING)
+        .select_related("job")
+        .order_by("pk")
+        .first()
+    )
+    if running is not None:
+        raise Conflict(
+            f"batch {running.pk} of job {running.job.name} is running; pause the jobs and let "
+            "it finish (or cancel it) before resetting the connector"
+        )
+    what = ", ".join(changed) if changed else "same source"
+    for job in jobs:
+        watermark = watermarks._lock_watermark(job.pk)
+        backfills = Backfill.objects.select_for_update().filter(job=job, status__in=_OPEN_BACKFILLS)
+        for backfill in backfills.order_by("pk"):
+            backfill.status = BackfillStatus.CANCELLED
+            backfill.save(update_fields=["status", "updated_at"])
+        batches = Batch.objects.filter(job=job)
+        locked = list(batches.select_for_update().order_by("pk").values_list("pk", flat=True))
+        batches = Batch.objects.filter(pk__in=locked)
+        batches.filter(status__in=_RESET_CANCELLED).update(
+            status=BatchStatus.CANCELLED,
+            finished_at=Now(),
+            error={"type": "ConnectorReset", "message": f"{actor}: {reason}"},
+        )
+        batches.filter(status__in=_RESET_SUPERSEDED).update(status=BatchStatus.SUPERSEDED)
+        watermarks._record(
+            watermark,
+            new_position=job.start_position,
+            new_value=None,
+            source=source,
+            batch=None,
+            actor=actor,
+            reason=f"connector {connector.name} reset ({what}): {reason}",
+            replay=True,
+        )
+    if "config.path" in changed:
+        connector.assets.all().delete()
+    connector.config = config
+    connector.save(update_fields=["config", "updated_at"])
+    return connector

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError, connection, transaction
 
 from inventory.services.errors import InvalidInput
+from inventory.services.sources import source_table_check
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -154,13 +155,18 @@ def _filter_clause(flt: dict, field_name: str) -> tuple[str, list]:
 def source_for_connector(connector) -> ItemSource:
     spec = (connector.config or {}).get("meta_table")
     if spec is not None:
-        return meta_table_source(spec)
+        source = meta_table_source(spec)
+        # checked on every read too: a connector saved before the check existed is refused
+        source_table_check(source.relation, field="config.meta_table.table")
+        return source
     return assets_source(connector.pk)
 
 
 def check_meta_table(spec: dict) -> None:
-    """Fail with a clear error when the meta table or one of its columns does not exist."""
+    """Fail with a clear error when the meta table is one of Tidemark's own (or reads one), or
+    when it or one of its columns does not exist."""
     source = meta_table_source(spec)
+    source_table_check(source.relation, field="config.meta_table.table")
     sql, params = source.select(lower=0, upper=None, limit=0)
     try:
         with transaction.atomic(), connection.cursor() as cursor:

@@ -1,0 +1,166 @@
+"""One rule for secrets: refused on the way in, masked on the way out, redacted from stored errors.
+
+A config (connector config, job params, job sink) never holds a secret. A secret lives in an
+environment variable of the processes that need it, and the config names that variable under a
+key ending in `_env` (`dsn_env`, `password_env`). What counts as a secret:
+
+- a key that looks like one (`password`, `api_key`, `Secret_Token`, ...), at any depth;
+- a string holding a credential in any of the usual spellings: a URL with a password
+  (`postgres://app:pw@db/app`), a libpq key/value DSN (`host=db password=pw`), a JDBC URL or
+  query string (`jdbc:postgresql://db/app?user=app&password=pw`, `...;password=pw`).
+
+`check_no_secrets` refuses them naming the field; `mask` hides them in anything shown (API, pages,
+admin); `redact` removes the values of the environment variables a job refers to from text that
+is stored or shown (errors reported by workers and external processors).
+"""
+
+import os
+import re
+
+from inventory.services.errors import InvalidInput
+
+MASK = "********"
+
+# Key fragments that mark a secret; `<key>_env` (the variable's name) is what to use instead.
+SECRET_HINTS = (
+    "password",
+    "passwd",
+    "pwd",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "access_key",
+    "private_key",
+    "credential",
+    "authorization",
+    "jaas",
+)
+_HINTS = "|".join(re.escape(hint) for hint in SECRET_HINTS)
+
+# scheme://user:password@host
+_URL_PASSWORD = re.compile(r"(?P<head>://[^/@\s:]*:)(?P<secret>[^/@\s]+)(?=@)")
+# password=... in a key/value DSN (`host=db password='x y'`), a query string (`?password=x&`) or a
+# JDBC property list (`;password=x`); the key may carry a prefix (`sslpassword`, `db.password`).
+_ASSIGNED_SECRET = re.compile(
+    rf"(?P<head>(?:^|[\s;?&,])[\w.-]*(?:{_HINTS})[\w.-]*(?<!_env)\s*=\s*)"
+    r"(?P<secret>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s;&,]+)",
+    re.IGNORECASE,
+)
+
+
+def is_secret_key(key) -> bool:
+    lowered = str(key).lower()
+    return any(hint in lowered for hint in SECRET_HINTS) and not lowered.endswith("_env")
+
+
+def secret_in_text(text: str) -> str | None:
+    """Why `text` holds a credential, or None."""
+    if _URL_PASSWORD.search(text):
+        return "this URL contains a password"
+    match = _ASSIGNED_SECRET.search(text)
+    if match:
+        key = match.group("head").strip(" \t\n;?&,=")
+        return f"this value sets {key.strip()}"
+    return None
+
+
+def check_no_secrets(value, path: str) -> None:
+    """Refuse secrets anywhere in a config, nested objects and lists included (InvalidInput
+    naming the field; the message never repeats the secret)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            field = f"{path}.{key}"
+            if is_secret_key(key):
+                raise InvalidInput(
+                    field,
+                    f"secrets are not stored; put it in an environment variable and set {key}_env "
+                    "to that variable's name",
+                )
+            if str(key).lower().endswith("_env") and not (
+                isinstance(inner, str) and inner.isidentifier()
+            ):
+                raise InvalidInput(field, "must be the name of an environment variable")
+            check_no_secrets(inner, field)
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            check_no_secrets(inner, f"{path}[{index}]")
+    elif isinstance(value, str):
+        reason = secret_in_text(value)
+        if reason:
+            raise InvalidInput(
+                path,
+                f"{reason}; secrets are not stored: put the whole value (or the password) in an "
+                "environment variable and name it in a key ending in _env",
+            )
+
+
+def mask(value):
+    """A copy with every secret-looking key's value and every credential in a string masked."""
+    if isinstance(value, dict):
+        return {key: (MASK if is_secret_key(key) else mask(inner)) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [mask(inner) for inner in value]
+    if isinstance(value, str):
+        return mask_text(value)
+    return value
+
+
+def mask_text(text: str) -> str:
+    text = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK, text)
+    return _ASSIGNED_SECRET.sub(lambda m: m.group("head") + MASK, text)
+
+
+def env_names(*configs) -> set[str]:
+    """The environment variables the configs refer to (values of `*_env` keys, at any depth)."""
+    names: set[str] = set()
+
+    def walk(value):
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                if str(key).lower().endswith("_env") and isinstance(inner, str):
+                    names.add(inner)
+                walk(inner)
+        elif isinstance(value, list):
+            for inner in value:
+                walk(inner)
+
+    for config in configs:
+        walk(config)
+    return names
+
+
+def redact(value, *, names: set[str]):
+    """`value` (a JSON-like error or result) with the values of the named environment variables,
+    and any credential they contain, replaced by the mask: what a worker or an external
+    processor reports is stored and shown, so a DSN echoed in an exception must not be."""
+    secrets = []
+    for name in names:
+        secret = os.environ.get(name)
+        if secret and len(secret) >= 4:
+            secrets.append(secret)
+            secrets.extend(_credentials_in(secret))
+    secrets.sort(key=len, reverse=True)
+
+    def scrub(inner):
+        if isinstance(inner, dict):
+            return {key: scrub(item) for key, item in inner.items()}
+        if isinstance(inner, list):
+            return [scrub(item) for item in inner]
+        if isinstance(inner, str):
+            for secret in secrets:
+                inner = inner.replace(secret, MASK)
+            return mask_text(inner)
+        return inner
+
+    return mask(scrub(value))
+
+
+def _credentials_in(text: str) -> list[str]:
+    found = [m.group("secret") for m in _URL_PASSWORD.finditer(text)]
+    for match in _ASSIGNED_SECRET.finditer(text):
+        secret = match.group("secret")
+        found.append(secret)
+        if secret[:1] in "'\"":
+            found.append(secret[1:-1])
+    return [secret for secret in found if len(secret) >= 4]
