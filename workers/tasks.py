@@ -4,6 +4,7 @@ import logging
 
 from celery import shared_task
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
 from inventory.models import Connector, Job
 from inventory.services import runs, scheduling
@@ -29,7 +30,14 @@ _RETRY_SLACK_SECONDS = 0.5
 )
 def run_batch(batch_id: int) -> dict:
     """Run one batch if it is queued (or a due retry); anything else is left as it is."""
-    outcome = runs.batch_execute(batch_id=batch_id, executor_for=executors.executor_for)
+    try:
+        outcome = runs.batch_execute(batch_id=batch_id, executor_for=executors.executor_for)
+    except (OperationalError, InterfaceError) as exc:
+        # batch_execute retries its own database calls; should one still fail, the message must
+        # not be lost with it (the database keeps the batch's state: a second send is harmless)
+        log.warning("batch %s: database unavailable (%s); sent again", batch_id, exc)
+        runs.send(run_batch, batch_id, countdown=runs.DEFERRED_RETRY_SECONDS)
+        return {"batch": batch_id, "status": "deferred", "attempt": 0}
     if outcome.retry_in is not None:
         runs.send(run_batch, batch_id, countdown=outcome.retry_in + _RETRY_SLACK_SECONDS)
     log.info(

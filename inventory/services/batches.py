@@ -3,6 +3,9 @@
 queued -> running -> succeeded; running -> failed -> queued (backoff) until max_attempts, then dead;
 queued|running|failed -> cancelled; dead -> skipped (with a reason). `attempt` is the fencing token:
 only the holder of the current attempt, with a live lease, may commit (invariant 8).
+
+Rows are locked in one order on every path, job -> watermark -> backfill -> batch (see
+docs/architecture.md, "Lock order"); a path may skip a level, never go back up one.
 """
 
 import json
@@ -13,6 +16,8 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from inventory.models import (
+    Backfill,
+    BackfillStatus,
     Batch,
     BatchAttempt,
     BatchKind,
@@ -135,9 +140,10 @@ def batch_acquire(*, job: Job, worker: str, lease_seconds: int | None = None) ->
 
     In order: a waiting batch of an urgent backfill (priority > 0), a due retry or queued
     incremental batch, a newly planned incremental batch, a waiting batch of another backfill;
-    no backfill ever has more than its `max_concurrency` batches running. All of it is one call
-    to tidemark_acquire (migration 0002) under the job's row lock: this is every worker's hot path,
-    and outside an atomic block that one call is the whole transaction.
+    no backfill ever has more than its `max_concurrency` batches running (counted under the
+    backfill's row lock, as the worker start counts them). All of it is one call to
+    tidemark_acquire (migrations 0002, 0007) under the job's row lock: this is every worker's hot
+    path, and outside an atomic block that one call is the whole transaction.
     """
     if not worker:
         raise InvalidInput("worker", "name the worker taking the batch")
@@ -197,12 +203,52 @@ def _start(
     return _one(Batch.objects.raw(_START_SQL, params))
 
 
+def batch_lock_for_start(batch_id: int) -> Batch | None:
+    """Lock what starting `batch_id` needs, in the lock order (docs/architecture.md): the job's
+    row shared (a pause waits for a start in progress, and a start after the pause sees it), the
+    backfill's row (its running batches are counted under it, as tidemark_acquire counts them),
+    then the batch's. Runs in the caller's transaction; None when the batch does not exist."""
+    ref = Batch.objects.filter(pk=batch_id).values_list("job_id", "backfill_id").first()
+    if ref is None:
+        return None
+    job_id, backfill_id = ref
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM inventory_job WHERE id = %s FOR SHARE", [job_id])
+    if backfill_id is not None:
+        Backfill.objects.select_for_update().filter(pk=backfill_id).first()
+    return (
+        Batch.objects.select_for_update(of=("self",))
+        .select_related("job", "job__connector", "backfill")
+        .filter(pk=batch_id)
+        .first()
+    )
+
+
+def backfill_start_blocked(batch: Batch) -> str | None:
+    """Why `batch`'s backfill lets no batch start now (not running, or at max_concurrency), or
+    None. The caller holds the backfill's row lock (batch_lock_for_start)."""
+    if batch.backfill_id is None:
+        return None
+    backfill = Backfill.objects.get(pk=batch.backfill_id)
+    if backfill.status != BackfillStatus.RUNNING:
+        return f"backfill is {backfill.status}"
+    running = Batch.objects.filter(backfill_id=backfill.pk, status=BatchStatus.RUNNING).count()
+    if running >= backfill.max_concurrency:
+        return "backfill is at capacity"
+    return None
+
+
 @transaction.atomic
 def batch_start(*, batch_id: int, worker: str, lease_seconds: int | None = None) -> Batch:
     """queued -> running for a worker that was handed this batch (the Celery path)."""
-    batch = _locked(batch_id)
+    batch = batch_lock_for_start(batch_id)
+    if batch is None:
+        raise NotFound(f"batch {batch_id} does not exist")
     if batch.status != BatchStatus.QUEUED:
         raise Conflict(f"batch {batch_id} is {batch.status}, not queued")
+    blocked = backfill_start_blocked(batch)
+    if blocked:
+        raise Conflict(f"batch {batch_id}: {blocked}")
     return _start(
         batch_id,
         worker=worker,
@@ -315,12 +361,20 @@ def _fail(batch: Batch, *, error: dict) -> Batch:
     return batch
 
 
+@transaction.atomic
 def batches_requeue_due(*, job_id: int | None = None) -> list[int]:
-    """failed -> queued for every batch whose backoff has passed; returns their ids."""
+    """failed -> queued for every batch whose backoff has passed; returns their ids.
+
+    Rows locked elsewhere (a cancel, a start) are skipped until the next step: this step holds
+    no parent lock, so it must never wait for a batch row while holding others."""
     due = Batch.objects.filter(status=BatchStatus.FAILED, next_attempt_at__lte=timezone.now())
     if job_id is not None:
         due = due.filter(job_id=job_id)
-    ids = list(due.values_list("id", flat=True))
+    ids = list(
+        due.select_for_update(of=("self",), skip_locked=True)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
     if ids:
         Batch.objects.filter(pk__in=ids, status=BatchStatus.FAILED).update(
             status=BatchStatus.QUEUED
@@ -373,6 +427,10 @@ def batch_retry(*, batch_id: int, actor: str) -> Batch:
 @transaction.atomic
 def batch_cancel(*, batch_id: int, actor: str, reason: str = "") -> Batch:
     """queued|running|failed -> cancelled. A running worker then fails its fence at commit."""
+    backfill_id = Batch.objects.filter(pk=batch_id).values_list("backfill_id", flat=True).first()
+    if backfill_id is not None:
+        # lock order backfill -> batch: its completion below updates the backfill's row
+        Backfill.objects.select_for_update().filter(pk=backfill_id).first()
     batch = _locked(batch_id)
     if batch.status not in (BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED):
         raise Conflict(f"batch {batch_id} is {batch.status}; it can no longer be cancelled")
@@ -397,6 +455,9 @@ def batch_skip(*, batch_id: int, actor: str, reason: str) -> Batch:
     if job_id is None:
         raise NotFound(f"batch {batch_id} does not exist")
     watermark = watermarks._lock_watermark(job_id)
+    backfill_id = Batch.objects.filter(pk=batch_id).values_list("backfill_id", flat=True).first()
+    if backfill_id is not None:  # lock order watermark -> backfill -> batch
+        Backfill.objects.select_for_update().filter(pk=backfill_id).first()
     batch = _locked(batch_id)
     if batch.status != BatchStatus.DEAD:
         raise Conflict(f"batch {batch_id} is {batch.status}; only dead batches are skipped")

@@ -13,12 +13,20 @@ import logging
 import os
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import close_old_connections, connection, transaction
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.db.models import Q
 from django.utils import timezone
 
@@ -391,7 +399,18 @@ def batch_execute(
     when its backfill already has `max_concurrency` batches running, or is not running.
     """
     worker = worker or worker_name()
-    started = _start_if_ours(batch_id=batch_id, worker=worker)
+    try:
+        started = _with_db_retries(
+            lambda: _start_if_ours(batch_id=batch_id, worker=worker),
+            what="start",
+            batch_id=batch_id,
+            budget=START_RETRY_SECONDS,
+        )
+    except (OperationalError, InterfaceError) as exc:
+        # nothing started: the task comes back later (and the database still holds the batch)
+        return ExecuteOutcome(
+            batch_id, "deferred", detail=_first_line(exc), retry_in=DEFERRED_RETRY_SECONDS
+        )
     if isinstance(started, ExecuteOutcome):
         return started
     batch = started
@@ -414,23 +433,98 @@ def batch_execute(
         if not isinstance(exc, Exception):
             raise
         return failed
-    heartbeat.stop()
-    if heartbeat.lost:
-        return ExecuteOutcome(batch.pk, "stale", batch.attempt, heartbeat.lost)
-    watermark_value = None
-    if job.watermark_type != WatermarkType.INT:
-        watermark_value = result.get("watermark")
+    # the heartbeat keeps the lease alive while the commit retries a transient database error
     try:
-        lifecycle.batch_succeed(
-            batch_id=batch.pk,
-            attempt=batch.attempt,
+        if heartbeat.lost:
+            return ExecuteOutcome(batch.pk, "stale", batch.attempt, heartbeat.lost)
+        watermark_value = None
+        if job.watermark_type != WatermarkType.INT:
+            watermark_value = result.get("watermark")
+        outcome = _commit(
+            batch,
             result=result,
             watermark_value=watermark_value,
+            budget=min(max(lease, 10), COMMIT_RETRY_MAX_SECONDS),
         )
-    except StaleAttempt as exc:
-        return ExecuteOutcome(batch.pk, "stale", batch.attempt, str(exc))
-    _continue(batch)
-    return ExecuteOutcome(batch.pk, BatchStatus.SUCCEEDED, batch.attempt)
+    finally:
+        heartbeat.stop()
+    if outcome.status == BatchStatus.SUCCEEDED:
+        _continue(batch)
+    return outcome
+
+
+# Database errors in the worker's own calls (start, commit, fail) are retried when a retry can cure
+# them (a deadlock or serialization victim, a broken or restarted connection) and never escape
+# batch_execute: a commit that cannot get a verdict leaves the batch to its lease, so the reaper
+# gives it to another attempt, whose sink write replaces this one's output.
+START_RETRY_SECONDS = 10.0
+COMMIT_RETRY_MAX_SECONDS = 120.0
+DEFERRED_RETRY_SECONDS = 5.0
+
+
+def _with_db_retries(call, *, what: str, batch_id: int, budget: float):
+    """`call()`, tried again with backoff after a transient database error until `budget` seconds
+    have passed; then the last error is raised. Inside a caller's transaction nothing is retried
+    (that transaction is broken and belongs to the caller)."""
+    deadline = time.monotonic() + budget
+    delay = 0.1
+    while True:
+        try:
+            return call()
+        except (OperationalError, InterfaceError) as exc:
+            if connection.in_atomic_block or time.monotonic() + delay > deadline:
+                raise
+            log.warning(
+                "batch %s: %s failed (%s); retrying in %.1f s",
+                batch_id,
+                what,
+                _first_line(exc),
+                delay,
+            )
+            # a broken connection is replaced on the next query
+            try:
+                connection.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection may fail; it is gone
+                pass
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def _commit(batch: Batch, *, result: dict, watermark_value, budget: float) -> ExecuteOutcome:
+    def succeed() -> ExecuteOutcome:
+        try:
+            lifecycle.batch_succeed(
+                batch_id=batch.pk,
+                attempt=batch.attempt,
+                result=result,
+                watermark_value=watermark_value,
+            )
+        except StaleAttempt as exc:
+            # an earlier try may have committed just before its connection broke
+            if Batch.objects.filter(
+                pk=batch.pk, status=BatchStatus.SUCCEEDED, attempt=batch.attempt
+            ).exists():
+                return ExecuteOutcome(batch.pk, BatchStatus.SUCCEEDED, batch.attempt)
+            return ExecuteOutcome(batch.pk, "stale", batch.attempt, str(exc))
+        return ExecuteOutcome(batch.pk, BatchStatus.SUCCEEDED, batch.attempt)
+
+    try:
+        return _with_db_retries(succeed, what="commit", batch_id=batch.pk, budget=budget)
+    except (OperationalError, InterfaceError) as exc:
+        log.error(
+            "batch %s attempt %s: no commit verdict (%s); its lease decides",
+            batch.pk,
+            batch.attempt,
+            _first_line(exc),
+        )
+        return ExecuteOutcome(batch.pk, "unconfirmed", batch.attempt, _first_line(exc))
+    except DatabaseError as exc:
+        # a refusal no retry cures (e.g. a value the watermark rejects): recorded on the batch
+        return _fail(batch, _error_from(exc))
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
 
 
 def _continue(batch: Batch) -> None:
@@ -446,17 +540,8 @@ def _continue(batch: Batch) -> None:
 
 
 def _start_if_ours(*, batch_id: int, worker: str) -> Batch | ExecuteOutcome:
-    backfill_id = Batch.objects.filter(pk=batch_id).values_list("backfill_id", flat=True).first()
     with transaction.atomic():
-        if backfill_id is not None:
-            # lock order backfill -> batch, as backfill_set_status takes them
-            Backfill.objects.select_for_update().filter(pk=backfill_id).first()
-        batch = (
-            Batch.objects.select_for_update(of=("self",))
-            .select_related("job", "job__connector", "backfill")
-            .filter(pk=batch_id)
-            .first()
-        )
+        batch = lifecycle.batch_lock_for_start(batch_id)
         if batch is None:
             return ExecuteOutcome(batch_id, "missing", detail="no such batch")
         now = timezone.now()
@@ -467,18 +552,9 @@ def _start_if_ours(*, batch_id: int, worker: str) -> Batch | ExecuteOutcome:
             return ExecuteOutcome(batch_id, "ignored", batch.attempt, f"batch is {batch.status}")
         if batch.next_attempt_at is not None and batch.next_attempt_at > now:
             return ExecuteOutcome(batch_id, "ignored", batch.attempt, "backoff not over")
-        blocked = lifecycle.job_is_runnable(batch.job)
+        blocked = lifecycle.job_is_runnable(batch.job) or lifecycle.backfill_start_blocked(batch)
         if blocked:
             return ExecuteOutcome(batch_id, "ignored", batch.attempt, blocked)
-        if batch.backfill_id is not None:
-            backfill = Backfill.objects.get(pk=batch.backfill_id)  # locked above
-            if backfill.status != BackfillStatus.RUNNING:
-                return ExecuteOutcome(
-                    batch_id, "ignored", batch.attempt, f"backfill is {backfill.status}"
-                )
-            running = backfill.batches.filter(status=BatchStatus.RUNNING).count()
-            if running >= backfill.max_concurrency:
-                return ExecuteOutcome(batch_id, "ignored", batch.attempt, "backfill is at capacity")
         try:
             return lifecycle.batch_start(batch_id=batch_id, worker=worker)
         except Conflict as exc:
@@ -487,9 +563,17 @@ def _start_if_ours(*, batch_id: int, worker: str) -> Batch | ExecuteOutcome:
 
 def _fail(batch: Batch, error: dict) -> ExecuteOutcome:
     try:
-        failed = lifecycle.batch_fail(batch_id=batch.pk, attempt=batch.attempt, error=error)
+        failed = _with_db_retries(
+            lambda: lifecycle.batch_fail(batch_id=batch.pk, attempt=batch.attempt, error=error),
+            what="recording the failure",
+            batch_id=batch.pk,
+            budget=min(max(batch.job.lease_seconds, 10), COMMIT_RETRY_MAX_SECONDS),
+        )
     except StaleAttempt as exc:
         return ExecuteOutcome(batch.pk, "stale", batch.attempt, str(exc))
+    except DatabaseError as exc:
+        log.error("batch %s attempt %s: failure not recorded (%s)", batch.pk, batch.attempt, exc)
+        return ExecuteOutcome(batch.pk, "unrecorded", batch.attempt, _first_line(exc))
     retry_in = None
     if failed.status == BatchStatus.FAILED and failed.next_attempt_at is not None:
         retry_in = max((failed.next_attempt_at - timezone.now()).total_seconds(), 0.0)
