@@ -16,12 +16,13 @@ from inventory import selectors
 from inventory.forms import BackfillForm, ReasonForm
 from inventory.models import Backfill, BackfillStatus, Batch, BatchStatus, Connector, Job
 from inventory.roles import ADMIN, OPERATOR, actor_name, has_role
+from inventory.services import assets as asset_services
 from inventory.services import backfills as backfill_services
 from inventory.services import batches as batch_services
 from inventory.services import connectors as connector_services
 from inventory.services import jobs as job_services
+from inventory.services import scheduling as scheduling_services
 from inventory.services.errors import TidemarkError
-from inventory.services.runs import job_run
 from inventory.services.secrets import mask
 
 
@@ -88,7 +89,11 @@ def job_batches_partial(request, name):
 @role_required(OPERATOR)
 def job_run_now(request, name):
     job = get_object_or_404(Job.objects.select_related("connector"), name=name)
-    outcome = job_run(job=job)
+    try:
+        outcome = scheduling_services.job_run_now(job=job)
+    except TidemarkError as exc:
+        messages.error(request, str(exc))
+        return redirect("dashboard:job", name=job.name)
     if outcome.reason:
         messages.warning(request, f"Nothing planned: {outcome.reason}")
     else:
@@ -127,12 +132,17 @@ def connectors(request):
 def connector_action(request, name, action):
     connector = get_object_or_404(Connector, name=name)
     actions = {
-        "pause": connector_services.connector_pause,
-        "resume": connector_services.connector_resume,
+        "pause": (connector_services.connector_pause, f"paused {name}"),
+        "resume": (connector_services.connector_resume, f"resumed {name}"),
+        "discover": (
+            asset_services.connector_discover_now,
+            lambda new: f"scanned {name}: {new} new file(s) registered",
+        ),
     }
     if action not in actions:
         raise PermissionDenied(f"unknown action {action!r}")
-    _act(request, lambda: actions[action](connector=connector), f"{action}d {name}")
+    service, done = actions[action]
+    _act(request, lambda: service(connector=connector), done)
     return redirect("dashboard:connectors")
 
 
@@ -249,12 +259,13 @@ def batch_action(request, pk, action):
 
 
 def _act(request, call, done_message):
+    """Run a service call; its error or `done_message` (text, or a function of the result)."""
     try:
-        call()
+        result = call()
     except TidemarkError as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, done_message)
+        messages.success(request, done_message(result) if callable(done_message) else done_message)
 
 
 def _backfill_args(data):

@@ -351,6 +351,31 @@ class SkipSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000)
 
 
+class DiscoverResultSerializer(serializers.Serializer):
+    connector = serializers.CharField()
+    registered = serializers.IntegerField(help_text="files registered by this scan")
+
+
+class AnnounceAssetsSerializer(serializers.Serializer):
+    # each element is checked by the service (inventory.services.assets), naming assets[i].field
+    assets = serializers.ListField(
+        child=serializers.JSONField(),
+        help_text="[{location: str, weight: int >= 0 (default 1), extra: object}]",
+    )
+
+
+class AnnouncedAssetSerializer(serializers.Serializer):
+    location = serializers.CharField()
+    id = serializers.IntegerField()
+
+
+class AnnounceResultSerializer(serializers.Serializer):
+    connector = serializers.CharField()
+    registered = serializers.IntegerField(help_text="new locations")
+    known = serializers.IntegerField(help_text="locations registered before (left alone)")
+    assets = AnnouncedAssetSerializer(many=True)
+
+
 class RunResultSerializer(serializers.Serializer):
     job = serializers.CharField()
     planned = serializers.ListField(child=serializers.IntegerField())

@@ -25,11 +25,12 @@ from inventory.models import (
     WatermarkSource,
 )
 from inventory.roles import ADMIN, OPERATOR, VIEWER, actor_name
+from inventory.services import assets as asset_services
 from inventory.services import backfills as backfill_services
 from inventory.services import batches as batch_services
 from inventory.services import connectors as connector_services
 from inventory.services import jobs as job_services
-from inventory.services import runs as run_services
+from inventory.services import scheduling as scheduling_services
 from inventory.services import watermarks as watermark_services
 from inventory.services.errors import NotFound
 
@@ -115,6 +116,8 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
         "pause": OPERATOR,
         "resume": OPERATOR,
         "reset": ADMIN,
+        "discover": OPERATOR,
+        "assets": OPERATOR,
     }
 
     @extend_schema(
@@ -188,6 +191,41 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     def resume(self, request, name=None):
         connector = connector_services.connector_resume(connector=self.get_object())
         return Response(s.ConnectorSerializer(connector).data)
+
+    @extend_schema(
+        summary="Scan a files connector's directory now and register new files (operator)",
+        request=None,
+        responses=_responses({200: s.DiscoverResultSerializer}, 400, 404, 409),
+    )
+    @action(detail=True, methods=["post"])
+    def discover(self, request, name=None):
+        connector = self.get_object()
+        registered = asset_services.connector_discover_now(connector=connector)
+        return Response({"connector": connector.name, "registered": registered})
+
+    @extend_schema(
+        summary="Register files a producer announces (operator)",
+        description="For producers that know when a file is complete: the body is "
+        '`{"assets": [{"location", "weight", "extra"}, ...]}` (at most 10,000). Ids '
+        "are handed out in the order given and in the order registrations commit (a reader "
+        "resuming after an id never misses a smaller one). Known locations keep their id and "
+        "count as `known`: announcing the same list twice registers nothing the second time.",
+        request=s.AnnounceAssetsSerializer,
+        responses=_responses({200: s.AnnounceResultSerializer}, 400, 404, 409),
+    )
+    @action(detail=True, methods=["post"])
+    def assets(self, request, name=None):
+        connector = self.get_object()
+        data = _valid(s.AnnounceAssetsSerializer, request)
+        announced = asset_services.assets_announce(connector=connector, items=data["assets"])
+        return Response(
+            {
+                "connector": connector.name,
+                "registered": announced.registered,
+                "known": announced.known,
+                "assets": announced.assets,
+            }
+        )
 
 
 # ---- jobs, watermarks, external processing -----------------------------------------------------
@@ -286,12 +324,14 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
 
     @extend_schema(
         summary="Plan the job's new items now and hand them to the workers (operator)",
+        description="A `files` job's connector first discovers files that landed since its "
+        "last scan, so they are part of this run.",
         request=None,
         responses=_responses({200: s.RunResultSerializer}, 404),
     )
     @action(detail=True, methods=["post"])
     def run(self, request, name=None):
-        outcome = run_services.job_run(job=self.get_object())
+        outcome = scheduling_services.job_run_now(job=self.get_object())
         return Response(s.RunResultSerializer(outcome).data)
 
     @extend_schema(

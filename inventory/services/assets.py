@@ -6,12 +6,13 @@ connector never interleave: a reader resuming after id N can never later see a s
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.db import connection, transaction
 
-from inventory.models import Connector, ConnectorKind
-from inventory.services.errors import InvalidInput
+from inventory.models import Asset, Connector, ConnectorKind, ConnectorState
+from inventory.services.errors import Conflict, InvalidInput
 
 DEFAULT_PATTERNS = ["*.parquet", "*.json", "*.jsonl", "*.csv"]
 
@@ -35,11 +36,16 @@ def scan_directory(*, path: str, patterns: list[str] | None = None) -> list[tupl
     return [(location, size, {"mtime_ns": mtime}) for location, (mtime, size) in ordered]
 
 
+MAX_ANNOUNCED = 10_000  # items per producer call
+MAX_LOCATION_LENGTH = 4096
+
+
 @transaction.atomic
 def assets_register(*, connector: Connector, items: list[tuple[str, int, dict]]) -> int:
     """Register new items (location, weight, extra) of a connector; known locations are left alone.
 
-    Returns how many were new. Ids are handed out under the connector's row lock.
+    Returns how many were new. Ids are handed out under the connector's row lock, and only to
+    locations not registered yet (no id is spent on a known location).
     """
     for location, weight, _extra in items:
         if isinstance(weight, bool) or not isinstance(weight, int):
@@ -53,10 +59,14 @@ def assets_register(*, connector: Connector, items: list[tuple[str, int, dict]])
         cursor.execute(
             """
             INSERT INTO inventory_asset (connector_id, location, weight, extra, discovered_at)
-            SELECT %s, location, weight, extra::jsonb, now()
+            SELECT %s, t.location, t.weight, t.extra::jsonb, now()
             FROM unnest(%s::text[], %s::bigint[], %s::text[]) WITH ORDINALITY
                  AS t(location, weight, extra, ord)
-            ORDER BY ord
+            WHERE NOT EXISTS (
+                SELECT 1 FROM inventory_asset known
+                WHERE known.connector_id = %s AND known.location = t.location
+            )
+            ORDER BY t.ord
             ON CONFLICT (connector_id, location) DO NOTHING
             """,
             [
@@ -64,9 +74,97 @@ def assets_register(*, connector: Connector, items: list[tuple[str, int, dict]])
                 [item[0] for item in items],
                 [item[1] for item in items],
                 [json.dumps(item[2]) for item in items],
+                connector.pk,
             ],
         )
         return cursor.rowcount
+
+
+@dataclass
+class Announced:
+    registered: int
+    known: int
+    assets: list[dict]
+
+
+def _announced_items(items) -> list[tuple[str, int, dict]]:
+    """Producer input -> (location, weight, extra); InvalidInput naming `assets[i].field`."""
+    if not isinstance(items, list) or not items:
+        raise InvalidInput("assets", "expected a non-empty list of {location, weight, extra}")
+    if len(items) > MAX_ANNOUNCED:
+        raise InvalidInput("assets", f"at most {MAX_ANNOUNCED} items per call, got {len(items)}")
+    seen: dict[str, int] = {}
+    parsed = []
+    for index, item in enumerate(items):
+        where = f"assets[{index}]"
+        if not isinstance(item, dict):
+            raise InvalidInput(where, "expected an object {location, weight, extra}")
+        unknown = set(item) - {"location", "weight", "extra"}
+        if unknown:
+            raise InvalidInput(where, f"unknown key(s) {sorted(unknown)}")
+        location = item.get("location")
+        if not isinstance(location, str) or not location.strip():
+            raise InvalidInput(f"{where}.location", "a non-empty string is required")
+        if len(location) > MAX_LOCATION_LENGTH or "\x00" in location:
+            raise InvalidInput(
+                f"{where}.location", f"at most {MAX_LOCATION_LENGTH} characters, no NUL"
+            )
+        if location in seen:
+            raise InvalidInput(f"{where}.location", f"repeats assets[{seen[location]}].location")
+        seen[location] = index
+        weight = item.get("weight", 1)
+        if isinstance(weight, bool) or not isinstance(weight, int):
+            raise InvalidInput(f"{where}.weight", f"must be an integer, got {weight!r}")
+        if not 0 <= weight <= 2**63 - 1:
+            raise InvalidInput(f"{where}.weight", f"must be between 0 and 2^63-1, got {weight}")
+        extra = item.get("extra", {})
+        if not isinstance(extra, dict):
+            raise InvalidInput(f"{where}.extra", "must be an object")
+        parsed.append((location, weight, extra))
+    return parsed
+
+
+def _registrable(connector: Connector) -> None:
+    if connector.kind != ConnectorKind.FILES:
+        raise InvalidInput("kind", f"connector {connector.name} is {connector.kind}, not files")
+    if "meta_table" in (connector.config or {}):
+        raise Conflict(
+            f"connector {connector.name} reads the external meta table "
+            f"{connector.config['meta_table']!r}: add rows there instead"
+        )
+    if connector.state == ConnectorState.COMPLETED:
+        raise Conflict(f"connector {connector.name} is completed: its item set is closed")
+
+
+def assets_announce(*, connector: Connector, items) -> Announced:
+    """Register items a producer announces (`[{location, weight, extra}]`), in the given order.
+
+    Idempotent: known locations keep their id and are reported as known. Ids follow visibility
+    order (the connector's row lock, as for discovery).
+    """
+    _registrable(connector)
+    parsed = _announced_items(items)
+    with transaction.atomic():
+        registered = assets_register(connector=connector, items=parsed)
+        locations = [item[0] for item in parsed]
+        ids = dict(
+            Asset.objects.filter(connector=connector, location__in=locations).values_list(
+                "location", "pk"
+            )
+        )
+    return Announced(
+        registered=registered,
+        known=len(parsed) - registered,
+        assets=[{"location": location, "id": ids[location]} for location in locations],
+    )
+
+
+def connector_discover_now(*, connector: Connector) -> int:
+    """An operator's "look now": scan the connector's directory and register new files."""
+    _registrable(connector)
+    if connector.state == ConnectorState.PAUSED:
+        raise Conflict(f"connector {connector.name} is paused; resume it first")
+    return assets_discover(connector=connector)
 
 
 def assets_discover(*, connector: Connector) -> int:

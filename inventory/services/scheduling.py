@@ -18,7 +18,7 @@ from inventory.services import assets
 from inventory.services.batches import batches_reap_expired
 from inventory.services.connectors import connectors_release_waiting
 from inventory.services.errors import InvalidInput
-from inventory.services.runs import batches_dispatch_due, job_run
+from inventory.services.runs import RunOutcome, batches_dispatch_due, job_run
 
 PREFIX = "tidemark:"
 JOB_PREFIX = f"{PREFIX}run-job:"
@@ -141,9 +141,9 @@ def schedules_sync() -> SyncReport:
         wanted_names.add(name)
 
     for connector in Connector.objects.filter(kind=ConnectorKind.FILES).order_by("pk"):
-        config = connector.config or {}
-        if "meta_table" in config or not config.get("path"):
+        if not scans_directory(connector):
             continue
+        config = connector.config or {}
         every = int(config.get("discover_seconds") or DEFAULT_DISCOVER_SECONDS)
         name = f"{DISCOVER_PREFIX}{connector.name}"
         _upsert(
@@ -161,6 +161,28 @@ def schedules_sync() -> SyncReport:
         report.removed.append(entry.name)
         entry.delete()
     return report
+
+
+def scans_directory(connector: Connector) -> bool:
+    """A `files` connector whose items Tidemark discovers itself (not a meta table)."""
+    config = connector.config or {}
+    return (
+        connector.kind == ConnectorKind.FILES
+        and "meta_table" not in config
+        and bool(config.get("path"))
+    )
+
+
+def job_run_now(*, job: Job) -> RunOutcome:
+    """An operator's "run now": discover the connector's new files first, then plan and enqueue,
+    so files that landed since the last discovery timer are in this run."""
+    connector = job.connector
+    if scans_directory(connector) and connector.state not in (
+        ConnectorState.PAUSED,
+        ConnectorState.COMPLETED,
+    ):
+        assets.assets_discover(connector=connector)
+    return job_run(job=job)
 
 
 def connector_discover(*, connector: Connector) -> int:

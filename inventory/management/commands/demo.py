@@ -61,6 +61,7 @@ class Command(BaseCommand):
         self.landing, self.sink, self.logs = root / "landing", root / "sinks", root / "logs"
         self._say("1. database", "migrating the embedded PostgreSQL (or DATABASE_URL)")
         call_command("migrate", verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
         self._admin_user()
         self._reset(root)
         os.environ[SINK_DSN_ENV] = settings.DATABASE_URL
@@ -264,12 +265,18 @@ class Command(BaseCommand):
                 "--loglevel=INFO",
             ],
             "beat": [*celery, "beat", "--loglevel=INFO"],
+            # the production web process: gunicorn, static files served by WhiteNoise
             "web": [
                 sys.executable,
-                str(Path(settings.BASE_DIR) / "manage.py"),
-                "runserver",
+                "-m",
+                "gunicorn",
+                "controlplane.wsgi:application",
+                "--bind",
                 f"127.0.0.1:{port}",
-                "--noreload",
+                "--workers",
+                "2",
+                "--access-logfile",
+                "-",
             ],
         }
         for name, argv in commands.items():

@@ -1,0 +1,245 @@
+"""connectors/{name}/discover/ (look now) and connectors/{name}/assets/ (producers announce files),
+and jobs/{name}/run/ discovering before it plans."""
+
+import threading
+
+import pytest
+from django.db import connection
+
+from inventory.models import Asset, Batch, ConnectorState
+from tests.api_support import token_client
+from tests.factories import ConnectorFactory, make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def _landing(tmp_path, name="landing"):
+    folder = tmp_path / name
+    folder.mkdir()
+    return ConnectorFactory(name=name, config={"path": str(folder)}), folder
+
+
+# ---- discover/ ---------------------------------------------------------------------------------
+
+
+def test_discover_registers_files_that_landed_since_the_last_scan(role_users, tmp_path):
+    connector, folder = _landing(tmp_path)
+    api = token_client(role_users["operator"])
+    (folder / "a.parquet").write_bytes(b"x" * 10)
+    (folder / "b.csv").write_bytes(b"y" * 3)
+
+    first = api.post(f"/api/v1/connectors/{connector.name}/discover/")
+    assert first.status_code == 200, first.content
+    assert first.json() == {"connector": connector.name, "registered": 2}
+    assert sorted(Asset.objects.filter(connector=connector).values_list("weight", flat=True)) == [
+        3,
+        10,
+    ]
+
+    again = api.post(f"/api/v1/connectors/{connector.name}/discover/")
+    assert again.json()["registered"] == 0
+    (folder / "c.json").write_text("{}")
+    assert api.post(f"/api/v1/connectors/{connector.name}/discover/").json()["registered"] == 1
+
+
+def test_discover_needs_the_operator_role(role_users, tmp_path):
+    connector, folder = _landing(tmp_path)
+    (folder / "a.parquet").write_bytes(b"x")
+    assert token_client(None).post(
+        f"/api/v1/connectors/{connector.name}/discover/"
+    ).status_code in (
+        401,
+        403,
+    )
+    viewer = token_client(role_users["viewer"]).post(
+        f"/api/v1/connectors/{connector.name}/discover/"
+    )
+    assert viewer.status_code == 403
+    assert not Asset.objects.filter(connector=connector).exists()
+
+
+def test_discover_of_a_paused_connector_or_a_vanished_directory_is_refused(role_users, tmp_path):
+    connector, folder = _landing(tmp_path)
+    api = token_client(role_users["operator"])
+    connector.state = ConnectorState.PAUSED
+    connector.save(update_fields=["state"])
+    paused = api.post(f"/api/v1/connectors/{connector.name}/discover/")
+    assert paused.status_code == 409 and "paused" in paused.content.decode()
+
+    connector.state = ConnectorState.ACTIVE
+    connector.save(update_fields=["state"])
+    folder.rmdir()
+    gone = api.post(f"/api/v1/connectors/{connector.name}/discover/")
+    assert gone.status_code == 400
+    assert "config.path" in gone.json()
+    assert "does not exist" in str(gone.json()["config.path"])
+
+
+def test_run_of_a_files_job_discovers_first(
+    role_users, tmp_path, django_capture_on_commit_callbacks
+):
+    connector, folder = _landing(tmp_path)
+    job = make_job(connector=connector, name="eager", batch_weight=100, max_items=10)
+    (folder / "just-landed.parquet").write_bytes(b"x" * 5)
+
+    with django_capture_on_commit_callbacks(execute=False):
+        response = token_client(role_users["operator"]).post(f"/api/v1/jobs/{job.name}/run/")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert len(body["planned"]) == 1, body
+    batch = Batch.objects.get(pk=body["planned"][0])
+    asset = Asset.objects.get(connector=connector)
+    assert asset.location.endswith("just-landed.parquet")
+    assert batch.span.lower <= asset.pk < batch.span.upper
+
+
+# ---- assets/ -----------------------------------------------------------------------------------
+
+
+def test_a_producer_registers_files_in_the_order_given_idempotently(role_users):
+    connector = ConnectorFactory(name="announced", config={"path": "s3-like/landing"})
+    api = token_client(role_users["operator"])
+    items = [
+        {"location": "landing/2026/01/part-2.parquet", "weight": 200, "extra": {"etag": "b"}},
+        {"location": "landing/2026/01/part-1.parquet", "weight": 100},
+        {"location": "landing/2026/01/part-3.parquet"},
+    ]
+    first = api.post(
+        f"/api/v1/connectors/{connector.name}/assets/", {"assets": items}, format="json"
+    )
+    assert first.status_code == 200, first.content
+    body = first.json()
+    assert (body["registered"], body["known"]) == (3, 0)
+    ids = [entry["id"] for entry in body["assets"]]
+    assert ids == sorted(ids)  # ids follow the order the producer gave
+    assert [entry["location"] for entry in body["assets"]] == [i["location"] for i in items]
+    stored = {a.location: a for a in Asset.objects.filter(connector=connector)}
+    assert stored["landing/2026/01/part-2.parquet"].extra == {"etag": "b"}
+    assert stored["landing/2026/01/part-3.parquet"].weight == 1
+
+    more = items + [{"location": "landing/2026/01/part-4.parquet", "weight": 7}]
+    second = api.post(
+        f"/api/v1/connectors/{connector.name}/assets/", {"assets": more}, format="json"
+    )
+    body = second.json()
+    assert (body["registered"], body["known"]) == (1, 3)
+    assert [entry["id"] for entry in body["assets"][:3]] == ids  # known locations keep their id
+    assert body["assets"][3]["id"] > ids[-1]
+    assert body["assets"][3]["id"] == ids[-1] + 1  # no id spent on the known locations
+    assert Asset.objects.filter(connector=connector).count() == 4
+
+
+@pytest.mark.parametrize(
+    ("payload", "field", "reason"),
+    [
+        ({}, "assets", "required"),
+        ({"assets": []}, "assets", "non-empty"),
+        ({"assets": [{"location": "a", "weight": 1}, "b"]}, "assets[1]", "object"),
+        (
+            {"assets": [{"location": "a"}, {"location": "b", "weight": -3}]},
+            "assets[1].weight",
+            "between 0",
+        ),
+        ({"assets": [{"location": "a", "weight": "12"}]}, "assets[0].weight", "integer"),
+        ({"assets": [{"location": "a", "weight": True}]}, "assets[0].weight", "integer"),
+        ({"assets": [{"location": ""}]}, "assets[0].location", "non-empty"),
+        ({"assets": [{"weight": 4}]}, "assets[0].location", "non-empty"),
+        ({"assets": [{"location": "a"}, {"location": "a"}]}, "assets[1].location", "repeats"),
+        ({"assets": [{"location": "a", "extra": [1]}]}, "assets[0].extra", "object"),
+        ({"assets": [{"location": "a", "size": 3}]}, "assets[0]", "unknown key"),
+    ],
+)
+def test_a_bad_element_is_a_400_naming_it_and_registers_nothing(role_users, payload, field, reason):
+    connector = ConnectorFactory(name="strict")
+    response = token_client(role_users["operator"]).post(
+        f"/api/v1/connectors/{connector.name}/assets/", payload, format="json"
+    )
+    assert response.status_code == 400, response.content
+    errors = response.json()
+    assert field in errors, errors
+    assert reason in str(errors[field])
+    assert not Asset.objects.filter(connector=connector).exists()
+
+
+def test_registering_needs_the_operator_role_and_a_directory_connector(role_users):
+    connector = ConnectorFactory(name="guarded")
+    body = {"assets": [{"location": "x.parquet", "weight": 1}]}
+    viewer = token_client(role_users["viewer"])
+    assert (
+        viewer.post(f"/api/v1/connectors/{connector.name}/assets/", body, format="json").status_code
+        == 403
+    )
+    anonymous = token_client(None)
+    assert anonymous.post(
+        f"/api/v1/connectors/{connector.name}/assets/", body, format="json"
+    ).status_code in (
+        401,
+        403,
+    )
+    assert not Asset.objects.filter(connector=connector).exists()
+
+    operator = token_client(role_users["operator"])
+    assert operator.post("/api/v1/connectors/nope/assets/", body, format="json").status_code == 404
+    connector.state = ConnectorState.COMPLETED
+    connector.save(update_fields=["state"])
+    closed = operator.post(f"/api/v1/connectors/{connector.name}/assets/", body, format="json")
+    assert closed.status_code == 409 and "completed" in closed.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_producers_get_ids_in_visibility_order(role_users):
+    """Four producers announce at once while a reader resumes after the highest id it has seen
+    (as a job resumes after its watermark): the reader must end up having seen every asset."""
+    connector = ConnectorFactory(name="busy")
+    operator = role_users["operator"]
+    producers, per_producer, chunk = 4, 15, 3
+    seen: set[int] = set()
+    done = threading.Event()
+    errors: list = []
+
+    def produce(n: int):
+        try:
+            api = token_client(operator)
+            for k in range(per_producer):
+                items = [{"location": f"p{n}/f{k}-{j}", "weight": 1} for j in range(chunk)]
+                response = api.post(
+                    f"/api/v1/connectors/{connector.name}/assets/", {"assets": items}, format="json"
+                )
+                assert response.status_code == 200, response.content
+        except BaseException as exc:  # reported in the test thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    def read():
+        last = 0
+        try:
+            while True:
+                finished = done.is_set()
+                fresh = list(
+                    Asset.objects.filter(connector=connector, pk__gt=last)
+                    .order_by("pk")
+                    .values_list("pk", flat=True)
+                )
+                if fresh:
+                    seen.update(fresh)
+                    last = fresh[-1]
+                if finished:
+                    return
+        finally:
+            connection.close()
+
+    reader = threading.Thread(target=read)
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(producers)]
+    reader.start()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done.set()
+    reader.join()
+
+    assert not errors, errors
+    everything = set(Asset.objects.filter(connector=connector).values_list("pk", flat=True))
+    assert len(everything) == producers * per_producer * chunk
+    assert everything - seen == set()  # nothing committed behind the reader's back
