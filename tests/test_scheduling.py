@@ -34,6 +34,8 @@ def test_sync_registers_job_schedules_discovery_and_fixed_steps(tmp_path):
     every = make_job(connector=connector, name="every-30s", schedule_seconds=30)
     cron = make_job(connector=connector, name="nightly", schedule_cron="15 2 * * *")
     make_job(connector=connector, name="manual")
+    # `migrate` registered the fixed steps already; start from empty tables to see them created
+    PeriodicTask.objects.filter(name__startswith="tidemark:").delete()
 
     report = scheduling.schedules_sync()
 
@@ -56,6 +58,16 @@ def test_sync_registers_job_schedules_discovery_and_fixed_steps(tmp_path):
     # a second sync changes nothing
     again = scheduling.schedules_sync()
     assert (again.created, again.updated, again.removed) == ([], [], [])
+
+
+@pytest.mark.django_db
+def test_migrate_registers_the_maintenance_steps():
+    """The test database was built by `migrate`: the reaper and the other steps are there
+    without anyone running sync_schedules."""
+    names = set(PeriodicTask.objects.values_list("name", flat=True))
+    assert set(scheduling.FIXED_STEPS) <= names
+    reaper = PeriodicTask.objects.get(name="tidemark:reap-leases")
+    assert (reaper.task, reaper.enabled) == ("tidemark.reap_leases", True)
 
 
 @pytest.mark.django_db

@@ -1,0 +1,64 @@
+"""celery beat alone is enough: it registers Tidemark's periodic work itself when it starts, and
+its reaper returns a dead worker's batch (an expired lease) to the lifecycle."""
+
+import subprocess
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from django_celery_beat.models import PeriodicTask
+
+from inventory.models import Batch, BatchStatus
+from inventory.services import batches
+from tests.factories import ConnectorFactory, make_assets, make_job
+from tests.worker_fixtures import CELERY, ROOT, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_slow_beat_alone_registers_the_reaper_and_reaps_an_expired_lease(
+    celery_worker, worker_env, tmp_path
+):
+    PeriodicTask.objects.all().delete()  # a deployment where nobody ran sync_schedules
+    connector = ConnectorFactory(name="beat-src")
+    make_assets(connector, [10, 10])
+    job = make_job(connector=connector, name="beat-job", batch_weight=10, max_attempts=1)
+    batch = batches.batch_acquire(job=job, worker="gone-worker")
+    Batch.objects.filter(pk=batch.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
+
+    log_path = tmp_path / "beat.log"
+    with open(log_path, "wb") as log:
+        beat = subprocess.Popen(
+            [
+                str(CELERY),
+                "-A",
+                "controlplane",
+                "beat",
+                "--loglevel=INFO",
+                "--schedule",
+                str(tmp_path / "beat-schedule"),
+            ],
+            cwd=ROOT,
+            env=worker_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+
+        def reaped():
+            if beat.poll() is not None:
+                pytest.fail(f"beat exited: {log_path.read_text()[-3000:]}")
+            return Batch.objects.get(pk=batch.pk).status != BatchStatus.RUNNING
+
+        wait_until(reaped, timeout=90, interval=0.5, message="the reaper to run")
+    finally:
+        beat.terminate()
+        beat.wait(timeout=30)
+
+    batch.refresh_from_db()
+    assert batch.status == BatchStatus.DEAD  # one attempt allowed, and it was lost
+    assert batch.error["type"] == "LeaseExpired"
+    assert "gone-worker" in batch.error["message"]
+    assert PeriodicTask.objects.filter(name="tidemark:reap-leases", enabled=True).exists()
+    assert "Tidemark schedules registered" in log_path.read_text()
