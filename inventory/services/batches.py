@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from datetime import timedelta
 
 from django.db import DatabaseError, connection, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from inventory.models import (
@@ -22,10 +23,11 @@ from inventory.models import (
     BatchAttempt,
     BatchKind,
     BatchStatus,
+    Connector,
     ConnectorState,
     Job,
 )
-from inventory.services import watermarks
+from inventory.services import secrets, watermarks
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.items import source_for_connector
 from inventory.services.planning import (
@@ -344,6 +346,7 @@ def batch_fail(*, batch_id: int, attempt: int, error: dict) -> Batch:
 
 def _fail(batch: Batch, *, error: dict) -> Batch:
     now = timezone.now()
+    error = _redacted(batch, error)
     batch.error = error
     batch.finished_at = now
     batch.lease_expires_at = None
@@ -383,16 +386,19 @@ def batches_requeue_due(*, job_id: int | None = None) -> list[int]:
 
 
 def batches_reap_expired() -> list[int]:
-    """Running batches whose lease expired (their worker is gone) become failed attempts."""
+    """Running batches whose lease expired (their worker is gone) become failed attempts.
+
+    Leases are written with the database's clock (statement_timestamp()), so they are judged with
+    it too (now() in SQL), never with this process's clock: a skewed app server reaps nothing live.
+    """
     reaped = []
-    now = timezone.now()
-    expired = Batch.objects.filter(status=BatchStatus.RUNNING, lease_expires_at__lt=now)
+    expired = Batch.objects.filter(status=BatchStatus.RUNNING, lease_expires_at__lt=Now())
     for batch_id in expired.values_list("id", flat=True):
         with transaction.atomic():
             batch = (
                 Batch.objects.select_for_update(skip_locked=True)
                 .select_related("job")
-                .filter(pk=batch_id, status=BatchStatus.RUNNING, lease_expires_at__lt=now)
+                .filter(pk=batch_id, status=BatchStatus.RUNNING, lease_expires_at__lt=Now())
                 .first()
             )
             if batch is None:
@@ -471,10 +477,21 @@ def batch_skip(*, batch_id: int, actor: str, reason: str) -> Batch:
     return batch
 
 
+def _redacted(batch: Batch, error: dict) -> dict:
+    """An error as stored: without the values of the environment variables the job names
+    (a DSN echoed in an exception), nor any other credential (inventory.services.secrets)."""
+    connector_config = (
+        Connector.objects.filter(pk=batch.job.connector_id).values_list("config", flat=True).first()
+    )
+    names = secrets.env_names(batch.job.params, batch.job.sink, connector_config)
+    return secrets.redact(error, names=names)
+
+
 def _locked(batch_id: int) -> Batch:
     batch = (
         Batch.objects.select_for_update(of=("self",))
         .select_related("job")
+        .annotate(db_now=Now())
         .filter(pk=batch_id)
         .first()
     )
@@ -490,7 +507,8 @@ def _fence(batch: Batch, attempt: int, *, require_lease: bool) -> None:
         raise StaleAttempt(
             f"batch {batch.pk} is on attempt {batch.attempt}; attempt {attempt} may not report"
         )
-    if require_lease and batch.lease_expires_at <= timezone.now():
+    # the database's clock, as leases are written with it (see _locked)
+    if require_lease and batch.lease_expires_at <= batch.db_now:
         raise StaleAttempt(
             f"batch {batch.pk} attempt {attempt}: lease expired at "
             f"{batch.lease_expires_at.isoformat()}"

@@ -577,8 +577,9 @@ def _fail(batch: Batch, error: dict) -> ExecuteOutcome:
     retry_in = None
     if failed.status == BatchStatus.FAILED and failed.next_attempt_at is not None:
         retry_in = max((failed.next_attempt_at - timezone.now()).total_seconds(), 0.0)
+    # the stored (redacted) message: the outcome is logged and returned by the Celery task
     return ExecuteOutcome(
-        batch.pk, failed.status, batch.attempt, error.get("message", ""), retry_in
+        batch.pk, failed.status, batch.attempt, failed.error.get("message", ""), retry_in
     )
 
 
