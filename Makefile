@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export TIDEMARK_DEV ?= 1
 
-.PHONY: demo test bench lint format clean
+.PHONY: demo test bench lint format stop clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -34,5 +34,9 @@ format: $(VENV)/.installed
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-clean:
+# the embedded PostgreSQL and Redis stay up between runs (web, worker and beat share them)
+stop:
+	@if [ -x $(PY) ]; then $(PY) -m controlplane.embedded stop; fi
+
+clean: stop
 	rm -rf $(VENV) var

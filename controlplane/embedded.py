@@ -6,6 +6,7 @@ Both keep their data under one folder and are shared by every process of the pro
 
 import logging
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -79,3 +80,57 @@ def _redis_answers(redis_module, sock: Path) -> bool:
         return bool(redis_module.Redis(unix_socket_path=str(sock), socket_timeout=1).ping())
     except redis_module.RedisError:
         return False
+
+
+def _postmaster_pid(pg_dir: Path) -> int | None:
+    try:
+        pid = int((pg_dir / "postmaster.pid").read_text().split()[0])
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+    return pid if _alive(pid) else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop(data_dir: Path) -> list[str]:
+    """Stop the embedded PostgreSQL and Redis of data_dir if they run; returns what was stopped."""
+    stopped = []
+    pg_dir = data_dir / "pg"
+    pid = _postmaster_pid(pg_dir)
+    if pid is not None:
+        os.kill(pid, signal.SIGINT)  # PostgreSQL's fast shutdown
+        deadline = time.monotonic() + 60
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stopped.append(f"PostgreSQL ({pg_dir})")
+    sock = data_dir / "redis" / "redis.sock"
+    if sock.exists():
+        import redis
+
+        if _redis_answers(redis, sock):
+            try:
+                redis.Redis(unix_socket_path=str(sock), socket_timeout=5).shutdown(nosave=True)
+            except redis.ConnectionError:
+                pass  # the server closes the connection as it shuts down
+            stopped.append(f"Redis ({sock})")
+        sock.unlink(missing_ok=True)
+    return stopped
+
+
+if __name__ == "__main__":
+    # `python -m controlplane.embedded stop`: used by `make stop` and `make clean`
+    import sys
+
+    from controlplane.env import env_str
+
+    if sys.argv[1:] != ["stop"]:
+        sys.exit("usage: python -m controlplane.embedded stop")
+    folder = Path(env_str("TIDEMARK_DATA_DIR", str(Path(__file__).resolve().parent.parent / "var")))
+    names = stop(folder.resolve())
+    print("stopped " + ", ".join(names) if names else f"no embedded services running in {folder}")

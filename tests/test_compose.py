@@ -43,3 +43,11 @@ def test_the_celery_commands_name_the_project_app():
     assert "celery -A controlplane worker" in services["worker"]["command"]
     assert "celery -A controlplane beat" in services["beat"]["command"]
     assert (ROOT / "controlplane" / "celery.py").exists()
+
+
+def test_the_web_process_is_gunicorn_and_the_image_collects_static_files():
+    web = _compose()["services"]["web"]["command"]
+    assert "gunicorn controlplane.wsgi:application" in web and "runserver" not in web
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "collectstatic --noinput" in dockerfile
+    assert '"gunicorn", "controlplane.wsgi:application"' in dockerfile
