@@ -209,6 +209,16 @@ class Tidemark:
     def run(self, job: str) -> dict:
         return self.post(f"jobs/{_quote(job)}/run/")
 
+    def discover(self, connector: str) -> int:
+        """Ask a files connector to scan its directory now; returns how many files are new."""
+        return self.post(f"connectors/{_quote(connector)}/discover/")["registered"]
+
+    def register_assets(self, connector: str, assets: list[dict]) -> dict:
+        """Announce complete files ([{location, weight, extra}], in the order they became
+        complete). Known locations keep their id. Returns {registered, known, assets: [{location,
+        id}]}."""
+        return self.post(f"connectors/{_quote(connector)}/assets/", {"assets": assets})
+
     def batches(self, **filters) -> list[dict]:
         """All batches matching the filters (job=, status=, kind=, ...), following the pages."""
         found, path, params = [], "batches/", filters
