@@ -1,5 +1,5 @@
 """`make demo` end to end: embedded PostgreSQL and Redis, a worker, beat and the web server as
-children, the first files, then only the new files; `--once` exits after the demonstration.
+children, the first files, then only the new files; Ctrl-C stops it all without a traceback.
 
 Slow (a fresh embedded PostgreSQL, migrations and a worker's SparkSession; about a minute on an
 idle 2-core machine), so it runs once, in its own data folder, with no DATABASE_URL/REDIS_URL.
@@ -26,26 +26,58 @@ def _stop_embedded_services(data_dir: Path) -> None:
     time.sleep(1)
 
 
-def test_slow_the_demo_processes_the_first_files_then_only_the_new_ones(tmp_path):
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = (
+        Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}").exists() else ""
+    )
+    return state != "Z"  # a zombie has exited
+
+
+def test_slow_the_demo_processes_the_first_files_then_only_the_new_ones_and_stops_on_ctrl_c(
+    tmp_path,
+):
     env = {
         key: value
         for key, value in os.environ.items()
         if key not in ("DATABASE_URL", "REDIS_URL", "CELERY_QUEUE", "SPARK_MASTER")
     }
     env.update(TIDEMARK_DATA_DIR=str(tmp_path), TIDEMARK_DEV="1", PYTHONUNBUFFERED="1")
+    log_path = tmp_path / "demo.out"
     try:
-        done = subprocess.run(
-            [sys.executable, "manage.py", "demo", "--once", "--port", "0", "--timeout", "400"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        with open(log_path, "wb") as log:
+            demo = subprocess.Popen(
+                [sys.executable, "manage.py", "demo", "--port", "0", "--timeout", "400"],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 600
+        while "press Ctrl-C to stop" not in log_path.read_text(errors="replace"):
+            assert demo.poll() is None, log_path.read_text(errors="replace")[-5000:]
+            assert time.monotonic() < deadline, "the demo did not get to serving in 600 s"
+            time.sleep(1)
+        children = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", log_path.read_text())]
+        # what a terminal does on Ctrl-C: SIGINT to every process of the foreground group
+        os.killpg(demo.pid, signal.SIGINT)
+        demo.wait(timeout=90)
     finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
         _stop_embedded_services(tmp_path)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-5000:]
+    out = log_path.read_text(errors="replace")
+    assert demo.returncode == 0, out[-5000:]
+    assert "Traceback" not in out
+    assert "stopping..." in out
+    assert len(children) == 3
+    for pid in children:
+        assert not _running(pid), f"child {pid} outlived the demo"
+    assert "`make stop` stops them" in out
 
     password = re.search(r"username admin, password (\S+)", out)
     assert password and len(password.group(1)) >= 12

@@ -57,6 +57,29 @@ class Command(BaseCommand):
     def handle(self, *args, once: bool, port: int, timeout: int, **options):
         self.children: list[tuple[str, subprocess.Popen]] = []
         self.timeout = timeout
+        # Ctrl-C (SIGINT, which a terminal sends to the whole process group) and SIGTERM both
+        # end the demo the same way, at any step: children stopped, no traceback.
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        signal.signal(signal.SIGINT, _raise_interrupt)
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            self._demonstrate(once=once, port=port)
+        except KeyboardInterrupt:
+            self.stdout.write("\nstopping...")
+        finally:
+            # a second Ctrl-C while the children stop must not cut their shutdown short
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            self._stop_children()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
+            self.stdout.write(
+                f"The embedded PostgreSQL and Redis under {settings.DATA_DIR} keep running for "
+                "the next run; `make stop` stops them."
+            )
+
+    def _demonstrate(self, *, once: bool, port: int) -> None:
         root = Path(settings.DATA_DIR) / "demo"
         self.landing, self.sink, self.logs = root / "landing", root / "sinks", root / "logs"
         self._say("1. database", "migrating the embedded PostgreSQL (or DATABASE_URL)")
@@ -68,31 +91,22 @@ class Command(BaseCommand):
         connector, hourly, customers = self._pipeline()
         call_command("sync_schedules", verbosity=0)
         port = self._free_port(port)
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        signal.signal(signal.SIGTERM, _raise_interrupt)
-        try:
-            self._start_children(port)
-            self._say("4. first files", "registering and processing the first files")
-            self._round(connector, [hourly, customers])
-            new_files = self._write_days(first_day=4, days=1, renames=True)
-            self._say(
-                "5. new files",
-                f"{len(new_files)} more files arrived (their customer fields are partial: a new "
-                "name, no email or city): " + _names(new_files),
-            )
-            self._round(connector, [hourly, customers], expect=new_files)
-            self._show_sinks(port)
-            if once:
-                self._say("done", "--once: stopping the worker, beat and web server")
-                return
-            self._say("running", "press Ctrl-C to stop (beat keeps running the jobs every 30 s)")
-            self._serve()
-        except KeyboardInterrupt:
-            self.stdout.write("\nstopping...")
-        finally:
-            self._stop_children()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        self._start_children(port)
+        self._say("4. first files", "registering and processing the first files")
+        self._round(connector, [hourly, customers])
+        new_files = self._write_days(first_day=4, days=1, renames=True)
+        self._say(
+            "5. new files",
+            f"{len(new_files)} more files arrived (their customer fields are partial: a new "
+            "name, no email or city): " + _names(new_files),
+        )
+        self._round(connector, [hourly, customers], expect=new_files)
+        self._show_sinks(port)
+        if once:
+            self._say("done", "--once: stopping the worker, beat and web server")
+            return
+        self._say("running", "press Ctrl-C to stop (beat keeps running the jobs every 30 s)")
+        self._serve()
 
     # ---- setup ---------------------------------------------------------------------------------
 
