@@ -1,0 +1,173 @@
+"""The chaos suite's workers, data and checks.
+
+Every scenario runs its own Celery workers on a queue of its own (so killing or stopping them
+touches no other test), with the fault hooks of tests/chaos/processors.py armed. A test drives the
+periodic steps itself (`drive`: reaper, retry requeue, backfill pacing, a job run), so leases of a
+few seconds are enough and no scenario waits for beat. Each scenario ends with `assert_exactly_once`:
+the sink holds every source row once, and nothing else.
+"""
+
+import os
+import signal
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import tests.chaos.processors  # noqa: F401 - registers the chaos processors in this process too
+import tests.worker_processors  # noqa: F401
+from tests.worker_fixtures import WorkerProcess, read_sink, wait_until, write_orders
+
+CHAOS_MODULES = "tests.worker_processors,tests.chaos.processors"
+
+
+@pytest.fixture
+def chaos_queue(worker_env):
+    from controlplane.celery import app
+
+    queue = f"tidemark-chaos-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    previous = app.conf.CELERY_TASK_DEFAULT_QUEUE
+    app.conf.CELERY_TASK_DEFAULT_QUEUE = queue
+    yield queue
+    app.conf.CELERY_TASK_DEFAULT_QUEUE = previous
+
+
+@pytest.fixture
+def chaos_worker(worker_env, chaos_queue, worker_log_dir):
+    """Factory: start a worker on this test's queue (stopped, even if stopped by a signal, at the
+    end of the test)."""
+    started: list[WorkerProcess] = []
+
+    def start(*, name: str = "chaos", env: dict | None = None, **options) -> WorkerProcess:
+        worker = WorkerProcess(
+            env={
+                **worker_env,
+                "CELERY_QUEUE": chaos_queue,
+                "TIDEMARK_PROCESSOR_MODULES": CHAOS_MODULES,
+                "TIDEMARK_CHAOS_HOOKS": "1",
+                **(env or {}),
+            },
+            queue=chaos_queue,
+            name=name,
+            log_dir=worker_log_dir,
+            concurrency=options.pop("concurrency", 1),
+        )
+        started.append(worker)
+        return worker.start(**options)
+
+    yield start
+    for worker in started:
+        if worker.proc is not None and worker.proc.poll() is None:
+            try:
+                os.killpg(worker.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        worker.stop()
+
+
+# ---- data ---------------------------------------------------------------------------------------
+
+
+def landing_files(landing: Path, *, files: int, rows: int) -> set[int]:
+    """`files` Parquet files of `rows` orders each (one asset, so one batch, per file); returns
+    the order ids written."""
+    ids: set[int] = set()
+    for n in range(files):
+        first = 1 + n * 1000
+        write_orders(landing / f"part-{n:03d}.parquet", first_id=first, count=rows)
+        ids.update(range(first, first + rows))
+    return ids
+
+
+def chaos_job(tmp_path: Path, name: str, *, files: int = 1, rows: int = 5, params=None, **options):
+    """A files connector over fresh landing files, and a job writing a files sink, one batch per
+    file. Returns (job, expected order ids, sink path, gate folder)."""
+    from inventory.services import assets
+    from inventory.services.connectors import connector_create
+    from tests.factories import make_job
+
+    landing, sink, gates = tmp_path / "landing", tmp_path / "sink", tmp_path / "gates"
+    gates.mkdir(exist_ok=True)
+    expected = landing_files(landing, files=files, rows=rows)
+    connector = connector_create(name=f"{name}-src", kind="files", config={"path": str(landing)})
+    assets.assets_discover(connector=connector)
+    options.setdefault("processor", "chaos_hold")
+    options.setdefault("lease_seconds", 3)
+    options.setdefault("retry_backoff_seconds", 0)
+    options.setdefault("max_attempts", 5)
+    job = make_job(
+        connector=connector,
+        name=name,
+        batch_weight=10**12,
+        max_items=1,
+        params=params or {},
+        sink={"kind": "files", "path": str(sink)},
+        **options,
+    )
+    return job, expected, sink, gates
+
+
+def worker_pid(batch) -> int:
+    """The pid of the pool process running `batch` (its `worker` is host:pid)."""
+    return int(batch.worker.rsplit(":", 1)[1])
+
+
+# ---- driving the periodic steps ------------------------------------------------------------------
+
+
+def drive(until, *, timeout: float, jobs=(), every: float = 0.5, message: str = ""):
+    """Run the beat steps (reaper + due retries, backfill pacing, and a run of each job in `jobs`)
+    every `every` seconds until `until()` is truthy."""
+    from inventory.services import runs, scheduling
+
+    def step():
+        scheduling.leases_reap()
+        runs.backfills_pace()
+        for job in jobs:
+            runs.job_run(job=job)
+        value = until()
+        if not value:
+            time.sleep(every)
+        return value
+
+    return wait_until(step, timeout=timeout, interval=0, message=message)
+
+
+def all_batches_done(job) -> bool:
+    from inventory.models import Batch, BatchStatus
+
+    open_ = Batch.objects.filter(job=job).exclude(status=BatchStatus.SUCCEEDED)
+    return Batch.objects.filter(job=job).exists() and not open_.exists()
+
+
+# ---- checks --------------------------------------------------------------------------------------
+
+
+def assert_exactly_once(sink: Path, expected: set[int], *, key: str = "order_id") -> list[dict]:
+    """Total-queue check on the sink: no expected row lost, none unexpected, none twice."""
+    rows = read_sink(sink)
+    seen = Counter(row[key] for row in rows)
+    lost = sorted(expected - set(seen))
+    unexpected = sorted(set(seen) - expected)
+    duplicated = sorted(k for k, n in seen.items() if n > 1)
+    assert (lost, unexpected, duplicated) == ([], [], []), (
+        f"lost {lost[:20]}, unexpected {unexpected[:20]}, duplicated {duplicated[:20]}"
+    )
+    return rows
+
+
+def assert_watermark_covers(job) -> None:
+    """The succeeded batches tile [start, watermark) with no gap and no overlap, and the
+    watermark stands at the end of the last one."""
+    from inventory.models import Batch, BatchStatus, Watermark
+
+    spans = sorted(
+        (b.span.lower, b.span.upper)
+        for b in Batch.objects.filter(job=job, backfill__isnull=True, status=BatchStatus.SUCCEEDED)
+    )
+    assert spans, "no batch succeeded"
+    for (_, hi), (lo, _) in zip(spans, spans[1:], strict=False):
+        assert hi == lo, f"gap or overlap between batches: {spans}"
+    assert Watermark.objects.get(job=job).position == spans[-1][1]

@@ -1,0 +1,196 @@
+"""Workers that die, freeze or get a message twice: every row reaches the sink exactly once.
+
+Each scenario's worker runs its batches on a warm SparkSession; a lease is 3 s, so a lost worker's
+batch is reaped within seconds and run again by a (re)started pool process.
+"""
+
+import os
+import signal
+import time
+
+import pytest
+
+from inventory.models import Batch, BatchAttempt, BatchStatus, WatermarkEvent
+from inventory.services import runs
+from tests.chaos.conftest import (
+    all_batches_done,
+    assert_exactly_once,
+    assert_watermark_covers,
+    chaos_job,
+    drive,
+    worker_pid,
+)
+from tests.worker_fixtures import wait_until
+
+pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
+
+
+def _attempts(batch_id: int) -> list[tuple[int, str, str]]:
+    return [
+        (a.number, a.outcome, (a.error or {}).get("type", ""))
+        for a in BatchAttempt.objects.filter(batch_id=batch_id).order_by("number")
+    ]
+
+
+def _succeeded(batch_id: int) -> bool:
+    return Batch.objects.get(pk=batch_id).status == BatchStatus.SUCCEEDED
+
+
+def _assert_published_by_final_attempt(rows: list[dict], batch_id: int) -> None:
+    final = Batch.objects.get(pk=batch_id).attempt
+    assert {row["_attempt"] for row in rows} == {final}, "the sink holds a stale attempt's output"
+
+
+def test_a_worker_killed_during_the_sink_write(tmp_path, chaos_worker):
+    worker = chaos_worker(name="kill-in-write")
+    gate = tmp_path / "gates" / "open"
+    job, expected, sink, gates = chaos_job(
+        tmp_path, "kill-in-write", rows=20, params={"gate": str(gate), "hold": "write"}
+    )
+    (batch_id,) = runs.job_run(job=job).planned
+    wait_until(lambda: (gates / f"writing-{batch_id}").exists(), timeout=90, message="the write")
+
+    os.kill(worker_pid(Batch.objects.get(pk=batch_id)), signal.SIGKILL)
+    gate.touch()
+    drive(lambda: _succeeded(batch_id), timeout=120, message="a later attempt to succeed")
+
+    assert _attempts(batch_id)[0] == (1, "failed", "LeaseExpired")
+    rows = assert_exactly_once(sink, expected)
+    _assert_published_by_final_attempt(rows, batch_id)
+    assert_watermark_covers(job)
+    assert "ready." in worker.log()
+
+
+def test_a_crash_after_the_sink_write_and_before_the_commit(tmp_path, chaos_worker):
+    chaos_worker(name="crash-before-commit")
+    job, expected, sink, gates = chaos_job(
+        tmp_path,
+        "crash-before-commit",
+        rows=10,
+        params={"crash_before_commit": str(tmp_path / "gates" / "crashed")},
+    )
+    (batch_id,) = runs.job_run(job=job).planned
+    wait_until(lambda: (gates / "crashed").exists(), timeout=90, message="the crash")
+    # attempt 1's output is in the sink, and the batch is still running: nothing committed
+    assert Batch.objects.get(pk=batch_id).status == BatchStatus.RUNNING
+    assert not WatermarkEvent.objects.filter(watermark__job=job).exists()
+
+    drive(lambda: _succeeded(batch_id), timeout=120, message="a later attempt to succeed")
+
+    assert _attempts(batch_id) == [(1, "failed", "LeaseExpired"), (2, "succeeded", "")]
+    rows = assert_exactly_once(sink, expected)
+    _assert_published_by_final_attempt(rows, batch_id)
+    assert WatermarkEvent.objects.filter(watermark__job=job).count() == 1
+    assert_watermark_covers(job)
+
+
+def test_a_death_before_the_first_heartbeat(tmp_path, chaos_worker):
+    chaos_worker(name="no-heartbeat")
+    job, expected, sink, gates = chaos_job(
+        tmp_path,
+        "no-heartbeat",
+        params={"die_before_heartbeat": str(tmp_path / "gates" / "died")},
+    )
+    (batch_id,) = runs.job_run(job=job).planned
+    wait_until(lambda: (gates / "died").exists(), timeout=90, message="the death")
+    batch = Batch.objects.get(pk=batch_id)
+    assert (batch.status, batch.attempt) == (BatchStatus.RUNNING, 1)
+
+    drive(lambda: _succeeded(batch_id), timeout=120, message="attempt 2 to succeed")
+
+    assert _attempts(batch_id) == [(1, "failed", "LeaseExpired"), (2, "succeeded", "")]
+    assert_exactly_once(sink, expected)
+    assert_watermark_covers(job)
+
+
+def _parent_pid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_zombie_worker_can_neither_commit_nor_publish(tmp_path, chaos_worker):
+    workers = [chaos_worker(name="zombie-a"), chaos_worker(name="zombie-b")]
+    gate = tmp_path / "gates" / "open"
+    job, expected, sink, gates = chaos_job(tmp_path, "zombie", rows=10, params={"gate": str(gate)})
+    (batch_id,) = runs.job_run(job=job).planned
+    wait_until(lambda: (gates / f"started-{batch_id}-1").exists(), timeout=90, message="start")
+    pid = worker_pid(Batch.objects.get(pk=batch_id))
+    zombie = next(w for w in workers if _parent_pid(pid) == w.proc.pid)
+
+    os.killpg(zombie.proc.pid, signal.SIGSTOP)  # the whole worker freezes, past its lease
+    try:
+        drive(
+            lambda: (gates / f"started-{batch_id}-2").exists(),
+            timeout=120,
+            message="attempt 2 on the other worker",
+        )
+        gate.touch()
+        wait_until(lambda: _succeeded(batch_id), timeout=60, message="attempt 2 to commit")
+    finally:
+        os.killpg(zombie.proc.pid, signal.SIGCONT)
+    wait_until(
+        lambda: f"batch {batch_id} attempt 1: stale" in zombie.log(),
+        timeout=60,
+        message="the zombie to give up",
+    )
+
+    batch = Batch.objects.get(pk=batch_id)
+    assert (batch.status, batch.attempt) == (BatchStatus.SUCCEEDED, 2)
+    assert _attempts(batch_id) == [(1, "failed", "LeaseExpired"), (2, "succeeded", "")]
+    assert WatermarkEvent.objects.filter(watermark__job=job).count() == 1
+    rows = assert_exactly_once(sink, expected)
+    _assert_published_by_final_attempt(rows, batch_id)
+
+
+def test_a_poison_batch_stops_at_max_attempts_while_other_jobs_flow(tmp_path, chaos_worker):
+    worker = chaos_worker(name="poison", concurrency=2)
+    poison, _, _, _ = chaos_job(
+        tmp_path / "p", "poison", processor="chaos_exit", max_attempts=2, params={"code": 9}
+    )
+    healthy, expected, sink, _ = chaos_job(tmp_path / "h", "healthy", files=3, max_concurrency=3)
+    (poison_batch,) = runs.job_run(job=poison).planned
+    runs.job_run(job=healthy)
+
+    drive(
+        lambda: Batch.objects.get(pk=poison_batch).status == BatchStatus.DEAD
+        and all_batches_done(healthy),
+        timeout=240,
+        jobs=[poison, healthy],
+        message="the poison batch dead and the healthy job done",
+    )
+
+    assert _attempts(poison_batch) == [(1, "failed", "LeaseExpired"), (2, "failed", "LeaseExpired")]
+    assert_exactly_once(sink, expected)
+    assert_watermark_covers(healthy)
+    # no message loops: once dead, nothing keeps delivering the batch
+    mentions = worker.log().count(f"batch {poison_batch} ")
+    deadline = time.monotonic() + 6
+    drive(lambda: time.monotonic() > deadline, timeout=20, jobs=[poison, healthy])
+    assert worker.log().count(f"batch {poison_batch} ") == mentions
+    assert mentions <= 3 * 2, f"{mentions} deliveries logged for a batch of 2 attempts"
+
+
+def test_a_redelivered_message_while_the_batch_runs_is_a_no_op(tmp_path, chaos_worker):
+    workers = [chaos_worker(name="redeliver-a"), chaos_worker(name="redeliver-b")]
+    gate = tmp_path / "gates" / "open"
+    job, expected, sink, gates = chaos_job(
+        tmp_path, "redeliver", rows=10, lease_seconds=5, params={"gate": str(gate)}
+    )
+    (batch_id,) = runs.job_run(job=job).planned
+    wait_until(lambda: (gates / f"started-{batch_id}-1").exists(), timeout=90, message="start")
+
+    # what a broker redelivery hands a worker: the same task again, while the first one runs
+    from workers.tasks import run_batch
+
+    runs.send(run_batch, batch_id)
+    wait_until(
+        lambda: any(f"batch {batch_id} attempt 1: ignored" in w.log() for w in workers),
+        timeout=60,
+        message="the second delivery to be turned away",
+    )
+    gate.touch()
+    wait_until(lambda: _succeeded(batch_id), timeout=60, message="the batch to succeed")
+
+    assert _attempts(batch_id) == [(1, "succeeded", "")]
+    assert WatermarkEvent.objects.filter(watermark__job=job).count() == 1
+    assert_exactly_once(sink, expected)
