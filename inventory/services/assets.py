@@ -5,7 +5,9 @@ connector never interleave: a reader resuming after id N can never later see a s
 """
 
 import json
+import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,28 @@ from inventory.models import Asset, Connector, ConnectorKind, ConnectorState
 from inventory.services.errors import Conflict, InvalidInput
 
 DEFAULT_PATTERNS = ["*.parquet", "*.json", "*.jsonl", "*.csv"]
+log = logging.getLogger(__name__)
+
+
+# When is a file in a watched directory complete (issue: a half-written CSV read once, never again)?
+# - with `marker_suffix` (e.g. ".done"): when `<file><suffix>` exists (the producer says so);
+# - else when it has not been modified for `settle_seconds`, or when its size and modification
+#   time are unchanged across two looks `stable_probe_seconds` apart within one discovery.
+DEFAULT_SETTLE_SECONDS = 5
+DEFAULT_STABLE_PROBE_SECONDS = 0.25
+
+
+def check_completion_config(config: dict) -> None:
+    """InvalidInput naming the key when a files connector's completion settings are unusable."""
+    for key, upper in (("settle_seconds", 86_400), ("stable_probe_seconds", 60)):
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= upper:
+            raise InvalidInput(f"config.{key}", f"must be a number of seconds from 0 to {upper}")
+    marker = config.get("marker_suffix")
+    if marker is not None and (not isinstance(marker, str) or not marker or "/" in marker):
+        raise InvalidInput("config.marker_suffix", "must be a file name suffix such as '.done'")
 
 
 def scan_directory(*, path: str, patterns: list[str] | None = None) -> list[tuple[str, int, dict]]:
@@ -34,6 +58,41 @@ def scan_directory(*, path: str, patterns: list[str] | None = None) -> list[tupl
                 found[str(file)] = (stat.st_mtime_ns, stat.st_size)
     ordered = sorted(found.items(), key=lambda item: (item[1][0], item[0]))
     return [(location, size, {"mtime_ns": mtime}) for location, (mtime, size) in ordered]
+
+
+def _stat(location: str) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(location)
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+def complete_files(items: list[tuple[str, int, dict]], config: dict) -> list[tuple[str, int, dict]]:
+    """The scanned files that are complete under the connector's rule (see above)."""
+    marker = config.get("marker_suffix")
+    if marker:
+        return [
+            item
+            for item in items
+            if not item[0].endswith(marker) and os.path.exists(item[0] + marker)
+        ]
+    settle_ns = int(float(config.get("settle_seconds", DEFAULT_SETTLE_SECONDS)) * 1e9)
+    probe = float(config.get("stable_probe_seconds", DEFAULT_STABLE_PROBE_SECONDS))
+    now_ns = time.time_ns()
+    young = [item for item in items if now_ns - item[2]["mtime_ns"] < settle_ns]
+    if not young:
+        return items
+    stable: set[str] = set()
+    if probe > 0:
+        time.sleep(probe)
+        stable = {
+            location
+            for location, size, extra in young
+            if _stat(location) == (extra["mtime_ns"], size)
+        }
+    settled = {item[0] for item in young}
+    return [item for item in items if item[0] not in settled or item[0] in stable]
 
 
 MAX_ANNOUNCED = 10_000  # items per producer call
@@ -168,7 +227,10 @@ def connector_discover_now(*, connector: Connector) -> int:
 
 
 def assets_discover(*, connector: Connector) -> int:
-    """Scan a `files` connector's directory and register the files not seen before."""
+    """Scan a `files` connector's directory and register the complete files not seen before.
+
+    A registered file that has changed since (size or modification time) is not registered
+    again: it is logged and marked in its asset's `extra` (`changed_after_registration`)."""
     if connector.kind != ConnectorKind.FILES:
         raise InvalidInput("kind", f"connector {connector.name} is {connector.kind}, not files")
     config = connector.config or {}
@@ -177,5 +239,40 @@ def assets_discover(*, connector: Connector) -> int:
     path = config.get("path")
     if not path:
         raise InvalidInput("config.path", "a files connector needs a directory path")
-    items = scan_directory(path=path, patterns=config.get("patterns"))
-    return assets_register(connector=connector, items=items)
+    scanned = scan_directory(path=path, patterns=config.get("patterns"))
+    known = _known_changes(connector, scanned)
+    fresh = [item for item in scanned if item[0] not in known]
+    return assets_register(connector=connector, items=complete_files(fresh, config))
+
+
+def _known_changes(connector: Connector, scanned: list[tuple[str, int, dict]]) -> set[str]:
+    """Locations already registered; those whose file changed since are flagged (once)."""
+    if not scanned:
+        return set()
+    by_location = {location: (size, extra) for location, size, extra in scanned}
+    known = set()
+    for asset in Asset.objects.filter(connector=connector, location__in=list(by_location)).only(
+        "pk", "location", "weight", "extra"
+    ):
+        known.add(asset.location)
+        size, extra = by_location[asset.location]
+        registered = asset.extra or {}
+        if "mtime_ns" not in registered or "changed_after_registration" in registered:
+            continue
+        if (registered["mtime_ns"], asset.weight) != (extra["mtime_ns"], size):
+            log.warning(
+                "connector %s: %s changed after it was registered as asset %s (size %s -> %s); "
+                "it is not read again: register the new content under a new name",
+                connector.name,
+                asset.location,
+                asset.pk,
+                asset.weight,
+                size,
+            )
+            Asset.objects.filter(pk=asset.pk).update(
+                extra={
+                    **registered,
+                    "changed_after_registration": {"size": size, "mtime_ns": extra["mtime_ns"]},
+                }
+            )
+    return known

@@ -16,6 +16,7 @@ from inventory.models import (
     WatermarkSource,
 )
 from inventory.services import watermarks
+from inventory.services.assets import check_completion_config
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.items import check_meta_table, quote_table
 from inventory.services.secrets import check_no_secrets
@@ -61,6 +62,7 @@ def validate_config(kind: str, config: dict) -> dict:
                 "config.path", "a files connector needs a directory path (or a meta_table)"
             )
         check_local_directory(config["path"], field="config.path")
+        check_completion_config(config)
     patterns = config.get("patterns")
     if patterns is not None and not (
         isinstance(patterns, list) and all(isinstance(p, str) and p for p in patterns)
