@@ -241,6 +241,20 @@ class Batch(models.Model):
     error = models.JSONField(default=dict, blank=True)
     skip_reason = models.TextField(blank=True, default="")
     config_snapshot = models.JSONField(default=dict, blank=True)
+    # The sink's side of the batch (invariant 7): which attempt's output a reader of the sink sees,
+    # and which later batch removed that output when it published its own (a replay, a backfill,
+    # a retry of a refilled hole). Set only under the publish fence (tidemark_publish_begin/end).
+    published_attempt = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="the attempt whose output is in the sink"
+    )
+    replaced_by = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="replaced",
+        help_text="the batch whose output replaced this one's in the sink",
+    )
 
     class Meta:
         ordering = ["-id"]
@@ -291,6 +305,12 @@ class Batch(models.Model):
                 fields=["lease_expires_at"],
                 name="batch_running_lease_idx",
                 condition=Q(status=BatchStatus.RUNNING),
+            ),
+            # tidemark_publish_begin and backfill planning: "outputs of job J still in the sink"
+            models.Index(
+                fields=["job"],
+                name="batch_live_output_idx",
+                condition=Q(published_attempt__isnull=False, replaced_by__isnull=True),
             ),
         ]
 

@@ -53,19 +53,19 @@ def job_lag(*, job: Job) -> Lag | None:
 
 
 def job_blocker(*, job: Job) -> Batch | None:
-    """The incremental batch the watermark waits for (it starts at the watermark), if any."""
+    """The incremental batch the watermark waits for, if any: the uncommitted batch that starts
+    at the watermark, or, when no batch holds the items there, the cancelled batch whose range
+    waits to be planned again (its hole; an emptied hole is skipped by the next plan)."""
     position = job.watermark.position
-    first = (
-        Batch.objects.filter(
-            job=job,
-            kind=BatchKind.INCREMENTAL,
-            status__in=HOLDING_STATUSES,
-            span__startswith=position,
-        )
-        .exclude(status__in=COMMITTED_STATUSES)
+    incremental = Batch.objects.filter(job=job, kind=BatchKind.INCREMENTAL)
+    held = incremental.filter(status__in=HOLDING_STATUSES, span__startswith=position).first()
+    if held is not None:
+        return None if held.status in COMMITTED_STATUSES else held
+    return (
+        incremental.filter(status=BatchStatus.CANCELLED, span__contains=position)
+        .order_by("-id")
         .first()
     )
-    return first
 
 
 def job_batch_counts(*, job: Job) -> dict[str, int]:

@@ -207,12 +207,15 @@ def test_append_inserts_and_a_rerun_of_a_lineage_batch_replaces_its_own_rows(spa
     assert pg.rows("events", order="3, 1") == [(1, "a", 1), (1, "a", 1), (2, "b", 2)]
 
 
-def test_append_without_lineage_appends_every_time(spark, pg):
+def test_append_without_lineage_is_idempotent_per_batch(spark, pg):
+    # issue 8, item 3: a rerun of the same batch (a retry after the merge committed) used to
+    # append its rows again; the sink now records the writing batch in _tm_batch_id
     sink = pg.sink("log", mode="append")
     df = spark.createDataFrame([(1,)], "id INT")
-    write_sink(df, sink, batch_id=1)
-    write_sink(df, sink, batch_id=1)
-    assert pg.rows("log") == [(1,), (1,)]
+    write_sink(df, sink, batch_id=1, attempt=1)
+    write_sink(df, sink, batch_id=1, attempt=2)
+    write_sink(df, sink, batch_id=2, attempt=1)
+    assert pg.rows("log", order="2, 1") == [(1, 1), (1, 2)]
 
 
 def test_values_survive_the_copy_exactly(spark, pg):

@@ -2,7 +2,16 @@
 
 from django.db import transaction
 
-from inventory.models import Backfill, BackfillStatus, Batch, BatchKind, BatchStatus, Job
+from inventory.models import (
+    HOLDING_STATUSES,
+    Backfill,
+    BackfillStatus,
+    Batch,
+    BatchKind,
+    BatchStatus,
+    Job,
+)
+from inventory.services import outputs
 from inventory.services.batches import config_snapshot
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.items import source_for_connector
@@ -27,13 +36,7 @@ def backfill_preview(
     budget = batch_weight if batch_weight is not None else job.batch_weight
     cap = max_items if max_items is not None else job.max_items
     validate_budget(batch_weight=budget, max_items=cap)
-    plan = plan_closed_range(
-        source=source_for_connector(job.connector),
-        first=range_start,
-        last=range_end,
-        budget=budget,
-        max_items=cap,
-    )
+    plan = _plan_rewrite(job, first=range_start, last=range_end, budget=budget, max_items=cap)
     if not plan:
         raise Conflict(f"job {job.name} has no items in [{range_start}, {range_end}]")
     return plan
@@ -94,6 +97,75 @@ def backfill_create(
         for planned in plan
     )
     return backfill
+
+
+def _plan_rewrite(job: Job, *, first: int, last: int, budget: int, max_items: int):
+    """The backfill's batches: batches whose output is in the sink are rewritten whole, one
+    backfill batch each (the range widens to their boundaries), so each backfill batch replaces
+    exactly the outputs it covers when it publishes (docs/guarantees.md); items without an output
+    yet are planned by budget, cut where the incremental lane's planned range ends."""
+    source = source_for_connector(job.connector)
+    lower, upper = first, last + 1
+    live = list(outputs.live_outputs(job_id=job.pk, lower=lower, upper=upper))
+    if live:
+        lower = min(lower, live[0].span.lower)
+        upper = max(upper, live[-1].span.upper)
+    busy = (
+        Batch.objects.filter(
+            job=job,
+            status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED],
+            span__overlap=(lower, upper),
+        )
+        .order_by("span")
+        .first()
+    )
+    if busy is not None:
+        raise Conflict(
+            f"batch {busy.pk} ({busy.kind}, {busy.status}) is in flight over items "
+            f"[{busy.span.lower}, {busy.span.upper}); wait for it or cancel it first"
+        )
+    frontier = _incremental_frontier(job)
+
+    def by_budget(lo: int, hi: int) -> list[PlannedRange]:
+        if lo >= hi:
+            return []
+        cuts = [lo, *([frontier] if lo < frontier < hi else []), hi]
+        return [
+            planned
+            for a, b in zip(cuts, cuts[1:], strict=False)
+            for planned in plan_closed_range(
+                source=source, first=a, last=b - 1, budget=budget, max_items=max_items
+            )
+        ]
+
+    plan, cursor = [], lower
+    for output in live:
+        plan += by_budget(cursor, output.span.lower)
+        whole = plan_closed_range(
+            source=source,
+            first=output.span.lower,
+            last=output.span.upper - 1,
+            budget=2**62,
+            max_items=2**31 - 1,
+        )
+        plan += [
+            PlannedRange(output.span.lower, output.span.upper, w.item_count, w.weight)
+            for w in whole
+        ]
+        cursor = output.span.upper
+    plan += by_budget(cursor, upper)
+    return plan
+
+
+def _incremental_frontier(job: Job) -> int:
+    """Where the incremental lane's planned range ends (the watermark when nothing is held)."""
+    from django.db.models import Max
+    from django.db.models.functions import Upper
+
+    held = Batch.objects.filter(
+        job=job, kind=BatchKind.INCREMENTAL, status__in=HOLDING_STATUSES
+    ).aggregate(end=Max(Upper("span")))["end"]
+    return max(held or 0, job.watermark.position)
 
 
 def backfill_set_status(*, backfill: Backfill, status: str) -> Backfill:

@@ -67,9 +67,10 @@ def batch_plan_next(
     With a `worker` the batch starts at once as its first attempt (acquire); without, it is
     queued. Runs in the caller's transaction, which must hold the job's row lock.
     """
-    lower, upper = incremental_start(job_id=job.pk)
+    source = source_for_connector(job.connector)
+    lower, upper = incremental_start(job_id=job.pk, source=source)
     planned = plan_step(
-        source=source_for_connector(job.connector),
+        source=source,
         lower=lower,
         upper=upper,
         budget=job.batch_weight,
@@ -440,6 +441,12 @@ def batch_cancel(*, batch_id: int, actor: str, reason: str = "") -> Batch:
     batch = _locked(batch_id)
     if batch.status not in (BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED):
         raise Conflict(f"batch {batch_id} is {batch.status}; it can no longer be cancelled")
+    if batch.published_attempt is not None and batch.replaced_by_id is None:
+        # its output is in the sink: cancelling would leave it there uncommitted (invariant 7)
+        raise Conflict(
+            f"batch {batch_id} has already written its output (attempt "
+            f"{batch.published_attempt}); let it commit, or retry it"
+        )
     batch.status = BatchStatus.CANCELLED
     batch.lease_expires_at = None
     batch.finished_at = timezone.now()

@@ -60,6 +60,8 @@ class ItemSource:
     item: str
     where: list[str] = field(default_factory=list)
     params: list = field(default_factory=list)
+    # SQL that is false for a row planning must stop in front of (the visibility horizon)
+    settled: str = "true"
 
     def select(
         self, *, lower: int, upper: int | None, limit: int | None, with_item: bool = True
@@ -81,11 +83,13 @@ class ItemSource:
         return sql, params
 
     def planning_query(self) -> str:
-        """(uid, weight) rows in uid order from uid $1 on, as the text the planning functions
-        execute (they add the end bound); filter values are bound by the driver (mogrify)."""
+        """(uid, weight, settled) rows in uid order from uid $1 on, as the text the planning
+        functions execute (they add the end bound and stop at the first unsettled row); filter
+        values are bound by the driver (mogrify)."""
         where = [*self.where, f"{self.uid} >= $1"]
         sql = (
-            f"SELECT {self.uid} AS uid, {self.weight} AS weight FROM {self.relation} "
+            f"SELECT {self.uid} AS uid, {self.weight} AS weight, {self.settled} AS settled "
+            f"FROM {self.relation} "
             f"WHERE {' AND '.join(where)} ORDER BY {self.uid}"
         )
         return connection.ops.compose_sql(sql, self.params)
@@ -128,7 +132,55 @@ def meta_table_source(spec: dict) -> ItemSource:
         clause, values = _filter_clause(flt, f"config.meta_table.filters[{index}]")
         where.append(clause)
         params.extend(values)
-    return ItemSource(relation, uid, weight, item, where, params)
+    settled = _visibility_horizon(spec, relation)
+    return ItemSource(relation, uid, weight, item, where, params, settled)
+
+
+VISIBILITY_MODES = ("writers", "settle", "none")
+
+
+def _visibility_horizon(spec: dict, relation: str) -> str:
+    """SQL that is true for a meta-table row that no id still in flight can precede (invariant 5).
+
+    A user's table gives no promise that ids become visible in id order: with a serial id, a
+    writer can take id 1, another take id 2 and commit first. Planning stops in front of the first
+    row that is not settled, so a range never closes over an id that may still commit:
+
+    - "writers" (default): a row is settled once every transaction that was writing to the table
+      when it committed has ended: its inserting transaction (xmin) is older than the oldest
+      transaction still holding a write lock on the table (pg_locks). Needs a table (not a view)
+      whose ids are assigned by the INSERT itself (a serial/identity column or a DEFAULT).
+    - "settle": rows whose `time_column` is at least `settle_seconds` old; the user promises that
+      no writing transaction runs longer than that.
+    - "none": the user promises ids are commit-ordered (e.g. a trigger assigns them under a lock).
+    """
+    mode = spec.get("visibility", "writers")
+    if mode not in VISIBILITY_MODES:
+        raise InvalidInput(
+            "config.meta_table.visibility",
+            f"unknown mode {mode!r}; use one of {', '.join(VISIBILITY_MODES)}",
+        )
+    if mode == "none":
+        return "true"
+    if mode == "settle":
+        column = quote_identifier(
+            spec.get("time_column"), field_name="config.meta_table.time_column"
+        )
+        seconds = spec.get("settle_seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
+            raise InvalidInput(
+                "config.meta_table.settle_seconds", "must be a non-negative integer of seconds"
+            )
+        return f"({column} <= statement_timestamp() - make_interval(secs => {seconds}))"
+    # the relation text is validated, double-quoted identifiers: safe inside a literal
+    return (
+        f"(age({relation}.xmin) > coalesce((SELECT max(age(x.transactionid)) "
+        "FROM pg_locks AS r JOIN pg_locks AS x ON x.virtualtransaction = r.virtualtransaction "
+        "AND x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock' "
+        f"WHERE r.locktype = 'relation' AND r.relation = to_regclass('{relation}') "
+        "AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "AND r.mode = 'RowExclusiveLock' AND r.pid <> pg_backend_pid()), -2147483648))"
+    )
 
 
 def _filter_clause(flt: dict, field_name: str) -> tuple[str, list]:

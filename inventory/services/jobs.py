@@ -36,6 +36,7 @@ def job_create(
         )
     if Job.objects.filter(name=name).exists():
         raise Conflict(f"a job named {name!r} already exists")
+    check_watermark_source(connector=connector, watermark_type=watermark_type)
     unknown = set(options) - {f.name for f in Job._meta.get_fields()}
     if unknown:
         raise InvalidInput(sorted(unknown)[0], "is not a job setting")
@@ -57,6 +58,19 @@ def job_create(
     )
     watermark_create(job=job)
     return job
+
+
+def check_watermark_source(*, connector: Connector, watermark_type: str) -> None:
+    """A connector's `watermark_column` reports one maximum per batch: an int or datetime
+    watermark can hold it, a key_value or file_set watermark cannot (the worker also checks the
+    column's type against the job's before it writes anything: workers/spark/run.py)."""
+    column = (connector.config or {}).get("watermark_column")
+    if column and watermark_type in (WatermarkType.KEY_VALUE, WatermarkType.FILE_SET):
+        raise InvalidInput(
+            "watermark_type",
+            f"connector {connector.name} reads watermark_column {column!r}, one value per batch; "
+            f"a {watermark_type} watermark cannot hold it (use int or datetime)",
+        )
 
 
 # Fixed at creation: they decide which items the job's batches and watermark refer to.

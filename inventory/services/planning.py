@@ -84,12 +84,24 @@ def _plan(
     return [PlannedRange(*row) for row in rows]
 
 
-def incremental_start(*, job_id: int) -> tuple[int, int | None]:
+def incremental_start(*, job_id: int, source: ItemSource | None = None) -> tuple[int, int | None]:
     """Where the next incremental batch starts, and the bound it must stay below (None: open).
 
     Normally after the last batch that holds its range; if a cancelled batch left a hole above the
-    watermark, the hole is filled first so the watermark can move over it (migration 0002).
+    watermark, the hole is filled first so the watermark can move over it, and a hole with no item
+    left is covered by a skipped batch (tidemark_incremental_next, migration 0008). The caller
+    holds the job's row lock.
     """
+    if source is None:
+        from inventory.models import Job
+        from inventory.services.items import source_for_connector
+
+        source = source_for_connector(
+            Job.objects.select_related("connector").get(pk=job_id).connector
+        )
     with connection.cursor() as cursor:
-        cursor.execute("SELECT lo, hi FROM tidemark_incremental_start(%s)", [job_id])
+        cursor.execute(
+            "SELECT lo, hi FROM tidemark_incremental_next(%s, %s)",
+            [job_id, source.planning_query()],
+        )
         return cursor.fetchone()

@@ -42,6 +42,7 @@ from inventory.models import (
     WatermarkType,
 )
 from inventory.services import batches as lifecycle
+from inventory.services import outputs
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.items import source_for_connector
 
@@ -310,6 +311,9 @@ def batch_spec(*, batch: Batch) -> dict:
         "params": snapshot.get("params", job.params) or {},
         "sink": snapshot.get("sink", job.sink) or {},
         "attempt": batch.attempt,
+        "watermark_type": job.watermark_type,
+        # the sink publishes only through the fence, which names the outputs this one replaces
+        "fence": outputs.fence_spec(),
     }
 
 
@@ -498,6 +502,16 @@ def _commit(batch: Batch, *, result: dict, watermark_value, budget: float) -> Ex
                 attempt=batch.attempt,
                 result=result,
                 watermark_value=watermark_value,
+            )
+        except InvalidInput as exc:
+            # a reported value the job cannot store: failed with the reason, never left running
+            return _fail(
+                batch,
+                {
+                    "type": "InvalidWatermark",
+                    "message": f"{exc.field}: {exc.message}",
+                    "detail": "the batch's output was written; its next attempt replaces it",
+                },
             )
         except StaleAttempt as exc:
             # an earlier try may have committed just before its connection broke

@@ -249,8 +249,30 @@ def _supersede_after(job: Job, position: int) -> None:
             f"{position - 1} is inside batch {batch.pk} {batch.span}; replay from a batch boundary: "
             f"{batch.span.lower - 1} or {batch.span.upper - 1}",
         )
+    # a replay rewrites outputs in the sink whole: it may not start inside one (docs/guarantees.md)
+    inside = (
+        Batch.objects.filter(
+            job=job,
+            published_attempt__isnull=False,
+            replaced_by__isnull=True,
+            span__contains=position,
+        )
+        .exclude(span__startswith=position)
+        .first()
+    )
+    if inside is not None:
+        raise InvalidInput(
+            "value",
+            f"{position - 1} is inside the output of batch {inside.pk} {inside.span}; replay from "
+            f"a boundary of it: {inside.span.lower - 1} or {inside.span.upper - 1}",
+        )
     in_flight = incremental.filter(
         status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING], span__startswith__gte=position
+    ) | Batch.objects.filter(  # a backfill batch would publish into the replayed range
+        job=job,
+        kind=BatchKind.BACKFILL,
+        status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED],
+        span__endswith__gt=position,
     )
     if in_flight.exists():
         raise Conflict(

@@ -1,16 +1,25 @@
 """PostgreSQL table sink: parallel COPY into a staging table, then one merging transaction.
 
 sink = {"kind": "postgres", "dsn_env": "ENV_VAR", "table": "schema.table", "key": [...],
-        "mode": "append" | "upsert" | "coalesce", "order_by": optional column}
+        "mode": "append" | "upsert" | "coalesce", "order_by": optional column,
+        "version_column": optional column}
 
 1. The target table is created from the DataFrame's schema if missing (primary key on `key`).
+   Tidemark adds the columns it needs: `_tm_batch_id` (append: which batch wrote the row) and,
+   for upsert/coalesce without a `version_column`, `_tm_version` (the batch's source order).
 2. Every Spark partition COPYs its rows into an unlogged staging table unique to this attempt,
    from the executors, with nothing but psycopg2. A partition replaces its own rows in the staging
    table, so a retried Spark task does not stage them twice.
-3. One transaction merges: append inserts (and first deletes the batch's earlier rows when the
-   output carries `_tm_batch_id`); upsert updates every non-key column; coalesce updates each
-   column to COALESCE(new, stored), so a null in a partial update keeps the stored value. Rows
-   equal to the stored ones are not rewritten, so re-running a batch changes nothing.
+3. Inside the publish fence (workers/spark/fence.py), one transaction of the sink database merges:
+   - it locks the batch's row in `<schema>._tidemark_sink_ledger` and refuses an attempt older
+     than the one recorded there (a stale attempt never overwrites a newer one's rows);
+   - append deletes the rows of this batch and of the batches it replaces, then inserts;
+   - upsert updates every non-key column, coalesce each column to COALESCE(new, stored), so a
+     null in a partial update keeps the stored value; both only where the new row's version is
+     not older than the stored one's (the declared `version_column`, else the batch's source
+     order), so an older batch committing late never overwrites a newer one. Rows equal to the
+     stored ones are not rewritten, so re-running a batch changes nothing;
+   - it records (batch, attempt, rows) in the ledger, in the same transaction as the rows.
 4. The staging table is dropped.
 
 The DSN is read from the environment variable named by `dsn_env` on the driver and never shown in
@@ -28,6 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from workers.spark.errors import SinkError, spark_error_detail, spark_error_summary
+from workers.spark.fence import Publish, static_publish
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +60,15 @@ def check_postgres(sink: dict) -> None:
         raise SinkError("sink 'dsn_env' must name an environment variable")
 
 
-def write_postgres(df: DataFrame, sink: dict, *, batch_id: int) -> dict:
+def write_postgres(
+    df: DataFrame,
+    sink: dict,
+    *,
+    batch_id: int,
+    attempt: int = 0,
+    publish: Publish | None = None,
+    version: int | None = None,
+) -> dict:
     import psycopg2
 
     schema, table = _table_name(sink.get("table"))
@@ -62,12 +80,19 @@ def write_postgres(df: DataFrame, sink: dict, *, batch_id: int) -> dict:
     order_by = sink.get("order_by")
     if order_by is not None and order_by not in columns:
         raise SinkError(f"sink 'order_by' must name an output column, got {order_by!r}")
+    version_column = sink.get("version_column")
+    if version_column is not None and (version_column not in columns or version_column in key):
+        raise SinkError(
+            f"sink 'version_column' must name an output column outside the key, "
+            f"got {version_column!r}"
+        )
     dsn = _dsn(sink)
+    publish = publish or static_publish()
 
     target = f"{_q(schema)}.{_q(table)}"
     digest = hashlib.md5(f"{schema}.{table}".encode()).hexdigest()[:8]
     stage_prefix = f"_tm_stage_{digest}_{int(batch_id)}_"
-    stage_name = f"{stage_prefix}{uuid.uuid4().hex[:12]}"
+    stage_name = f"{stage_prefix}a{int(attempt)}_{uuid.uuid4().hex[:12]}"
     stage = f"{_q(schema)}.{_q(stage_name)}"
     quoted = ", ".join(_q(c) for c in columns)
 
@@ -78,8 +103,16 @@ def write_postgres(df: DataFrame, sink: dict, *, batch_id: int) -> dict:
     try:
         try:
             with conn, conn.cursor() as cur:
-                _ensure_target(cur, df, schema=schema, table=table, key=key)
-                _drop_leftover_stages(cur, schema=schema, prefix=stage_prefix)
+                _ensure_target(
+                    cur,
+                    df,
+                    schema=schema,
+                    table=table,
+                    key=key,
+                    mode=mode,
+                    version_column=version_column,
+                )
+                _drop_leftover_stages(cur, schema=schema, prefix=stage_prefix, attempt=attempt)
                 cur.execute(
                     f"CREATE UNLOGGED TABLE {stage} AS SELECT {quoted}, NULL::integer AS _tm_part "
                     f"FROM {target} WITH NO DATA"
@@ -97,7 +130,13 @@ def write_postgres(df: DataFrame, sink: dict, *, batch_id: int) -> dict:
             error.detail = _scrub(spark_error_detail(exc), dsn)
             raise error from None
         try:
-            with conn, conn.cursor() as cur:
+            with publish() as replaced, conn, conn.cursor() as cur:
+                _ledger_claim(
+                    cur,
+                    target=f"{schema}.{table}",
+                    batch_id=batch_id,
+                    attempt=attempt,
+                )
                 rows_out, changed = _merge(
                     cur,
                     target=target,
@@ -107,6 +146,18 @@ def write_postgres(df: DataFrame, sink: dict, *, batch_id: int) -> dict:
                     mode=mode,
                     order_by=order_by,
                     batch_id=batch_id,
+                    replaced=replaced,
+                    version_column=version_column,
+                    version=version,
+                    target_name=f"{schema}.{table}",
+                )
+                _ledger_record(
+                    cur,
+                    target=f"{schema}.{table}",
+                    batch_id=batch_id,
+                    attempt=attempt,
+                    rows=rows_out,
+                    replaced=replaced,
                 )
         except psycopg2.Error as exc:
             raise SinkError(f"merging into {schema}.{table} failed: {_scrub(exc, dsn)}") from None
@@ -238,7 +289,24 @@ def _pg_type(data_type: T.DataType) -> str:
     return "text"
 
 
-def _ensure_target(cur, df: DataFrame, *, schema: str, table: str, key: list[str]) -> None:
+BATCH_COLUMN = "_tm_batch_id"
+BOOKKEEPING_SCHEMA = "tidemark_sink"
+# (target, batch) -> the attempt that merged last and its rows
+LEDGER = f'"{BOOKKEEPING_SCHEMA}"."ledger"'
+# (target, key) -> the source version of the stored row, when no version column is declared
+KEY_VERSIONS = f'"{BOOKKEEPING_SCHEMA}"."key_versions"'
+
+
+def _ensure_target(
+    cur,
+    df: DataFrame,
+    *,
+    schema: str,
+    table: str,
+    key: list[str],
+    mode: str = "upsert",
+    version_column: str | None = None,
+) -> None:
     # two first batches may race to create the table; serialize on its name
     cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"tidemark.sink:{schema}.{table}"])
     cur.execute(f"CREATE SCHEMA IF NOT EXISTS {_q(schema)}")
@@ -258,15 +326,76 @@ def _ensure_target(cur, df: DataFrame, *, schema: str, table: str, key: list[str
     unknown = [c for c in df.columns if c not in existing]
     if unknown:
         raise SinkError(f"columns {unknown} are not in the sink table {schema}.{table}")
+    if mode == "append" and BATCH_COLUMN not in existing:
+        # which batch wrote each row: a rerun or a replacing batch deletes exactly those rows
+        cur.execute(
+            f"ALTER TABLE {_q(schema)}.{_q(table)} ADD COLUMN IF NOT EXISTS {_q(BATCH_COLUMN)} bigint"
+        )
+    if mode != "append" and version_column is not None and version_column not in existing:
+        raise SinkError(f"sink 'version_column' {version_column!r} is not in {schema}.{table}")
+    # Tidemark's own bookkeeping lives in a schema of its own, beside the user's tables
+    cur.execute(f"CREATE SCHEMA IF NOT EXISTS {_q(BOOKKEEPING_SCHEMA)}")
+    cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {LEDGER} ("
+        "target text NOT NULL, batch_id bigint NOT NULL, attempt integer NOT NULL, "
+        "rows bigint NOT NULL, merged_at timestamptz NOT NULL DEFAULT now(), "
+        "PRIMARY KEY (target, batch_id))"
+    )
+    cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {KEY_VERSIONS} ("
+        "target text NOT NULL, key jsonb NOT NULL, version bigint NOT NULL, "
+        "PRIMARY KEY (target, key))"
+    )
 
 
-def _drop_leftover_stages(cur, *, schema: str, prefix: str) -> None:
-    """Drop staging tables of this batch's earlier attempts that died before cleaning up."""
+def _ledger_claim(cur, *, target: str, batch_id: int, attempt: int) -> None:
+    """Lock the batch's ledger row; refuse an attempt older than the one that merged last."""
+    ledger = LEDGER
+    cur.execute(
+        f"INSERT INTO {ledger} (target, batch_id, attempt, rows) VALUES (%s, %s, %s, 0) "
+        "ON CONFLICT (target, batch_id) DO NOTHING",
+        [target, int(batch_id), int(attempt)],
+    )
+    cur.execute(
+        f"SELECT attempt FROM {ledger} WHERE target = %s AND batch_id = %s FOR UPDATE",
+        [target, int(batch_id)],
+    )
+    merged = cur.fetchone()[0]
+    if merged > int(attempt):
+        from workers.spark.fence import FencedOut
+
+        raise FencedOut(
+            f"batch {batch_id} attempt {attempt} may not merge into {target}: "
+            f"attempt {merged} already did"
+        )
+
+
+def _ledger_record(cur, *, target, batch_id, attempt, rows, replaced) -> None:
+    ledger = LEDGER
+    cur.execute(
+        f"UPDATE {ledger} SET attempt = %s, rows = %s, merged_at = now() "
+        "WHERE target = %s AND batch_id = %s",
+        [int(attempt), int(rows), target, int(batch_id)],
+    )
+    if replaced:
+        cur.execute(
+            f"DELETE FROM {ledger} WHERE target = %s AND batch_id = ANY(%s)",
+            [target, [int(i) for i in replaced]],
+        )
+
+
+def _drop_leftover_stages(cur, *, schema: str, prefix: str, attempt: int = 0) -> None:
+    """Drop staging tables of this batch's earlier attempts that died before cleaning up; a later
+    attempt's staging table is never touched (a stale attempt must not damage the live one)."""
     cur.execute(
         "SELECT tablename FROM pg_tables WHERE schemaname = %s AND starts_with(tablename, %s)",
         [schema, prefix],
     )
     for (name,) in cur.fetchall():
+        rest = name[len(prefix) :]
+        match = re.match(r"^a(\d+)_", rest)
+        if match is not None and int(match.group(1)) >= int(attempt):
+            continue
         cur.execute(f"DROP TABLE IF EXISTS {_q(schema)}.{_q(name)}")
 
 
@@ -354,6 +483,10 @@ def _merge(
     mode: str,
     order_by: str | None,
     batch_id: int,
+    replaced: list[int] = (),
+    version_column: str | None = None,
+    version: int | None = None,
+    target_name: str = "",
 ) -> tuple[int, int]:
     """Merge the staging table into the target in the caller's transaction.
 
@@ -365,10 +498,19 @@ def _merge(
     keys = ", ".join(_q(k) for k in key)
 
     if mode == "append":
-        if "_tm_batch_id" in columns:
-            # rows carrying their batch id: a rerun replaces the batch's own rows
-            cur.execute(f'DELETE FROM {target} WHERE "_tm_batch_id" = %s', [int(batch_id)])
-        cur.execute(f"INSERT INTO {target} ({quoted}) SELECT {quoted} FROM {stage}")
+        # a rerun or a replacing batch first removes the rows it rewrites
+        cur.execute(
+            f"DELETE FROM {target} WHERE {_q(BATCH_COLUMN)} = ANY(%s)",
+            [[int(batch_id), *(int(i) for i in replaced)]],
+        )
+        if BATCH_COLUMN in columns:
+            cur.execute(f"INSERT INTO {target} ({quoted}) SELECT {quoted} FROM {stage}")
+        else:
+            cur.execute(
+                f"INSERT INTO {target} ({quoted}, {_q(BATCH_COLUMN)}) "
+                f"SELECT {quoted}, %s FROM {stage}",
+                [int(batch_id)],
+            )
         return rows_out, cur.rowcount
 
     if order_by is not None:
@@ -388,19 +530,47 @@ def _merge(
         source = f"SELECT {quoted} FROM {stage}"
 
     others = [c for c in columns if c not in key]
-    if not others:
-        cur.execute(f"INSERT INTO {target} ({quoted}) {source} ON CONFLICT ({keys}) DO NOTHING")
-        return rows_out, cur.rowcount
     if mode == "upsert":
         new_values = [f"EXCLUDED.{_q(c)}" for c in others]
     else:
         new_values = [f"COALESCE(EXCLUDED.{_q(c)}, t.{_q(c)})" for c in others]
+    params: list = []
+    prefix = ""
+    guard = "true"
+    if version_column is not None:
+        # a declared version: an older row never overwrites a newer one
+        vc = _q(version_column)
+        guard = f"(t.{vc} IS NULL OR EXCLUDED.{vc} IS NOT NULL AND EXCLUDED.{vc} >= t.{vc})"
+    elif version is not None:
+        # the batch's source order as the version, kept per key beside the table: only keys
+        # whose stored version is not newer pass on to the merge
+        key_json = f"jsonb_build_array({', '.join(f's.{_q(k)}' for k in key)})"
+        # (a data-modifying WITH must lead the statement)
+        prefix = (
+            f"WITH src AS ({source}), passed AS ("
+            f"INSERT INTO {KEY_VERSIONS} AS kv (target, key, version) "
+            f"SELECT %s, {key_json}, %s FROM src AS s "
+            "ON CONFLICT (target, key) DO UPDATE SET version = EXCLUDED.version "
+            "WHERE EXCLUDED.version >= kv.version RETURNING kv.key) "
+        )
+        source = (
+            f"SELECT {', '.join(f's.{_q(c)}' for c in columns)} FROM src AS s "
+            f"WHERE {key_json} IN (SELECT key FROM passed)"
+        )
+        params = [target_name, int(version)]
+    if not others:
+        cur.execute(
+            f"{prefix}INSERT INTO {target} ({quoted}) {source} ON CONFLICT ({keys}) DO NOTHING",
+            params,
+        )
+        return rows_out, cur.rowcount
     assignments = ", ".join(f"{_q(c)} = {v}" for c, v in zip(others, new_values, strict=True))
     stored = ", ".join(f"t.{_q(c)}" for c in others)
     cur.execute(
-        f"INSERT INTO {target} AS t ({quoted}) {source} "
+        f"{prefix}INSERT INTO {target} AS t ({quoted}) {source} "
         f"ON CONFLICT ({keys}) DO UPDATE SET {assignments} "
         # unchanged rows are left alone: a rerun writes nothing
-        f"WHERE ROW({stored}) IS DISTINCT FROM ROW({', '.join(new_values)})"
+        f"WHERE {guard} AND ROW({stored}) IS DISTINCT FROM ROW({', '.join(new_values)})",
+        params,
     )
     return rows_out, cur.rowcount

@@ -7,6 +7,8 @@ spec = {
     "processed_at": ISO string (optional; the lineage timestamp, default now),
     "watermark_column": column (optional; also accepted in params),
     "processor": name, "params": {...}, "sink": {...},
+    "attempt": int (the fencing token), "watermark_type": "int" | "datetime" | ... (optional),
+    "fence": {"dsn_env": VAR} (the control plane's publish fence) or "replaces": [batch ids],
 }
 result = {"rows_in", "rows_out", "bytes", "location", "seconds", "watermark" (if asked), ...}
 
@@ -28,6 +30,7 @@ from workers.spark.errors import (
     spark_error_summary,
     spark_error_type,
 )
+from workers.spark.fence import publish_from_spec
 from workers.spark.processors import (
     ProcessorContext,
     ProcessorError,
@@ -79,6 +82,9 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
             ) from exc
     except Exception as exc:
         raise _batch_error("read", exc) from exc
+    if watermark_column:
+        # before anything is written: a value the job cannot store fails the batch here, clearly
+        _check_watermark_type(spec.get("watermark_type"), watermark_column, watermark)
 
     ctx = ProcessorContext(
         job=spec["job"],
@@ -98,7 +104,15 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
         raise _batch_error("process", exc, processor=spec["processor"]) from exc
 
     try:
-        written = write_sink(out, spec["sink"], batch_id=spec["batch_id"])
+        written = write_sink(
+            out,
+            spec["sink"],
+            batch_id=spec["batch_id"],
+            attempt=int(spec.get("attempt") or 0),
+            publish=publish_from_spec(spec),
+            # the batch's source order: its last item id (a later range wins in a table sink)
+            version=spec["upper"] - 1,
+        )
     except Exception as exc:
         raise _batch_error("write", exc) from exc
 
@@ -110,6 +124,26 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
     if watermark_column:
         result["watermark"] = watermark
     return result
+
+
+def _check_watermark_type(watermark_type: str | None, column: str, value) -> None:
+    """The job's watermark type must be able to hold what `column` reports."""
+    if watermark_type in (None, "int") or value is None:
+        return
+    if watermark_type == "datetime" and isinstance(value, str):
+        return
+    kind = "an integer" if isinstance(value, int) else "a single value"
+    if watermark_type == "datetime":
+        reason = "a datetime watermark needs a timestamp or date column"
+    else:
+        reason = f"a {watermark_type} watermark is not read from a column"
+    raise BatchError(
+        "WatermarkTypeMismatch",
+        f"watermark_column {column!r} reports {kind} ({value!r}); {reason}: "
+        "fix the connector's watermark_column or the job's watermark_type",
+        "",
+        "config",
+    )
 
 
 def _processor(name: str):

@@ -1,0 +1,92 @@
+"""The publish fence: a sink publishes a batch's output only while the control plane says it may.
+
+A sink stages its output wherever it likes, then publishes it (renames a directory into place,
+merges a staging table) inside `with publish() as replaced:`. `replaced` lists the ids of the
+batches whose output the new one replaces (the batches a replay or backfill rewrites, an earlier
+attempt's leftovers of a refilled hole); the sink removes them in the same step.
+
+- `database_publish`: the real fence. One transaction of the control-plane database stays open
+  while the sink publishes: tidemark_publish_begin locks the batch and refuses a stale or cancelled
+  attempt (FencedOut) and an overlap that would lose rows (OutputConflict); tidemark_publish_end
+  records the new output and the replaced ones. No Django here: psycopg2 and two SQL functions.
+- `static_publish`: no control plane (tests, a processor run by hand): replaces what it is told.
+
+`publish_from_spec` picks one from run_batch's spec: {"fence": {"dsn_env": VAR}} or
+{"replaces": [ids]}.
+"""
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+from workers.spark.errors import SinkError
+
+Publish = Callable[[], AbstractContextManager[list[int]]]
+
+
+class FencedOut(SinkError):
+    """This attempt no longer holds the batch: it must not touch the published output."""
+
+
+class OutputConflict(SinkError):
+    """Publishing would remove committed rows this batch does not rewrite."""
+
+
+def static_publish(replaces: list[int] | None = None) -> Publish:
+    replaced = [int(i) for i in replaces or []]
+
+    @contextmanager
+    def publish() -> Iterator[list[int]]:
+        yield list(replaced)
+
+    return publish
+
+
+def database_publish(*, dsn: str, batch_id: int, attempt: int) -> Publish:
+    @contextmanager
+    def publish() -> Iterator[list[int]]:
+        import psycopg2
+
+        try:
+            conn = psycopg2.connect(dsn)
+        except psycopg2.Error as exc:
+            raise SinkError(
+                f"cannot reach the control-plane database to publish: {str(exc).strip()[:200]}"
+            ) from None
+        try:
+            with conn.cursor() as cur:
+                try:
+                    cur.execute(
+                        "SELECT batch_id FROM tidemark_publish_begin(%s, %s)", [batch_id, attempt]
+                    )
+                except psycopg2.Error as exc:
+                    message = (exc.diag.message_primary or str(exc)).strip()
+                    if exc.pgcode == "TM409":
+                        raise FencedOut(message) from None
+                    if exc.pgcode == "TM422":
+                        raise OutputConflict(message) from None
+                    raise SinkError(f"publish fence failed: {message}") from None
+                replaced = [row[0] for row in cur.fetchall()]
+                yield replaced
+                cur.execute(
+                    "SELECT tidemark_publish_end(%s, %s, %s::bigint[])",
+                    [batch_id, attempt, replaced],
+                )
+            conn.commit()
+        finally:
+            # on any error the transaction rolls back: nothing is recorded as published
+            conn.close()
+
+    return publish
+
+
+def publish_from_spec(spec: dict) -> Publish:
+    fence = spec.get("fence")
+    if isinstance(fence, dict) and fence.get("dsn_env"):
+        dsn = os.environ.get(fence["dsn_env"])
+        if not dsn:
+            raise SinkError(
+                f"environment variable {fence['dsn_env']} (the publish fence) is not set"
+            )
+        return database_publish(dsn=dsn, batch_id=spec["batch_id"], attempt=spec["attempt"])
+    return static_publish(spec.get("replaces"))
