@@ -44,6 +44,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # 413 for bodies over DATA_UPLOAD_MAX_MEMORY_SIZE, before any parser reads them
+    "controlplane.middleware.RequestSizeLimitMiddleware",
     # static files in every mode (demo, image, compose), compressed and with hashed names
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -53,6 +55,9 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# Largest request body accepted (bytes); bigger ones get 413 (controlplane/middleware.py).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("TIDEMARK_MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
 
 ROOT_URLCONF = "controlplane.urls"
 WSGI_APPLICATION = "controlplane.wsgi.application"

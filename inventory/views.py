@@ -1,6 +1,7 @@
 """Dashboard pages: thin views over selectors (reads) and services (writes).
 
-Every page needs a login; every change needs the operator role (skipping a batch: admin), a POST
+Every page needs a login and the viewer role (a user in no role group sees nothing, as in the
+API); every change needs the operator role (skipping a batch: admin), a POST
 with a CSRF token, and redirects after it.
 """
 
@@ -15,7 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from inventory import selectors
 from inventory.forms import BackfillForm, ReasonForm
 from inventory.models import Backfill, BackfillStatus, Batch, BatchStatus, Connector, Job
-from inventory.roles import ADMIN, OPERATOR, actor_name, has_role
+from inventory.roles import ADMIN, OPERATOR, VIEWER, actor_name, has_role
 from inventory.services import assets as asset_services
 from inventory.services import backfills as backfill_services
 from inventory.services import batches as batch_services
@@ -48,7 +49,7 @@ def _page_context(request):
 
 
 @require_GET
-@login_required
+@role_required(VIEWER)
 def overview(request):
     jobs = selectors.jobs_overview()
     partial = request.headers.get("HX-Request") == "true"
@@ -57,7 +58,7 @@ def overview(request):
 
 
 @require_GET
-@login_required
+@role_required(VIEWER)
 def job_detail(request, name):
     job = get_object_or_404(Job.objects.select_related("connector", "watermark"), name=name)
     history = list(selectors.watermark_history(job=job)[:200])
@@ -78,7 +79,7 @@ def job_detail(request, name):
 
 
 @require_GET
-@login_required
+@role_required(VIEWER)
 def job_batches_partial(request, name):
     job = get_object_or_404(Job, name=name)
     batches = Batch.objects.filter(job=job).order_by("-id")[:25]
@@ -119,7 +120,7 @@ def job_pause_resume(request, name, action):
 
 
 @require_GET
-@login_required
+@role_required(VIEWER)
 def connectors(request):
     rows = Connector.objects.order_by("name").prefetch_related("jobs")
     return render(
@@ -146,7 +147,7 @@ def connector_action(request, name, action):
     return redirect("dashboard:connectors")
 
 
-@login_required
+@role_required(VIEWER)
 def backfills(request):
     form = BackfillForm(request.POST or None)
     if request.method == "POST":
@@ -213,7 +214,7 @@ def backfill_action(request, pk, action):
 
 
 @require_GET
-@login_required
+@role_required(VIEWER)
 def batch_detail(request, pk):
     batch = get_object_or_404(Batch.objects.select_related("job__connector", "backfill"), pk=pk)
     # shown, never saved: what a worker reported, with any credential in it masked

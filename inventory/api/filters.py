@@ -1,10 +1,13 @@
-"""Query filters for list endpoints (django-filter); bad values give 400 naming the parameter."""
+"""Query filters for list endpoints (django-filter); bad values and unknown parameters give 400
+naming the parameter."""
 
 from datetime import UTC
 
 import django_filters
 from django import forms
 from django_filters.fields import IsoDateTimeField
+from django_filters.rest_framework import DjangoFilterBackend
+from rest_framework.exceptions import ValidationError
 
 from inventory.models import Backfill, BackfillStatus, Batch, BatchKind, BatchStatus
 
@@ -62,3 +65,29 @@ class BackfillFilter(django_filters.FilterSet):
     class Meta:
         model = Backfill
         fields = ["job", "status"]
+
+
+# query parameters every list accepts besides its filters: pagination and DRF's format override
+PAGING_PARAMETERS = {"page", "page_size", "cursor", "format"}
+
+
+class StrictFilterBackend(DjangoFilterBackend):
+    """django-filter, with an allow-list: a query parameter that is neither one of the view's
+    declared filters nor a paging parameter is a 400 naming it. A lookup such as
+    `config__password__startswith`, `name__regex` or `ordering=-config` is refused, never
+    silently ignored, and never reaches the ORM."""
+
+    def filter_queryset(self, request, queryset, view):
+        filterset_class = self.get_filterset_class(view, queryset)
+        allowed = set(filterset_class.base_filters) if filterset_class else set()
+        allowed |= PAGING_PARAMETERS
+        unknown = sorted(set(request.query_params) - allowed)
+        if unknown:
+            raise ValidationError(
+                {
+                    unknown[0]: [
+                        "unknown query parameter; this list accepts " + ", ".join(sorted(allowed))
+                    ]
+                }
+            )
+        return super().filter_queryset(request, queryset, view)

@@ -5,7 +5,6 @@ service errors become 400/404/409 in exceptions.exception_handler.
 """
 
 from django.db.models import Prefetch
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
@@ -15,7 +14,7 @@ from rest_framework.response import Response
 
 from inventory import selectors
 from inventory.api import serializers as s
-from inventory.api.filters import BackfillFilter, BatchFilter
+from inventory.api.filters import BackfillFilter, BatchFilter, StrictFilterBackend
 from inventory.models import (
     BackfillStatus,
     Batch,
@@ -106,7 +105,7 @@ class IdViewSet(viewsets.GenericViewSet):
 class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedViewSet):
     queryset = Connector.objects.prefetch_related("jobs")
     serializer_class = s.ConnectorSerializer
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_fields = ["kind", "state"]
     noun = "connector"
     action_roles = {
@@ -249,7 +248,7 @@ def _watermark_state(job: Job):
 class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     queryset = Job.objects.select_related("connector", "watermark")
     serializer_class = s.JobSerializer
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_fields = {"connector__name": ["exact"], "paused": ["exact"]}
     noun = "job"
     action_roles = {
@@ -420,7 +419,7 @@ class BatchViewSet(mixins.ListModelMixin, IdViewSet):
     queryset = Batch.objects.select_related("job")
     serializer_class = s.BatchSerializer
     pagination_class = NewestFirst
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_class = BatchFilter
     noun = "batch"
     action_roles = {
@@ -562,7 +561,7 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
     queryset = selectors.backfills_with_progress()
     serializer_class = s.BackfillSerializer
     pagination_class = NewestFirst
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_class = BackfillFilter
     noun = "backfill"
     action_roles = {
