@@ -57,7 +57,7 @@ MIDDLEWARE = [
 ]
 
 # Largest request body accepted (bytes); bigger ones get 413 (controlplane/middleware.py).
-DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("TIDEMARK_MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("TIDEMARK_MAX_REQUEST_BYTES", 10 * 1024 * 1024, minimum=1024)
 
 ROOT_URLCONF = "controlplane.urls"
 WSGI_APPLICATION = "controlplane.wsgi.application"
