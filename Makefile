@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export TIDEMARK_DEV ?= 1
 
-.PHONY: demo test bench lint format stop clean
+.PHONY: demo test chaos bench lint format stop clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,6 +22,10 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed /usr/bin/chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
+
+# faults through real workers, Redis and Spark (tests/chaos/, a few minutes); not part of `make test`
+chaos: $(VENV)/.installed
+	$(VENV)/bin/pytest -m chaos tests/chaos
 
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py

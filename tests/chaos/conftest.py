@@ -89,7 +89,7 @@ def chaos_job(tmp_path: Path, name: str, *, files: int = 1, rows: int = 5, param
     from tests.factories import make_job
 
     landing, sink, gates = tmp_path / "landing", tmp_path / "sink", tmp_path / "gates"
-    gates.mkdir(exist_ok=True)
+    gates.mkdir(parents=True, exist_ok=True)
     expected = landing_files(landing, files=files, rows=rows)
     connector = connector_create(name=f"{name}-src", kind="files", config={"path": str(landing)})
     assets.assets_discover(connector=connector)
