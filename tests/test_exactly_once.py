@@ -92,6 +92,9 @@ def sink_rows(spark, sink: dict) -> list[tuple[int, str]]:
         df = spark.read.parquet(sink["path"])
         return sorted((r["key"], r["v"]) for r in df.select("key", "v").collect())
     with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s)", [f'"{sink["table"]}"'])
+        if cursor.fetchone()[0] is None:
+            return []  # no batch has written yet
         cursor.execute(f'SELECT key, v FROM "{sink["table"]}" ORDER BY key')
         return sorted(cursor.fetchall())
 

@@ -34,7 +34,7 @@ from inventory.services.planning import (
     BAD_WEIGHT_CODE,
     MISSING_SOURCE_CODES,
     incremental_start,
-    plan_step,
+    plan_incremental,
 )
 
 
@@ -69,7 +69,8 @@ def batch_plan_next(
     """
     source = source_for_connector(job.connector)
     lower, upper = incremental_start(job_id=job.pk, source=source)
-    planned = plan_step(
+    planned = plan_incremental(
+        job_id=job.pk,
         source=source,
         lower=lower,
         upper=upper,
