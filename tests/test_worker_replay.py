@@ -130,8 +130,14 @@ def test_slow_rerunning_a_succeeded_files_batch_through_spark_submit_leaves_the_
     assert len(before) == 3
     files_before = sorted(p.relative_to(sink) for p in sink.rglob("*.parquet"))
 
-    # the same batch once more (a replay of its spec): its output is replaced, not added to
+    # its spec once more through the fence: a finished attempt may not touch the published output
     spec = runs.batch_spec(batch=batch)
+    with pytest.raises(runs.BatchFailure, match="may not publish"):
+        executors.run_submit(spec, threading.Event())
+    assert sorted((r["order_id"], r["customer_id"]) for r in read_sink(sink)) == before
+
+    # the same batch once more without the control plane (run by hand): replaced, not added to
+    spec = {key: value for key, value in spec.items() if key != "fence"}
     result = executors.run_submit(spec, threading.Event())
     assert result["rows_out"] == 3
     assert sorted((r["order_id"], r["customer_id"]) for r in read_sink(sink)) == before
