@@ -399,3 +399,15 @@ class WatermarkEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source} {self.old_value} -> {self.new_value}"
+
+
+class MaintenanceRun(models.Model):
+    """When a periodic step (the lease reaper, ...) last ran, by the database's clock, so the
+    dashboard and /metrics can show a step that is overdue (no beat, no worker)."""
+
+    name = models.CharField(primary_key=True, max_length=100)
+    last_run_at = models.DateTimeField()
+    outcome = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.last_run_at}"

@@ -5,10 +5,20 @@ The API, the dashboard, the admin and /metrics read through these; nothing here 
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Count, Q, QuerySet, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Coalesce, Now
 
 from inventory.models import (
     COMMITTED_STATUSES,
@@ -18,6 +28,7 @@ from inventory.models import (
     BatchKind,
     BatchStatus,
     Job,
+    MaintenanceRun,
     WatermarkEvent,
 )
 from inventory.services.errors import InvalidInput
@@ -138,3 +149,33 @@ def jobs_overview() -> list[Job]:
         # each job reads its own source (asset table or meta table), so lag is one query per job
         job.lag = job_lag(job=job)
     return jobs
+
+
+@dataclass
+class StepStatus:
+    """When a periodic step last ran, judged by the database's clock."""
+
+    name: str
+    last_run_at: datetime | None
+    age_seconds: float | None
+    overdue_after: int
+
+    @property
+    def overdue(self) -> bool:
+        return self.age_seconds is None or self.age_seconds > self.overdue_after
+
+
+def reaper_status() -> StepStatus:
+    from inventory.services.scheduling import REAPER, step_overdue_after
+
+    row = (
+        MaintenanceRun.objects.filter(name=REAPER)
+        .annotate(age=ExpressionWrapper(Now() - F("last_run_at"), output_field=DurationField()))
+        .first()
+    )
+    return StepStatus(
+        name=REAPER,
+        last_run_at=row.last_run_at if row else None,
+        age_seconds=row.age.total_seconds() if row else None,
+        overdue_after=step_overdue_after(REAPER),
+    )

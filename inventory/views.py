@@ -54,7 +54,8 @@ def overview(request):
     jobs = selectors.jobs_overview()
     partial = request.headers.get("HX-Request") == "true"
     template = "inventory/_jobs_table.html" if partial else "inventory/overview.html"
-    return render(request, template, {"jobs": jobs, **_page_context(request)})
+    context = {"jobs": jobs, "reaper": selectors.reaper_status(), **_page_context(request)}
+    return render(request, template, context)
 
 
 @require_GET

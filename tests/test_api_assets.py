@@ -243,3 +243,19 @@ def test_concurrent_producers_get_ids_in_visibility_order(role_users):
     everything = set(Asset.objects.filter(connector=connector).values_list("pk", flat=True))
     assert len(everything) == producers * per_producer * chunk
     assert everything - seen == set()  # nothing committed behind the reader's back
+
+
+def test_run_still_plans_registered_files_when_discovery_fails_and_says_why(
+    role_users, tmp_path, django_capture_on_commit_callbacks
+):
+    connector, folder = _landing(tmp_path)
+    job = make_job(connector=connector, name="resilient", batch_weight=100, max_items=10)
+    (folder / "early.parquet").write_bytes(b"x" * 5)
+    token_client(role_users["operator"]).post(f"/api/v1/connectors/{connector.name}/discover/")
+    (folder / "early.parquet").unlink()
+    folder.rmdir()
+
+    with django_capture_on_commit_callbacks(execute=False):
+        body = token_client(role_users["operator"]).post(f"/api/v1/jobs/{job.name}/run/").json()
+    assert len(body["planned"]) == 1
+    assert "discovery failed" in body["reason"] and "does not exist" in body["reason"]

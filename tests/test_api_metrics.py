@@ -53,3 +53,27 @@ def test_metrics_need_the_scrape_token_or_a_login(client, role_users):
 @override_settings(METRICS_TOKEN="")
 def test_without_a_scrape_token_a_bearer_header_opens_nothing(client):
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_metrics_show_when_the_reaper_last_ran_and_whether_it_is_overdue(client):
+    from django.utils import timezone
+
+    from inventory.models import MaintenanceRun
+    from inventory.services import scheduling
+
+    never = _samples(client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode())
+    assert never[("tidemark_reaper_overdue", ())] == 1
+    assert ("tidemark_reaper_last_run_timestamp_seconds", ()) not in never
+
+    scheduling.leases_reap()
+    ran = _samples(client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode())
+    assert ran[("tidemark_reaper_overdue", ())] == 0
+    last = ran[("tidemark_reaper_last_run_timestamp_seconds", ())]
+    assert abs(last - timezone.now().timestamp()) < 60
+
+    MaintenanceRun.objects.filter(name=scheduling.REAPER).update(
+        last_run_at=timezone.now() - timezone.timedelta(minutes=10)
+    )
+    late = _samples(client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode())
+    assert late[("tidemark_reaper_overdue", ())] == 1

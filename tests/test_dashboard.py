@@ -160,3 +160,21 @@ def test_an_operator_pauses_and_resumes_a_job_and_a_paused_job_hands_out_nothing
     client.post("/jobs/orders-hourly/resume/")
     job.refresh_from_db()
     assert not job.paused and batches.batch_acquire(job=job, worker="w") is not None
+
+
+def test_the_overview_says_when_the_reaper_is_overdue(job, role_users):
+    from django.utils import timezone
+
+    from inventory.models import MaintenanceRun
+    from inventory.services import scheduling
+
+    viewer = _client(role_users["viewer"])
+    assert "The lease reaper has never run" in viewer.get("/").content.decode()
+    scheduling.leases_reap()
+    page = viewer.get("/").content.decode()
+    assert "Lease reaper last ran" in page and "never run" not in page
+    MaintenanceRun.objects.filter(name=scheduling.REAPER).update(
+        last_run_at=timezone.now() - timezone.timedelta(minutes=10)
+    )
+    page = viewer.get("/").content.decode()
+    assert "The lease reaper last ran 6" in page and "is celery beat running" in page

@@ -87,6 +87,21 @@ class InventoryCollector:
             updated.add_metric([job.name], job.watermark.updated_at.timestamp())
         yield from (position, lag_items, lag_weight, blocked, updated)
 
+        reaper = selectors.reaper_status()
+        last_run = GaugeMetricFamily(
+            "tidemark_reaper_last_run_timestamp_seconds",
+            "When the lease reaper last ran (absent: never)",
+        )
+        if reaper.last_run_at is not None:
+            last_run.add_metric([], reaper.last_run_at.timestamp())
+        yield last_run
+        yield GaugeMetricFamily(
+            "tidemark_reaper_overdue",
+            "1 when the lease reaper has not run for longer than it should (is beat running? "
+            "a worker?): batches of dead workers stay running until it does",
+            value=int(reaper.overdue),
+        )
+
 
 _registry = CollectorRegistry(auto_describe=False)
 _registry.register(InventoryCollector())

@@ -11,9 +11,10 @@ for jobs or connectors that are gone are removed; entries made by hand are left 
 from dataclasses import asdict, dataclass, field
 
 from django.db import transaction
+from django.db.models.functions import Now
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
-from inventory.models import Connector, ConnectorKind, ConnectorState, Job
+from inventory.models import Connector, ConnectorKind, ConnectorState, Job, MaintenanceRun
 from inventory.services import assets
 from inventory.services.batches import batches_reap_expired
 from inventory.services.connectors import connectors_release_waiting
@@ -175,14 +176,23 @@ def scans_directory(connector: Connector) -> bool:
 
 def job_run_now(*, job: Job) -> RunOutcome:
     """An operator's "run now": discover the connector's new files first, then plan and enqueue,
-    so files that landed since the last discovery timer are in this run."""
+    so files that landed since the last discovery timer are in this run. A failed discovery
+    (directory gone) does not stop the run of what is registered; `reason` names it."""
     connector = job.connector
+    discovery_error = ""
     if scans_directory(connector) and connector.state not in (
         ConnectorState.PAUSED,
         ConnectorState.COMPLETED,
     ):
-        assets.assets_discover(connector=connector)
-    return job_run(job=job)
+        try:
+            assets.assets_discover(connector=connector)
+        except InvalidInput as exc:
+            # the items registered before are still worth running; say why nothing new came
+            discovery_error = f"discovery failed: {exc}"
+    outcome = job_run(job=job)
+    if discovery_error:
+        outcome.reason = "; ".join(part for part in (outcome.reason, discovery_error) if part)
+    return outcome
 
 
 def connector_discover(*, connector: Connector) -> int:
@@ -192,11 +202,27 @@ def connector_discover(*, connector: Connector) -> int:
     return assets.assets_discover(connector=connector)
 
 
+REAPER = f"{PREFIX}reap-leases"
+
+
 def leases_reap() -> list[int]:
-    """Reaper step: expired leases -> failed attempts; their retries are sent when due."""
+    """Reaper step: expired leases -> failed attempts; their retries are sent when due.
+
+    Each run is recorded (database clock) so an overdue reaper shows on the dashboard and
+    in /metrics."""
     reaped = batches_reap_expired()
     batches_dispatch_due()
+    MaintenanceRun.objects.update_or_create(
+        name=REAPER, defaults={"last_run_at": Now(), "outcome": {"reaped": reaped[:100]}}
+    )
     return reaped
+
+
+def step_overdue_after(name: str) -> int:
+    """Seconds after which a fixed step that has not run is overdue: four missed intervals,
+    and at least a minute (beat and workers restart)."""
+    _task, every = FIXED_STEPS[name]
+    return max(4 * every, 60)
 
 
 def connectors_orchestrate() -> list[str]:
