@@ -1,7 +1,7 @@
 """Whole histories of one job against a reference model (issue 8): random interleavings of
 incremental runs, killed attempts (before and after their output was published), stale attempts
 waking up, replays after backward corrections and backfills over committed items, for a file
-sink and a PostgreSQL append sink, on real PostgreSQL and the session's SparkSession.
+sink and a PostgreSQL sink in each mode (append, upsert, coalesce), on real PostgreSQL and the session's SparkSession.
 
 The model: a source row is written by at most one batch at any moment (never twice), and once the
 job is drained every source row is in the sink exactly once and the watermark is the end of the
@@ -101,7 +101,7 @@ def assert_never_twice(spark, sink) -> None:
     assert set(counts) <= set(expected_rows(range(ITEMS)))
 
 
-@pytest.mark.parametrize("kind", ["files", "postgres"])
+@pytest.mark.parametrize("kind", ["files", "append", "upsert", "coalesce"])
 def test_any_history_leaves_each_row_once_and_the_watermark_at_the_committed_prefix(
     spark,
     tmp_path_factory,
@@ -120,8 +120,10 @@ def test_any_history_leaves_each_row_once_and_the_watermark_at_the_committed_pre
         sink = (
             {"kind": "files", "path": str(tmp / "out")}
             if kind == "files"
-            else {"kind": "postgres", "dsn_env": sink_dsn, "table": name, "mode": "append"}
+            else {"kind": "postgres", "dsn_env": sink_dsn, "table": name, "mode": kind}
         )
+        if kind in ("upsert", "coalesce"):
+            sink["key"] = ["key"]
         job, item_of = make_files_job(tmp, name, sink, items=ITEMS, max_items=max_items)
         item_ids = sorted(item_of)
         for action in history:
