@@ -9,7 +9,11 @@
 - A files connector's local path must exist, be a directory and be readable.
 """
 
+import multiprocessing
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -24,6 +28,7 @@ from inventory.models import (
 )
 from inventory.services import batches
 from inventory.services.connectors import connector_create
+from inventory.services.errors import InvalidInput
 from tests.api_support import token_client
 from tests.factories import ConnectorFactory, make_job
 
@@ -342,17 +347,50 @@ def test_a_files_connectors_path_is_checked_when_saved(role_users, tmp_path):
         assert reason in response.json()["config.path"][0]
     assert not Connector.objects.filter(name="files").exists()
     assert _create(api, "files", {"path": str(tmp_path)}).status_code == 201
-    # object-store prefixes are not local paths: left to producers' registration
-    assert _create(api, "bucket", {"path": "s3://bucket/prefix/"}).status_code == 201
+    # object stores are not read yet: refused now rather than failing at discovery and read time
+    refused = _create(api, "bucket", {"path": "s3://bucket/prefix/"})
+    assert refused.status_code == 400
+    assert "not supported yet" in refused.json()["config.path"][0]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every directory")
-def test_an_unreadable_directory_is_refused(role_users, tmp_path):
-    locked = tmp_path / "locked"
+def test_an_unreadable_directory_is_refused(role_users):
+    """Checked as an unprivileged user (root reads every directory): the connector's path check
+    is the one a connector save runs."""
+    from inventory.services.sources import check_local_directory
+
+    holder = Path(tempfile.mkdtemp(prefix="tidemark-locked-"))
+    locked = holder / "locked"
     locked.mkdir(mode=0)
+    os.chmod(holder, 0o755)
     try:
-        response = _create(token_client(role_users["admin"]), "files", {"path": str(locked)})
-        assert response.status_code == 400
-        assert "not readable" in response.json()["config.path"][0]
+        if os.geteuid() != 0:
+            with pytest.raises(InvalidInput) as refused:
+                check_local_directory(str(locked))
+            outcome = (refused.value.field, refused.value.message)
+        else:
+            context = multiprocessing.get_context("fork")
+            results = context.Queue()
+            child = context.Process(target=_check_as_nobody, args=(str(locked), results))
+            child.start()
+            outcome = results.get(timeout=30)
+            child.join(30)
     finally:
         locked.chmod(0o700)
+        shutil.rmtree(holder)
+    assert outcome == ("config.path", f"{locked} is not readable by the Tidemark process")
+
+
+def _check_as_nobody(path, results):
+    import pwd
+
+    from inventory.services.sources import check_local_directory
+
+    nobody = pwd.getpwnam("nobody")
+    os.setgid(nobody.pw_gid)
+    os.setuid(nobody.pw_uid)
+    try:
+        check_local_directory(path)
+    except InvalidInput as exc:
+        results.put((exc.field, exc.message))
+    else:
+        results.put(("", "accepted"))
