@@ -40,10 +40,13 @@ def _running(pid: int) -> bool:
 def test_slow_the_demo_processes_the_first_files_then_only_the_new_ones_and_stops_on_ctrl_c(
     tmp_path,
 ):
+    # a newcomer's environment: none of the settings earlier tests put into this process's
+    # environment (the test database's fence DSN, queues, processor modules) may leak in
     env = {
         key: value
         for key, value in os.environ.items()
         if key not in ("DATABASE_URL", "REDIS_URL", "CELERY_QUEUE", "SPARK_MASTER")
+        and not key.startswith(("TIDEMARK_", "TM_"))
     }
     env.update(TIDEMARK_DATA_DIR=str(tmp_path), TIDEMARK_DEV="1", PYTHONUNBUFFERED="1")
     log_path = tmp_path / "demo.out"
