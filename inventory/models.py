@@ -312,6 +312,35 @@ class Batch(models.Model):
                 name="batch_live_output_idx",
                 condition=Q(published_attempt__isnull=False, replaced_by__isnull=True),
             ),
+            # the overview and /metrics: "open batches by job and status" (selectors.jobs_overview,
+            # job_blockers); small, since most batches are committed
+            models.Index(
+                fields=["status", "job"],
+                name="batch_open_status_idx",
+                condition=Q(
+                    status__in=[
+                        BatchStatus.QUEUED,
+                        BatchStatus.RUNNING,
+                        BatchStatus.FAILED,
+                        BatchStatus.DEAD,
+                    ]
+                ),
+            ),
+            # the blocker of a job's watermark ("incremental batch of job J starting at P"), the
+            # coverage strip and the gap report ("batches of job J starting before hi")
+            models.Index(
+                F("job"),
+                Func(F("span"), function="lower", output_field=models.BigIntegerField()),
+                name="batch_job_lower_idx",
+            ),
+            # the overview's last batch per job and the job page's batches filtered by status
+            models.Index(fields=["job", "-id"], name="batch_job_recent_idx"),
+            # the overview's last-day sparklines and ETAs: "batches finished since T"
+            models.Index(
+                fields=["finished_at"],
+                name="batch_finished_idx",
+                condition=Q(finished_at__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -342,9 +371,62 @@ class BatchAttempt(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["batch", "number"], name="attempt_batch_number_unique"),
         ]
+        indexes = [
+            # the overview's last-day success rate and throughput: "attempts finished since T"
+            models.Index(
+                fields=["finished_at"],
+                name="attempt_finished_idx",
+                condition=Q(finished_at__isnull=False),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"attempt {self.number} of batch {self.batch_id}"
+
+
+class AttemptRollup(models.Model):
+    """Attempt counts per job and outcome ("" = started) over every attempt whose id is below
+    `MaintenanceRun("attempt-rollup").outcome["below_id"]`: /metrics adds the few attempts after
+    that boundary instead of counting every attempt on each scrape. Only finished attempts are
+    rolled up (they no longer change), so the sum is exact."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    outcome = models.CharField(max_length=20, blank=True, default="")
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "outcome"], name="attempt_rollup_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.outcome or 'started'}: {self.count}"
+
+
+class BackfillThrottle(models.Model):
+    """A weight-per-minute budget that all running backfills draw from: global (no connector) or
+    per connector. Backfill pacing dispatches a batch only while the weight of backfill batches
+    started in the last minute leaves room for it."""
+
+    connector = models.OneToOneField(
+        Connector, on_delete=models.CASCADE, null=True, blank=True, related_name="throttle"
+    )
+    weight_per_minute = models.BigIntegerField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["connector"], name="backfill_throttle_one_per_scope", nulls_distinct=False
+            ),
+            models.CheckConstraint(
+                condition=Q(weight_per_minute__gt=0), name="backfill_throttle_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        scope = self.connector.name if self.connector_id else "all connectors"
+        return f"{self.weight_per_minute}/min for {scope}"
 
 
 class Watermark(models.Model):
