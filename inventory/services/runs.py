@@ -42,7 +42,7 @@ from inventory.models import (
     WatermarkType,
 )
 from inventory.services import batches as lifecycle
-from inventory.services import outputs
+from inventory.services import outputs, throttle
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.items import source_for_connector
 
@@ -266,12 +266,14 @@ def backfill_pace(*, backfill: Backfill) -> list[int]:
         free = backfill.max_concurrency - in_flight
         if free <= 0:
             return []
-        ids = list(
+        candidates = list(
             backfill.batches.filter(status=BatchStatus.QUEUED)
             .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=timezone.now()))
             .order_by("span")
-            .values_list("id", flat=True)[:free]
+            .values_list("id", "weight")[:free]
         )
+        # the shared weight-per-minute budget of all backfills (services/throttle.py)
+        ids = throttle.throttle_admit(backfill=backfill, candidates=candidates)
         dispatch(ids)
     return ids
 
