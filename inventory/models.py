@@ -161,6 +161,13 @@ HOLDING_STATUSES = (
 )
 # Batches the watermark may move over.
 COMMITTED_STATUSES = (BatchStatus.SUCCEEDED, BatchStatus.SKIPPED)
+# Batches still to run: an open backfill batch holds the incremental planner back.
+OPEN_STATUSES = (BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED)
+# Committed batches whose published output stays in the sink until a later batch replaces it.
+OUTPUT_STATUSES = (*COMMITTED_STATUSES, BatchStatus.SUPERSEDED)
+# A backfill is completed once every one of its batches is in one of these.
+BACKFILL_DONE_STATUSES = (BatchStatus.SUCCEEDED, BatchStatus.SKIPPED, BatchStatus.CANCELLED)
+# The SQL functions use the same lists (inventory/sql/schema/statuses.sql; tests/test_sql_schema.py).
 
 
 class BackfillStatus(models.TextChoices):

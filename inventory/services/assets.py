@@ -15,6 +15,7 @@ from django.db import connection, transaction
 
 from inventory.models import Asset, Connector, ConnectorKind, ConnectorState
 from inventory.services.errors import Conflict, InvalidInput
+from inventory.sql import query
 
 DEFAULT_PATTERNS = ["*.parquet", "*.json", "*.jsonl", "*.csv"]
 log = logging.getLogger(__name__)
@@ -116,18 +117,7 @@ def assets_register(*, connector: Connector, items: list[tuple[str, int, dict]])
         return 0
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            INSERT INTO inventory_asset (connector_id, location, weight, extra, discovered_at)
-            SELECT %s, t.location, t.weight, t.extra::jsonb, now()
-            FROM unnest(%s::text[], %s::bigint[], %s::text[]) WITH ORDINALITY
-                 AS t(location, weight, extra, ord)
-            WHERE NOT EXISTS (
-                SELECT 1 FROM inventory_asset known
-                WHERE known.connector_id = %s AND known.location = t.location
-            )
-            ORDER BY t.ord
-            ON CONFLICT (connector_id, location) DO NOTHING
-            """,
+            query("assets_register"),
             [
                 connector.pk,
                 [item[0] for item in items],

@@ -36,6 +36,7 @@ from inventory.services.planning import (
     incremental_start,
     plan_incremental,
 )
+from inventory.sql import query
 
 
 def config_snapshot(job: Job) -> dict:
@@ -82,29 +83,6 @@ def batch_plan_next(
     return _insert_incremental(job, planned, worker=worker, lease_seconds=lease_seconds)
 
 
-# Inserting a batch and (when it starts at once) its first attempt is one statement: the acquire
-# path is the hot path of every worker and external client.
-_INSERT_BATCH_SQL = """
-    WITH created AS (
-        INSERT INTO inventory_batch (
-            job_id, kind, status, span, item_count, weight, attempt, max_attempts,
-            lease_expires_at, worker, created_at, started_at, result, error, skip_reason,
-            config_snapshot
-        ) VALUES (
-            %(job)s, 'incremental', %(status)s, int8range(%(lower)s, %(upper)s), %(count)s,
-            %(weight)s, %(attempt)s, %(max_attempts)s,
-            CASE WHEN %(start)s THEN statement_timestamp() + make_interval(secs => %(lease)s) END, %(worker)s,
-            statement_timestamp(), CASE WHEN %(start)s THEN statement_timestamp() END, '{}', '{}', '', %(snapshot)s::jsonb
-        )
-        RETURNING *
-    ), first_attempt AS (
-        INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
-        SELECT id, attempt, worker, started_at, '', '{}' FROM created WHERE %(start)s
-    )
-    SELECT * FROM created
-"""
-
-
 def _insert_incremental(job: Job, planned, *, worker: str, lease_seconds: int | None) -> Batch:
     start = bool(worker)
     params = {
@@ -121,7 +99,8 @@ def _insert_incremental(job: Job, planned, *, worker: str, lease_seconds: int | 
         "start": start,
         "snapshot": json.dumps(config_snapshot(job)),
     }
-    return _one(Batch.objects.raw(_INSERT_BATCH_SQL, params))
+    # inserting the batch and its first attempt is one statement: this is the acquire hot path
+    return _one(Batch.objects.raw(query("batch_insert_incremental"), params))
 
 
 @transaction.atomic
@@ -156,7 +135,7 @@ def batch_acquire(*, job: Job, worker: str, lease_seconds: int | None = None) ->
         with _single_call():
             return _one(
                 Batch.objects.raw(
-                    "SELECT * FROM tidemark_acquire(%s, %s, %s, %s, %s::jsonb)",
+                    query("batch_acquire"),
                     [
                         job.pk,
                         source.planning_query(),
@@ -180,22 +159,6 @@ def batch_acquire(*, job: Job, worker: str, lease_seconds: int | None = None) ->
         raise
 
 
-_START_SQL = """
-    WITH started AS (
-        UPDATE inventory_batch
-        SET status = 'running', attempt = attempt + 1, worker = %(worker)s,
-            lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s), started_at = statement_timestamp(),
-            finished_at = NULL, next_attempt_at = NULL
-        WHERE id = %(id)s AND status = ANY(%(from)s)
-        RETURNING *
-    ), new_attempt AS (
-        INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
-        SELECT id, attempt, worker, started_at, '', '{}' FROM started
-    )
-    SELECT * FROM started
-"""
-
-
 def _start(
     batch_id: int,
     *,
@@ -204,7 +167,7 @@ def _start(
     from_statuses=(BatchStatus.QUEUED, BatchStatus.FAILED),
 ) -> Batch | None:
     params = {"id": batch_id, "worker": worker, "lease": lease_seconds, "from": list(from_statuses)}
-    return _one(Batch.objects.raw(_START_SQL, params))
+    return _one(Batch.objects.raw(query("batch_start"), params))
 
 
 def batch_lock_for_start(batch_id: int) -> Batch | None:
@@ -217,7 +180,7 @@ def batch_lock_for_start(batch_id: int) -> Batch | None:
         return None
     job_id, backfill_id = ref
     with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM inventory_job WHERE id = %s FOR SHARE", [job_id])
+        cursor.execute(query("job_lock_for_start"), [job_id])
     if backfill_id is not None:
         Backfill.objects.select_for_update().filter(pk=backfill_id).first()
     return (
@@ -264,17 +227,7 @@ def batch_start(*, batch_id: int, worker: str, lease_seconds: int | None = None)
 def batch_heartbeat(*, batch_id: int, attempt: int, lease_seconds: int | None = None):
     """Extend the lease of a running attempt and return its new expiry; StaleAttempt if lost."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            UPDATE inventory_batch AS b
-            SET lease_expires_at = statement_timestamp() + make_interval(secs => coalesce(%s, j.lease_seconds))
-            FROM inventory_job AS j
-            WHERE b.id = %s AND j.id = b.job_id AND b.status = 'running' AND b.attempt = %s
-              AND b.lease_expires_at > statement_timestamp()
-            RETURNING b.lease_expires_at
-            """,
-            [lease_seconds, batch_id, attempt],
-        )
+        cursor.execute(query("batch_heartbeat"), [lease_seconds, batch_id, attempt])
         row = cursor.fetchone()
     if row is None:
         if not Batch.objects.filter(pk=batch_id).exists():
@@ -311,11 +264,7 @@ def batch_succeed(
     ]
     try:
         with _single_call():
-            batch = _one(
-                Batch.objects.raw(
-                    "SELECT * FROM tidemark_succeed(%s, %s, %s::jsonb, %s::jsonb)", params
-                )
-            )
+            batch = _one(Batch.objects.raw(query("batch_succeed"), params))
     except DatabaseError as exc:
         if getattr(exc.__cause__, "pgcode", None) == "TM404":
             raise NotFound(f"batch {batch_id} does not exist") from None
@@ -531,4 +480,4 @@ def _close_attempt(batch: Batch, *, outcome: str, now, error: dict | None = None
 
 def _complete_backfill_if_done(backfill_id: int) -> None:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT tidemark_complete_backfill(%s)", [backfill_id])
+        cursor.execute(query("backfill_complete_if_done"), [backfill_id])

@@ -11,7 +11,7 @@ import os
 
 from django.db import connection
 
-from inventory.models import COMMITTED_STATUSES, Batch, BatchStatus
+from inventory.models import Batch
 
 FENCE_DSN_ENV = "TIDEMARK_FENCE_DSN"
 
@@ -42,10 +42,6 @@ def fence_spec() -> dict:
     if not os.environ.get(FENCE_DSN_ENV):
         os.environ[FENCE_DSN_ENV] = control_plane_dsn()
     return {"dsn_env": FENCE_DSN_ENV}
-
-
-# Outputs that are still in the sink and were committed: a new batch must rewrite them whole.
-OUTPUT_COMMITTED = (*COMMITTED_STATUSES, BatchStatus.SUPERSEDED)
 
 
 def live_outputs(*, job_id: int, lower: int, upper: int):

@@ -12,6 +12,7 @@ from django.db import DataError, ProgrammingError, connection, transaction
 
 from inventory.services.errors import InvalidInput
 from inventory.services.items import ItemSource
+from inventory.sql import query
 
 # undefined_table, undefined_column: an item source that no longer matches its config
 MISSING_SOURCE_CODES = ("42P01", "42703")
@@ -85,14 +86,12 @@ def _plan(
         with transaction.atomic(), connection.cursor() as cursor:
             if job_id is not None:
                 cursor.execute(
-                    "SELECT lower, upper, item_count, weight "
-                    "FROM tidemark_plan_incremental(%s, %s, %s, %s, %s, %s)",
+                    query("plan_incremental"),
                     [job_id, source.planning_query(), first, end, budget, max_items],
                 )
             else:
                 cursor.execute(
-                    "SELECT lower, upper, item_count, weight "
-                    "FROM tidemark_plan_batches(%s, %s, %s, %s, %s, %s)",
+                    query("plan_batches"),
                     [source.planning_query(), first, end, budget, max_items, limit],
                 )
             rows = cursor.fetchall()
@@ -126,7 +125,7 @@ def incremental_start(*, job_id: int, source: ItemSource | None = None) -> tuple
         )
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT lo, hi FROM tidemark_incremental_next(%s, %s)",
+            query("incremental_next"),
             [job_id, source.planning_query()],
         )
         return cursor.fetchone()

@@ -21,6 +21,7 @@ from inventory.models import (
     WatermarkType,
 )
 from inventory.services.errors import Conflict, InvalidInput
+from inventory.sql import query
 
 # ---- pure value rules --------------------------------------------------------------------------
 
@@ -68,7 +69,7 @@ def merge_values(watermark_type: str, old, new):
     """
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT tidemark_merge_watermark(%s, %s::jsonb, %s::jsonb)",
+            query("watermark_merge"),
             [watermark_type, _json_or_null(old), _json_or_null(new)],
         )
         merged = cursor.fetchone()[0]
@@ -120,7 +121,7 @@ def watermark_advance(
     """
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT tidemark_advance(%s, %s, %s, %s)",
+            query("watermark_advance"),
             [
                 watermark.pk,
                 trigger.pk if trigger else None,
@@ -138,19 +139,7 @@ def _record(
     """Write the event and the new watermark in one statement (this runs on every commit)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            WITH event AS (
-                INSERT INTO inventory_watermarkevent (
-                    watermark_id, old_position, new_position, old_value, new_value, source,
-                    batch_id, actor, reason, is_replay, created_at
-                ) VALUES (%(id)s, %(old_position)s, %(new_position)s, %(old_value)s::jsonb,
-                          %(new_value)s::jsonb, %(source)s, %(batch)s, %(actor)s, %(reason)s,
-                          %(replay)s, statement_timestamp())
-            )
-            UPDATE inventory_watermark
-            SET position = %(new_position)s, value = %(new_value)s::jsonb, updated_at = statement_timestamp()
-            WHERE id = %(id)s
-            """,
+            query("watermark_record"),
             {
                 "id": watermark.pk,
                 "old_position": watermark.position,

@@ -1,0 +1,43 @@
+"""The SQL that PostgreSQL runs for Tidemark, kept in `.sql` files (see README.md here).
+
+- `schema/*.sql`: the current definition of every SQL function, one concern per file
+  (`SCHEMA_FILES`, in the order they can be created).
+- `migrations/NNNN_*.sql`: the numbered changes, applied by Django migrations through
+  `migrations_utils.RunSQLFile`; never edited once a migration applies them.
+- `queries.sql`: the statements the services send, each under `-- name: <name>`, read with `query()`.
+"""
+
+import re
+from functools import cache
+from pathlib import Path
+
+SQL_DIR = Path(__file__).resolve().parent
+
+# creation order: SQL-language functions are checked against what exists when they are created
+SCHEMA_FILES = ("statuses.sql", "planning.sql", "commit.sql", "publish.sql", "acquire.sql")
+
+_NAME = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+
+
+def schema_sql() -> str:
+    """Every current function definition, as one script."""
+    return "\n".join((SQL_DIR / "schema" / name).read_text() for name in SCHEMA_FILES)
+
+
+@cache
+def _queries() -> dict[str, str]:
+    text = (SQL_DIR / "queries.sql").read_text()
+    parts = _NAME.split(text)
+    queries = {}
+    # parts: [preamble, name, body, name, body, ...]
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"queries.sql names {name!r} twice")
+        queries[name] = body.strip().rstrip(";").strip()
+    return queries
+
+
+def query(name: str) -> str:
+    """The statement named `name` in queries.sql (a KeyError names a missing one at import time
+    of the module that asks for it)."""
+    return _queries()[name]

@@ -1,0 +1,109 @@
+-- The statements Tidemark's services send, by name (inventory.sql.query). Parameters are
+-- psycopg2's: %s positional or %(name)s named. The functions they call are in schema/.
+
+-- ---- the batch lifecycle (inventory/services/lifecycle.py) -------------------------------------
+
+-- name: batch_acquire
+SELECT * FROM tidemark_acquire(%s, %s, %s, %s, %s::jsonb);
+
+-- name: batch_insert_incremental
+-- A planned incremental batch and, when it starts at once, its first attempt, in one statement.
+WITH created AS (
+    INSERT INTO inventory_batch (
+        job_id, kind, status, span, item_count, weight, attempt, max_attempts,
+        lease_expires_at, worker, created_at, started_at, result, error, skip_reason,
+        config_snapshot
+    ) VALUES (
+        %(job)s, 'incremental', %(status)s, int8range(%(lower)s, %(upper)s), %(count)s,
+        %(weight)s, %(attempt)s, %(max_attempts)s,
+        CASE WHEN %(start)s THEN statement_timestamp() + make_interval(secs => %(lease)s) END, %(worker)s,
+        statement_timestamp(), CASE WHEN %(start)s THEN statement_timestamp() END, '{}', '{}', '', %(snapshot)s::jsonb
+    )
+    RETURNING *
+), first_attempt AS (
+    INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
+    SELECT id, attempt, worker, started_at, '', '{}' FROM created WHERE %(start)s
+)
+SELECT * FROM created;
+
+-- name: batch_start
+-- A waiting batch starts its next attempt; its lease is written with the database's clock.
+WITH started AS (
+    UPDATE inventory_batch
+    SET status = 'running', attempt = attempt + 1, worker = %(worker)s,
+        lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s), started_at = statement_timestamp(),
+        finished_at = NULL, next_attempt_at = NULL
+    WHERE id = %(id)s AND status = ANY(%(from)s)
+    RETURNING *
+), new_attempt AS (
+    INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
+    SELECT id, attempt, worker, started_at, '', '{}' FROM started
+)
+SELECT * FROM started;
+
+-- name: job_lock_for_start
+-- Shared: a pause waits for a start in progress, and a start after the pause sees it.
+SELECT 1 FROM inventory_job WHERE id = %s FOR SHARE;
+
+-- name: batch_heartbeat
+UPDATE inventory_batch AS b
+SET lease_expires_at = statement_timestamp() + make_interval(secs => coalesce(%s, j.lease_seconds))
+FROM inventory_job AS j
+WHERE b.id = %s AND j.id = b.job_id AND b.status = 'running' AND b.attempt = %s
+  AND b.lease_expires_at > statement_timestamp()
+RETURNING b.lease_expires_at;
+
+-- name: batch_succeed
+SELECT * FROM tidemark_succeed(%s, %s, %s::jsonb, %s::jsonb);
+
+-- name: backfill_complete_if_done
+SELECT tidemark_complete_backfill(%s);
+
+-- ---- watermarks (inventory/services/watermarks.py) ---------------------------------------------
+
+-- name: watermark_merge
+SELECT tidemark_merge_watermark(%s, %s::jsonb, %s::jsonb);
+
+-- name: watermark_advance
+SELECT tidemark_advance(%s, %s, %s, %s);
+
+-- name: watermark_record
+-- An operator's correction: the event and the new watermark in one statement.
+WITH event AS (
+    INSERT INTO inventory_watermarkevent (
+        watermark_id, old_position, new_position, old_value, new_value, source,
+        batch_id, actor, reason, is_replay, created_at
+    ) VALUES (%(id)s, %(old_position)s, %(new_position)s, %(old_value)s::jsonb,
+              %(new_value)s::jsonb, %(source)s, %(batch)s, %(actor)s, %(reason)s,
+              %(replay)s, statement_timestamp())
+)
+UPDATE inventory_watermark
+SET position = %(new_position)s, value = %(new_value)s::jsonb, updated_at = statement_timestamp()
+WHERE id = %(id)s;
+
+-- ---- planning (inventory/services/planning.py) -------------------------------------------------
+
+-- name: plan_batches
+SELECT lower, upper, item_count, weight FROM tidemark_plan_batches(%s, %s, %s, %s, %s, %s);
+
+-- name: plan_incremental
+SELECT lower, upper, item_count, weight FROM tidemark_plan_incremental(%s, %s, %s, %s, %s, %s);
+
+-- name: incremental_next
+SELECT lo, hi FROM tidemark_incremental_next(%s, %s);
+
+-- ---- assets (inventory/services/assets.py) -----------------------------------------------------
+
+-- name: assets_register
+-- New locations only, in the order given; the caller holds the connector's row, so ids are
+-- handed out in the order readers can see them (invariant 5) and none is spent on a known one.
+INSERT INTO inventory_asset (connector_id, location, weight, extra, discovered_at)
+SELECT %s, t.location, t.weight, t.extra::jsonb, now()
+FROM unnest(%s::text[], %s::bigint[], %s::text[]) WITH ORDINALITY
+     AS t(location, weight, extra, ord)
+WHERE NOT EXISTS (
+    SELECT 1 FROM inventory_asset known
+    WHERE known.connector_id = %s AND known.location = t.location
+)
+ORDER BY t.ord
+ON CONFLICT (connector_id, location) DO NOTHING;

@@ -1,0 +1,138 @@
+-- Commit: a batch becomes succeeded and the watermark advances in one transaction (invariants 1,
+-- 3, 4, 8). Lock order: watermark, then the batch's backfill, then the batch.
+
+-- The never-decreasing merge of a watermark value with a batch's report (datetime: the later
+-- instant; key_value: per-key maximum, missing keys kept; file_set: union; int: the larger). The
+-- only implementation: Python asks it too (watermarks.merge_values).
+CREATE OR REPLACE FUNCTION tidemark_merge_watermark(p_type text, p_old jsonb, p_new jsonb)
+RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+        WHEN p_new IS NULL OR p_new = 'null'::jsonb THEN p_old
+        WHEN p_old IS NULL OR p_old = 'null'::jsonb THEN p_new
+        WHEN p_type = 'datetime' THEN
+            CASE WHEN (p_new #>> '{}')::timestamptz > (p_old #>> '{}')::timestamptz
+                 THEN p_new ELSE p_old END
+        WHEN p_type = 'key_value' THEN (
+            SELECT coalesce(jsonb_object_agg(key, top), '{}'::jsonb)
+            FROM (
+                SELECT key, max((value #>> '{}')::numeric) AS top
+                FROM (SELECT * FROM jsonb_each(p_old) UNION ALL SELECT * FROM jsonb_each(p_new)) AS kv
+                GROUP BY key
+            ) AS merged
+        )
+        WHEN p_type = 'file_set' THEN (
+            SELECT coalesce(jsonb_agg(name ORDER BY name COLLATE "C"), '[]'::jsonb)
+            FROM (
+                SELECT jsonb_array_elements_text(p_old) UNION SELECT jsonb_array_elements_text(p_new)
+            ) AS files(name)
+        )
+        ELSE to_jsonb(greatest((p_old #>> '{}')::numeric, (p_new #>> '{}')::numeric))
+    END
+$$;
+
+-- Move a locked watermark over the gap-free run of committed batches that starts at its position,
+-- merging what they reported, and record one WatermarkEvent. PL/pgSQL takes a fresh snapshot per
+-- statement, so the advance sees every batch committed before the watermark lock was granted.
+CREATE OR REPLACE FUNCTION tidemark_advance(
+    p_watermark bigint, p_trigger bigint, p_actor text, p_reason text
+) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    wm inventory_watermark%ROWTYPE;
+    new_position bigint;
+    new_value jsonb;
+    committed record;
+BEGIN
+    -- the caller holds this row's lock
+    SELECT * INTO wm FROM inventory_watermark WHERE id = p_watermark;
+    new_value := wm.value;
+    FOR committed IN
+        WITH held AS (
+            SELECT lower(span) AS lo, upper(span) AS hi, status, watermark_value,
+                   lag(upper(span), 1, wm.position) OVER (ORDER BY lower(span)) AS prev_hi
+            FROM inventory_batch
+            WHERE job_id = wm.job_id AND backfill_id IS NULL
+              AND status = ANY(tidemark_holding_statuses())
+              AND upper(span) > wm.position
+        ), stop AS (
+            SELECT coalesce(min(lo), 9223372036854775807) AS lo FROM held
+            WHERE NOT (status = ANY(tidemark_committed_statuses())) OR lo > prev_hi
+        )
+        SELECT held.hi, held.watermark_value FROM held, stop
+        WHERE held.lo < stop.lo ORDER BY held.lo
+    LOOP
+        new_position := committed.hi;
+        IF wm.type <> 'int' THEN
+            new_value := tidemark_merge_watermark(wm.type, new_value, committed.watermark_value);
+        END IF;
+    END LOOP;
+    IF new_position IS NULL THEN
+        RETURN;
+    END IF;
+    IF wm.type = 'int' THEN
+        new_value := to_jsonb(new_position - 1);
+    END IF;
+    INSERT INTO inventory_watermarkevent (
+        watermark_id, old_position, new_position, old_value, new_value, source, batch_id, actor,
+        reason, is_replay, created_at
+    ) VALUES (
+        wm.id, wm.position, new_position, wm.value, new_value, 'batch', p_trigger,
+        coalesce(p_actor, ''), coalesce(p_reason, ''), false, statement_timestamp()
+    );
+    UPDATE inventory_watermark
+    SET position = new_position, value = new_value, updated_at = statement_timestamp()
+    WHERE id = wm.id;
+END
+$$;
+
+-- Mark a running backfill completed once none of its batches is open. The caller holds its row.
+CREATE OR REPLACE FUNCTION tidemark_complete_backfill(p_backfill bigint)
+RETURNS void LANGUAGE sql AS $$
+    UPDATE inventory_backfill SET status = 'completed', updated_at = statement_timestamp()
+    WHERE id = p_backfill AND status = 'running'
+      AND NOT EXISTS (
+          SELECT 1 FROM inventory_batch
+          WHERE backfill_id = p_backfill AND NOT (status = ANY(tidemark_backfill_done_statuses()))
+      )
+$$;
+
+-- Fence and commit one attempt: running, this attempt, a lease still alive by the database's clock
+-- after the locks were granted. Returns the committed batch, or nothing when fenced out (the
+-- caller says why). Called in autocommit it is a single round trip and a single transaction.
+CREATE OR REPLACE FUNCTION tidemark_succeed(
+    p_batch bigint, p_attempt integer, p_result jsonb, p_value jsonb
+) RETURNS SETOF inventory_batch LANGUAGE plpgsql AS $$
+DECLARE
+    watermark_id bigint;
+    v_backfill bigint;
+    done inventory_batch%ROWTYPE;
+BEGIN
+    SELECT w.id, b.backfill_id INTO watermark_id, v_backfill
+    FROM inventory_watermark AS w JOIN inventory_batch AS b ON b.job_id = w.job_id
+    WHERE b.id = p_batch
+    FOR UPDATE OF w;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'batch % does not exist', p_batch USING ERRCODE = 'TM404';
+    END IF;
+    IF v_backfill IS NOT NULL THEN
+        PERFORM 1 FROM inventory_backfill WHERE id = v_backfill FOR UPDATE;
+    END IF;
+    UPDATE inventory_batch
+    SET status = 'succeeded', result = p_result, watermark_value = p_value,
+        finished_at = statement_timestamp(), lease_expires_at = NULL, error = '{}'
+    WHERE id = p_batch AND status = 'running' AND attempt = p_attempt
+      AND lease_expires_at > clock_timestamp()
+    RETURNING * INTO done;
+    IF NOT FOUND THEN
+        RETURN;  -- fenced out: the caller reports why
+    END IF;
+    UPDATE inventory_batchattempt
+    SET finished_at = done.finished_at, outcome = 'succeeded', error = '{}'
+    WHERE batch_id = done.id AND number = done.attempt;
+    IF done.backfill_id IS NULL THEN
+        PERFORM tidemark_advance(watermark_id, done.id, done.worker, '');
+    ELSE
+        PERFORM tidemark_complete_backfill(done.backfill_id);
+    END IF;
+    RETURN NEXT done;
+END
+$$;

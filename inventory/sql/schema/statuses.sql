@@ -1,0 +1,45 @@
+-- Status lists and the one definition of "due", shared by every function below.
+--
+-- The lists mirror inventory/models.py (HOLDING_STATUSES and the others); tests/test_sql_schema.py
+-- checks that they agree. Each is an IMMUTABLE SQL function with a constant body, so PostgreSQL
+-- inlines it: `status = ANY(tidemark_holding_statuses())` plans exactly like `status IN (...)`.
+
+-- batches that hold their range: nobody else may plan over it (the exclusion constraint's set)
+CREATE OR REPLACE FUNCTION tidemark_holding_statuses() RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ARRAY['queued', 'running', 'succeeded', 'failed', 'dead', 'skipped']
+$$;
+
+-- batches the watermark may move over
+CREATE OR REPLACE FUNCTION tidemark_committed_statuses() RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ARRAY['succeeded', 'skipped']
+$$;
+
+-- batches still to run: an open backfill batch holds the incremental planner back
+CREATE OR REPLACE FUNCTION tidemark_open_statuses() RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ARRAY['queued', 'running', 'failed']
+$$;
+
+-- committed batches whose published output stays in the sink until a later batch replaces it
+CREATE OR REPLACE FUNCTION tidemark_output_statuses() RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ARRAY['succeeded', 'skipped', 'superseded']
+$$;
+
+-- a backfill is completed once every one of its batches is in one of these
+CREATE OR REPLACE FUNCTION tidemark_backfill_done_statuses() RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ARRAY['succeeded', 'skipped', 'cancelled']
+$$;
+
+-- A batch is due (may start now) when it is queued with no backoff pending, or failed with its
+-- backoff over. Judged by the database's clock, as every lease and retry time is written with it.
+-- A STABLE one-expression SQL function: inlined into the queries that call it, indexes included.
+CREATE OR REPLACE FUNCTION tidemark_batch_due(p_status text, p_next_attempt_at timestamptz)
+RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT (p_status = 'queued'
+            AND (p_next_attempt_at IS NULL OR p_next_attempt_at <= statement_timestamp()))
+        OR (p_status = 'failed' AND p_next_attempt_at <= statement_timestamp())
+$$;
