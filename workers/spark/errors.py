@@ -125,3 +125,37 @@ def spark_error_type(exc: BaseException) -> str:
         except Exception:  # the JVM may be gone; the Python name still says something
             pass
     return type(exc).__name__
+
+
+# Spark's error classes for input it cannot read. Spark reads lazily, so these surface in the
+# write (the first action), wrapped in the sink's error; they are still the input's fault.
+_INPUT_FAILURE = re.compile(
+    r"\[(FAILED_READ_FILE|MALFORMED_RECORD_IN_PARSING|CANNOT_READ_FILE_FOOTER|"
+    r"PARQUET_COLUMN_DATA_TYPE_MISMATCH)[\].]"
+)
+
+
+def _root_spark_error(exc: BaseException) -> BaseException:
+    """The exception Spark raised, under the sink's own wrapper (`raise SinkError(...) from exc`)."""
+    return exc.__cause__ if exc.__cause__ is not None else exc
+
+
+def input_failed(exc: BaseException) -> bool:
+    """Whether a failed write failed because the batch's input could not be read."""
+    text = f"{exc}\n{getattr(exc, 'detail', '') or ''}\n{error_text(_root_spark_error(exc))}"
+    return _INPUT_FAILURE.search(text) is not None
+
+
+def input_failure_summary(exc: BaseException) -> str:
+    root = _root_spark_error(exc)
+    if root is exc:
+        # the sink kept only Spark's text (e.g. it scrubbed a DSN out of it): its message says it
+        return str(exc).split(": ", 1)[-1]
+    return spark_error_summary(root)
+
+
+def input_failure_detail(exc: BaseException) -> str:
+    root = _root_spark_error(exc)
+    if root is exc:
+        return getattr(exc, "detail", "") or ""
+    return spark_error_detail(root)

@@ -19,18 +19,21 @@ import time
 from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from workers.spark.errors import (
     BatchError,
     ReadError,
     SinkError,
+    input_failed,
+    input_failure_detail,
+    input_failure_summary,
     spark_error_detail,
     spark_error_summary,
     spark_error_type,
 )
 from workers.spark.fence import publish_from_spec
+from workers.spark.input_profile import InputProfile, parquet_footer_rows
 from workers.spark.processors import (
     ProcessorContext,
     ProcessorError,
@@ -71,20 +74,17 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
             schema=spec.get("schema"),
             lineage=lineage,
         )
-        try:
-            # evaluate the input now, so a malformed file fails here, named as a read error
-            rows_in, watermark = _profile(df, watermark_column)
-        except ReadError:
-            raise
-        except Exception as exc:
-            raise ReadError(
-                f"cannot read {spec['format']} input: {spark_error_summary(exc)}"
-            ) from exc
+        # what the batch reports about its input (rows, the watermark column's maximum) is
+        # observed while the write runs: no Spark job of its own
+        known_rows = None
+        if spec["format"] == "parquet" and not watermark_column:
+            known_rows = parquet_footer_rows(spec["items"])
+        profile = InputProfile(df, watermark_column, known_rows=known_rows)
     except Exception as exc:
         raise _batch_error("read", exc) from exc
     if watermark_column:
-        # before anything is written: a value the job cannot store fails the batch here, clearly
-        _check_watermark_type(spec.get("watermark_type"), watermark_column, watermark)
+        # before anything is written: a column the job's watermark cannot hold fails here, clearly
+        _check_watermark_type(spec.get("watermark_type"), watermark_column, profile.data_type)
 
     ctx = ProcessorContext(
         job=spec["job"],
@@ -95,7 +95,7 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
         kind=spec.get("kind", "incremental"),
     )
     try:
-        out = processor(df, ctx)
+        out = processor(profile.observed, ctx)
         if not isinstance(out, DataFrame):
             raise ProcessorError(
                 f"processor {spec['processor']!r} returned {type(out).__name__}, not a DataFrame"
@@ -114,7 +114,16 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
             version=spec["upper"] - 1,
         )
     except Exception as exc:
+        if input_failed(exc):
+            # Spark reads lazily: a malformed file surfaces in the write, but it is a read error
+            error = ReadError(f"cannot read {spec['format']} input: {input_failure_summary(exc)}")
+            error.detail = input_failure_detail(exc)
+            raise _batch_error("read", error) from exc
         raise _batch_error("write", exc) from exc
+    try:
+        rows_in, watermark = profile.result(out)
+    except Exception as exc:
+        raise _batch_error("read", exc) from exc
 
     result = {
         "rows_in": rows_in,
@@ -126,20 +135,21 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
     return result
 
 
-def _check_watermark_type(watermark_type: str | None, column: str, value) -> None:
-    """The job's watermark type must be able to hold what `column` reports."""
-    if watermark_type in (None, "int") or value is None:
+def _check_watermark_type(watermark_type: str | None, column: str, data_type) -> None:
+    """The job's watermark type must be able to hold what `column` reports (known from its type)."""
+    if watermark_type in (None, "int"):
         return
-    if watermark_type == "datetime" and isinstance(value, str):
+    integral = isinstance(data_type, T.IntegralType)
+    if watermark_type == "datetime" and not integral:
         return
-    kind = "an integer" if isinstance(value, int) else "a single value"
+    kind = "an integer" if integral else "a single value"
     if watermark_type == "datetime":
         reason = "a datetime watermark needs a timestamp or date column"
     else:
         reason = f"a {watermark_type} watermark is not read from a column"
     raise BatchError(
         "WatermarkTypeMismatch",
-        f"watermark_column {column!r} reports {kind} ({value!r}); {reason}: "
+        f"watermark_column {column!r} reports {kind} ({data_type.simpleString()}); {reason}: "
         "fix the connector's watermark_column or the job's watermark_type",
         "",
         "config",
@@ -153,46 +163,6 @@ def _processor(name: str):
         # a processor of the project's own modules, named in TIDEMARK_PROCESSOR_MODULES
         load_processor_modules()
         return get_processor(name)
-
-
-def _profile(df: DataFrame, watermark_column: str | None) -> tuple[int, object]:
-    """Count the input rows and take the watermark column's maximum in one pass."""
-    aggregates = [F.count(F.lit(1)).alias("rows")]
-    if watermark_column:
-        if watermark_column not in df.columns:
-            raise ReadError(
-                f"watermark_column {watermark_column!r} is not an input column; "
-                f"the input has {df.columns}"
-            )
-        aggregates.append(_max_as_json(df, watermark_column).alias("watermark"))
-    row = df.agg(*aggregates).first()
-    watermark = row["watermark"] if watermark_column else None
-    if isinstance(watermark, str) and watermark_column:
-        watermark = _iso_with_zone(watermark)
-    return int(row["rows"]), watermark
-
-
-def _max_as_json(df: DataFrame, column: str):
-    data_type = df.schema[column].dataType
-    col = F.max(df[column])
-    if isinstance(data_type, T.TimestampType):
-        # formatted by Spark in the session time zone, with its offset: source time, exactly
-        return F.date_format(col, "yyyy-MM-dd'T'HH:mm:ss.SSSSSSxxx")
-    if isinstance(data_type, T.TimestampNTZType):
-        # no zone in the data: read as UTC
-        return F.concat(F.date_format(col, "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"), F.lit("+00:00"))
-    if isinstance(data_type, T.DateType):
-        return F.concat(F.date_format(col, "yyyy-MM-dd"), F.lit("T00:00:00+00:00"))
-    if isinstance(data_type, T.IntegralType):
-        return col.cast("long")
-    raise ReadError(
-        f"watermark_column {column!r} has type {data_type.simpleString()}; "
-        "it must be a timestamp, date or integer column"
-    )
-
-
-def _iso_with_zone(value: str) -> str:
-    return datetime.fromisoformat(value).isoformat()
 
 
 def _check_spec(spec) -> None:

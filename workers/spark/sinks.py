@@ -15,6 +15,7 @@ which earlier batches' outputs the new one replaces; those leave in the same ste
 - "postgres": see workers/spark/pgsink.py.
 """
 
+import os
 import re
 import uuid
 
@@ -99,12 +100,21 @@ def write_files(
     token = uuid.uuid4().hex[:12]
     staging = f"{path}/_staging/batch_id={batch_id}-a{int(attempt)}-{token}"
 
-    _drop_earlier_attempts(fs, hadoop_path, path, batch_id=batch_id, attempt=attempt)
+    # a failed first write leaves no empty sink directory behind (a reader would see a sink)
+    fresh = not fs.exists(hadoop_path(path))
+    if not fresh:
+        _drop_earlier_attempts(fs, hadoop_path, path, batch_id=batch_id, attempt=attempt)
 
-    observation = Observation(f"tm_rows_{token}")
+    # rows and bytes come from the write itself: the footers of local Parquet files, otherwise an
+    # observation counting the rows as they are written (no Spark job of its own either way)
+    local_staging = _local_path(staging)
+    from_footers = fmt == "parquet" and local_staging is not None and _pyarrow_parquet() is not None
+    observation = None
+    if not from_footers:
+        observation = Observation(f"tm_rows_{token}")
+        df = df.observe(observation, F.count(F.lit(1)).alias("rows"))
     writer = (
-        df.observe(observation, F.count(F.lit(1)).alias("rows"))
-        .write.mode("errorifexists")
+        df.write.mode("errorifexists")
         .format(fmt)
         .options(**{k: str(v) for k, v in options.items()})
     )
@@ -112,9 +122,15 @@ def write_files(
         writer = writer.partitionBy(*partition_by)
     try:
         writer.save(staging)
-        rows_out = int(observation.get["rows"])
+        if from_footers:
+            rows_out, written_bytes = _local_totals(local_staging, footers=True)
+        else:
+            rows_out, written_bytes = int(observation.get["rows"]), None
     except Exception as exc:
         fs.delete(hadoop_path(staging), True)
+        if fresh:
+            for created in (f"{path}/_staging", path):
+                _delete_if_empty(fs, hadoop_path(created))
         raise SinkError(
             f"writing {fmt} files to {path} failed: {spark_error_summary(exc)}"
         ) from exc
@@ -128,9 +144,19 @@ def write_files(
         raise
     return {
         "rows_out": rows_out,
-        "bytes": _data_bytes(fs, hadoop_path(final)),
+        "bytes": written_bytes
+        if written_bytes is not None
+        else _data_bytes(fs, hadoop_path, final),
         "location": final,
     }
+
+
+def _delete_if_empty(fs, directory) -> None:
+    try:
+        if fs.exists(directory) and len(fs.listStatus(directory)) == 0:
+            fs.delete(directory, False)
+    except Exception:  # noqa: BLE001 - another batch's write may have just put something there
+        pass
 
 
 def _drop_earlier_attempts(fs, hadoop_path, path: str, *, batch_id: int, attempt: int) -> None:
@@ -167,13 +193,50 @@ def _swap_in(fs, hadoop_path, path, staging, final, replaced, *, token) -> None:
         fs.delete(hadoop_path(aside), True)
 
 
-def _data_bytes(fs, root) -> int:
+def _data_bytes(fs, hadoop_path, root: str) -> int:
     """Size of the data files under `root`, without checksums and markers."""
+    local = _local_path(root)
+    if local is not None:
+        # a local sink: listed without a round trip to the JVM per file
+        return _local_totals(local, footers=False)[1]
     total = 0
-    files = fs.listFiles(root, True)
+    files = fs.listFiles(hadoop_path(root), True)
     while files.hasNext():
         status = files.next()
         name = status.getPath().getName()
         if not name.startswith((".", "_")):
             total += status.getLen()
     return total
+
+
+def _local_path(uri: str) -> str | None:
+    if uri.startswith("file:"):
+        return "/" + uri[len("file:") :].lstrip("/")
+    return uri if uri.startswith("/") else None
+
+
+def _pyarrow_parquet():
+    try:
+        import pyarrow.parquet
+    except ImportError:  # a cluster without pyarrow counts with an observation instead
+        return None
+    return pyarrow.parquet
+
+
+def _local_totals(directory: str, *, footers: bool) -> tuple[int | None, int]:
+    """(rows from the Parquet footers if `footers`, bytes) of the data files under `directory`."""
+    parquet = _pyarrow_parquet() if footers else None
+    rows, total = 0, 0
+    pending = [directory]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.name.startswith((".", "_")):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                    continue
+                total += entry.stat(follow_symlinks=False).st_size
+                if parquet is not None:
+                    rows += parquet.read_metadata(entry.path).num_rows
+    return (rows if parquet is not None else None), total
