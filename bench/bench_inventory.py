@@ -307,13 +307,13 @@ def _tidemark_warm_up(spec):
 
 
 def _tidemark_acquire(jobs, job_id, worker):
-    from inventory.services.batches import batch_acquire
+    from inventory.services.lifecycle import batch_acquire
 
     return batch_acquire(job=jobs[job_id], worker=worker)
 
 
 def _tidemark_succeed(jobs, batch):
-    from inventory.services.batches import batch_succeed
+    from inventory.services.lifecycle import batch_succeed
 
     batch_succeed(batch_id=batch.pk, attempt=batch.attempt, result={"rows": batch.item_count})
 
@@ -725,8 +725,8 @@ def profile_run(connector, seq: list) -> dict:
     from django.test.utils import CaptureQueriesContext
 
     from inventory.models import Job
-    from inventory.services.batches import batch_acquire, batch_succeed
     from inventory.services.jobs import job_create
+    from inventory.services.lifecycle import batch_acquire, batch_succeed
 
     seq[0] += 1
     job = job_create(
@@ -856,8 +856,8 @@ def nested_statements(connector, seq: list, conn_params: dict) -> dict | None:
     from django.db import connection
 
     from inventory.models import Job
-    from inventory.services.batches import batch_acquire, batch_succeed
     from inventory.services.jobs import job_create
+    from inventory.services.lifecycle import batch_acquire, batch_succeed
 
     seq[0] += 1
     job = job_create(

@@ -34,16 +34,16 @@ def run_light(spec: dict, cancel) -> dict:
 
 
 def _install() -> None:
-    from inventory.services import batches
+    from inventory.services import lifecycle
     from workers import executors, signals
 
-    if getattr(batches.batch_succeed, "_soak", False):
+    if getattr(lifecycle.batch_succeed, "_soak", False):
         return
     executors.executor_for = lambda name: run_light
     signals.start_warming = lambda: None
     crash_p = float(os.environ.get("SOAK_CRASH_P", "0"))
     faults = Path(os.environ["SOAK_FAULT_DIR"])
-    real_succeed = batches.batch_succeed
+    real_succeed = lifecycle.batch_succeed
 
     def batch_succeed(*, batch_id, **kwargs):
         if random.random() < crash_p:
@@ -52,7 +52,7 @@ def _install() -> None:
         return real_succeed(batch_id=batch_id, **kwargs)
 
     batch_succeed._soak = True
-    batches.batch_succeed = batch_succeed
+    lifecycle.batch_succeed = batch_succeed
 
 
 if os.environ.get("SOAK_HOOKS") == "1":

@@ -32,10 +32,10 @@ from inventory.models import (
 )
 from inventory.roles import ADMIN, OPERATOR, actor_name, has_role
 from inventory.services import backfills as backfill_services
-from inventory.services import batches as batch_services
 from inventory.services import connectors as connector_services
+from inventory.services import corrections
 from inventory.services import jobs as job_services
-from inventory.services import watermarks as watermark_services
+from inventory.services import lifecycle as batch_services
 from inventory.services.errors import InvalidInput, TidemarkError
 
 
@@ -393,7 +393,7 @@ class WatermarkAdmin(ReadOnlyAdmin):
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data
             try:
-                watermark_services.watermark_correct(
+                corrections.watermark_correct(
                     job=watermark.job,
                     value=data["value"],
                     position=data["position"],

@@ -19,9 +19,9 @@ from inventory.models import Backfill, BackfillStatus, Batch, BatchStatus, Conne
 from inventory.roles import ADMIN, OPERATOR, VIEWER, actor_name, has_role
 from inventory.services import assets as asset_services
 from inventory.services import backfills as backfill_services
-from inventory.services import batches as batch_services
 from inventory.services import connectors as connector_services
 from inventory.services import jobs as job_services
+from inventory.services import lifecycle as batch_services
 from inventory.services import scheduling as scheduling_services
 from inventory.services.errors import TidemarkError
 from inventory.services.secrets import mask

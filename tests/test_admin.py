@@ -14,7 +14,7 @@ from inventory.models import (
     Watermark,
     WatermarkEvent,
 )
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from tests.api_support import make_inventory
 
 pytestmark = pytest.mark.django_db

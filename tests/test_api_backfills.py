@@ -3,7 +3,7 @@
 import pytest
 
 from inventory.models import Backfill, BackfillStatus, Batch, BatchStatus
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from tests.api_support import make_inventory, token_client
 
 pytestmark = pytest.mark.django_db

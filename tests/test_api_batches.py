@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from inventory.models import Batch, BatchStatus, Watermark
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from tests.api_support import make_inventory, session_client, token_client
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ import pytest
 from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from tests.api_support import make_inventory, token_client
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,8 @@ from rest_framework.settings import api_settings
 from rest_framework.test import APIClient
 
 from inventory.models import Backfill, Batch
-from inventory.services import backfills, batches
+from inventory.services import backfills
+from inventory.services import lifecycle as batches
 from tests.api_support import make_inventory, session_client, token_client
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ and backfill batches that run in their own lane beside incremental work."""
 import pytest
 
 from inventory.models import Backfill, BackfillStatus, Batch, BatchKind, BatchStatus, Watermark
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from inventory.services.backfills import backfill_create, backfill_preview, backfill_set_status
 from inventory.services.errors import Conflict, InvalidInput
 from tests.factories import ConnectorFactory, make_assets, make_job

@@ -9,7 +9,7 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from inventory.models import Batch, BatchStatus
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from tests.factories import ConnectorFactory, make_assets, make_job
 from tests.worker_fixtures import CELERY, ROOT, wait_until
 

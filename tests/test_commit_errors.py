@@ -5,7 +5,8 @@ import pytest
 from django.db import DataError, OperationalError
 
 from inventory.models import Batch, BatchAttempt, BatchStatus, Watermark, WatermarkEvent
-from inventory.services import batches, runs
+from inventory.services import lifecycle as batches
+from inventory.services import runs
 from tests.factories import make_assets, make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)

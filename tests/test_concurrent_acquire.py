@@ -15,7 +15,7 @@ import pytest
 from django.db import IntegrityError, connection, connections, transaction
 
 from inventory.models import Batch, BatchAttempt, BatchKind, BatchStatus, Watermark
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from inventory.services.assets import assets_register
 from inventory.services.backfills import backfill_create
 from tests.factories import ConnectorFactory, make_assets, make_job

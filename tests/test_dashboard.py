@@ -4,7 +4,7 @@ import pytest
 from django.test import Client
 
 from inventory.models import BackfillStatus, BatchStatus, ConnectorState
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from inventory.services.errors import Conflict
 from tests.factories import ConnectorFactory, make_assets, make_job
 

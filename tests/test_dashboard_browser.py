@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from tests.factories import ConnectorFactory, make_assets, make_job
 
 CHROMIUM = "/usr/bin/chromium"

@@ -17,13 +17,12 @@ from django.utils import timezone
 
 from inventory import selectors
 from inventory.models import Asset, Batch, BatchStatus, ConnectorKind, Watermark
-from inventory.services import batches as lifecycle
-from inventory.services import outputs, runs
+from inventory.services import lifecycle, outputs, runs
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
+from inventory.services.corrections import watermark_correct
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
-from inventory.services.watermarks import watermark_correct
 from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
 from workers.spark.sinks import write_sink

@@ -17,11 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inventory.models import Batch, BatchKind, BatchStatus, Watermark
-from inventory.services import batches as lifecycle
-from inventory.services import runs
+from inventory.services import lifecycle, runs
 from inventory.services.backfills import backfill_create
+from inventory.services.corrections import watermark_correct
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.services.watermarks import watermark_correct
 from tests.test_exactly_once import (
     drain,
     expected_rows,

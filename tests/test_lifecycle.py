@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from inventory.models import Batch, BatchAttempt, BatchStatus, Watermark, WatermarkEvent
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from inventory.services.errors import Conflict, InvalidInput, StaleAttempt
 from tests.factories import ConnectorFactory, make_assets, make_job
 

@@ -14,7 +14,8 @@ import pytest
 from django.db import DatabaseError, connection
 
 from inventory.models import Backfill, BackfillStatus, Batch, BatchStatus
-from inventory.services import backfills, batches, runs
+from inventory.services import backfills, runs
+from inventory.services import lifecycle as batches
 from inventory.services.errors import Conflict
 from tests.factories import make_assets, make_job
 

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from inventory.models import Batch, Connector, ConnectorKind
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from inventory.services.backfills import backfill_preview
 from inventory.services.connectors import connector_create
 from inventory.services.errors import InvalidInput

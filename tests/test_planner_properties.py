@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inventory.models import Asset, Batch, BatchStatus
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from inventory.services.items import assets_source
 from inventory.services.planning import plan_closed_range, plan_step
 from tests.factories import ConnectorFactory, make_job

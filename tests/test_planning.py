@@ -4,7 +4,7 @@ and the conditions under which a job takes no work."""
 import pytest
 
 from inventory.models import Batch, BatchStatus, ConnectorState, Watermark
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from inventory.services.assets import assets_register
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.items import assets_source

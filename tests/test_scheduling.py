@@ -14,7 +14,8 @@ from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from inventory.models import Batch, BatchKind, BatchStatus, ConnectorState
-from inventory.services import batches, runs, scheduling
+from inventory.services import lifecycle as batches
+from inventory.services import runs, scheduling
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create, connector_pause
 from inventory.services.errors import InvalidInput

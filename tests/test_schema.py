@@ -17,7 +17,8 @@ from schemathesis.checks import not_a_server_error, response_schema_conformance
 from schemathesis.config import SchemathesisConfig
 
 from controlplane.wsgi import application
-from inventory.services import backfills, batches
+from inventory.services import backfills
+from inventory.services import lifecycle as batches
 from tests.api_support import make_inventory
 
 CHECKS = [not_a_server_error, response_schema_conformance]

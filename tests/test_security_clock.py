@@ -9,7 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from inventory.models import Batch, BatchStatus
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from inventory.services.errors import StaleAttempt
 from tests.factories import make_assets, make_job
 

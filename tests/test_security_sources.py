@@ -26,7 +26,7 @@ from inventory.models import (
     WatermarkEvent,
     WatermarkSource,
 )
-from inventory.services import batches
+from inventory.services import lifecycle as batches
 from inventory.services.connectors import connector_create
 from inventory.services.errors import InvalidInput
 from tests.api_support import token_client

@@ -9,9 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from inventory.models import Batch, BatchStatus, Watermark, WatermarkEvent, WatermarkType
-from inventory.services import batches
+from inventory.services import lifecycle as batches
+from inventory.services.corrections import watermark_correct
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.services.watermarks import decreases, merge_values, parse_value, watermark_correct
+from inventory.services.watermarks import decreases, merge_values, parse_value
 from tests.factories import ConnectorFactory, make_assets, make_job
 
 # ---- value rules (the merge runs in the database: tidemark_merge_watermark) --------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 import tests.worker_processors  # noqa: F401 - registers the test processors here too
 from inventory.models import Batch, BatchAttempt, BatchStatus, Watermark, WatermarkEvent
-from inventory.services import assets, batches, runs, scheduling
+from inventory.services import assets, runs, scheduling
+from inventory.services import lifecycle as batches
 from inventory.services.connectors import connector_create
 from tests.factories import make_job
 from tests.worker_fixtures import read_sink, wait_until, write_orders

@@ -26,11 +26,11 @@ from inventory.models import (
 from inventory.roles import ADMIN, OPERATOR, VIEWER, actor_name
 from inventory.services import assets as asset_services
 from inventory.services import backfills as backfill_services
-from inventory.services import batches as batch_services
 from inventory.services import connectors as connector_services
+from inventory.services import corrections
 from inventory.services import jobs as job_services
+from inventory.services import lifecycle as batch_services
 from inventory.services import scheduling as scheduling_services
-from inventory.services import watermarks as watermark_services
 from inventory.services.errors import NotFound
 
 NAME_PATTERN = r"[-a-zA-Z0-9_]+"
@@ -380,7 +380,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
         job = self.get_object()
         if request.method == "POST":
             data = _valid(s.WatermarkCorrectionSerializer, request)
-            watermark_services.watermark_correct(
+            corrections.watermark_correct(
                 job=job,
                 value=data.get("value"),
                 position=data.get("position"),

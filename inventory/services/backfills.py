@@ -11,8 +11,7 @@ from inventory.models import (
     BatchStatus,
     Job,
 )
-from inventory.services import outputs
-from inventory.services.batches import config_snapshot
+from inventory.services import lifecycle, outputs
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.items import source_for_connector
 from inventory.services.jobs import validate_budget
@@ -81,7 +80,7 @@ def backfill_create(
         reason=reason,
         created_by=actor,
     )
-    snapshot = config_snapshot(job)
+    snapshot = lifecycle.config_snapshot(job)
     Batch.objects.bulk_create(
         Batch(
             job=job,
@@ -186,7 +185,5 @@ def backfill_set_status(*, backfill: Backfill, status: str) -> Backfill:
         backfill.status = status
         backfill.save(update_fields=["status", "updated_at"])
         if status == BackfillStatus.CANCELLED:
-            backfill.batches.filter(status__in=[BatchStatus.QUEUED, BatchStatus.FAILED]).update(
-                status=BatchStatus.CANCELLED
-            )
+            lifecycle.batches_cancel_waiting(backfill.batches.all())
     return backfill

@@ -2,7 +2,6 @@
 
 from django.db import transaction
 from django.db.models import Q
-from django.db.models.functions import Now
 
 from inventory.models import (
     Backfill,
@@ -15,7 +14,7 @@ from inventory.models import (
     Job,
     WatermarkSource,
 )
-from inventory.services import watermarks
+from inventory.services import lifecycle, watermarks
 from inventory.services.assets import check_completion_config
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.items import check_meta_table, quote_table
@@ -192,7 +191,6 @@ def connector_delete(*, connector: Connector) -> None:
 
 
 # batches of a reset connector's jobs: not started yet -> cancelled; finished -> superseded
-_RESET_CANCELLED = (BatchStatus.QUEUED, BatchStatus.FAILED)
 _RESET_SUPERSEDED = (BatchStatus.SUCCEEDED, BatchStatus.DEAD, BatchStatus.SKIPPED)
 _OPEN_BACKFILLS = (BackfillStatus.PENDING, BackfillStatus.RUNNING, BackfillStatus.PAUSED)
 
@@ -212,7 +210,7 @@ def connector_reset(
     backfills are cancelled, its finished batches superseded, and its watermark reset, recorded
     as a replay event with the actor and the reason. Assets registered from an old `path` are
     forgotten. Output already written to sinks stays. Refused while a batch of these jobs runs.
-    Locks: connector, then jobs -> watermark -> backfill -> batch (the lock order of batches.py).
+    Locks: connector, then jobs -> watermark -> backfill -> batch (the lock order of lifecycle.py).
     """
     reason = (reason or "").strip()
     if not reason:
@@ -234,7 +232,7 @@ def connector_reset(
         )
     what = ", ".join(changed) if changed else "same source"
     for job in jobs:
-        watermark = watermarks._lock_watermark(job.pk)
+        watermark = watermarks.watermark_lock(job.pk)
         backfills = Backfill.objects.select_for_update().filter(job=job, status__in=_OPEN_BACKFILLS)
         for backfill in backfills.order_by("pk"):
             backfill.status = BackfillStatus.CANCELLED
@@ -242,13 +240,11 @@ def connector_reset(
         batches = Batch.objects.filter(job=job)
         locked = list(batches.select_for_update().order_by("pk").values_list("pk", flat=True))
         batches = Batch.objects.filter(pk__in=locked)
-        batches.filter(status__in=_RESET_CANCELLED).update(
-            status=BatchStatus.CANCELLED,
-            finished_at=Now(),
-            error={"type": "ConnectorReset", "message": f"{actor}: {reason}"},
+        lifecycle.batches_cancel_waiting(
+            batches, error={"type": "ConnectorReset", "message": f"{actor}: {reason}"}
         )
-        batches.filter(status__in=_RESET_SUPERSEDED).update(status=BatchStatus.SUPERSEDED)
-        watermarks._record(
+        lifecycle.batches_supersede(batches.filter(status__in=_RESET_SUPERSEDED))
+        watermarks.watermark_record(
             watermark,
             new_position=job.start_position,
             new_value=None,

@@ -28,7 +28,7 @@ from django.db import (
     transaction,
 )
 from django.db.models import Q
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from inventory.models import (
     Backfill,
@@ -41,8 +41,7 @@ from inventory.models import (
     Job,
     WatermarkType,
 )
-from inventory.services import batches as lifecycle
-from inventory.services import outputs, throttle
+from inventory.services import lifecycle, outputs, throttle
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.items import source_for_connector
 
@@ -165,7 +164,7 @@ def job_run(*, job: Job) -> RunOutcome:
     """
     with transaction.atomic():
         job = Job.objects.select_for_update().select_related("connector").get(pk=job.pk)
-        blocked = lifecycle.job_is_runnable(job)
+        blocked = lifecycle.job_blocked_reason(job)
         if blocked:
             return RunOutcome(job=job.name, planned=[], dispatched=[], reason=blocked)
         urgent = _urgent_backfill(job)
@@ -180,12 +179,11 @@ def job_run(*, job: Job) -> RunOutcome:
         incremental = Batch.objects.filter(job=job, kind=BatchKind.INCREMENTAL)
         in_flight = incremental.filter(status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING]).count()
         stale = list(
-            incremental.filter(status=BatchStatus.QUEUED)
-            .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=timezone.now()))
+            incremental.filter(lifecycle.batch_due(), status=BatchStatus.QUEUED)
             .filter(
                 Q(pk__in=requeued)
-                | Q(created_at__lt=timezone.now() - REDISPATCH_AFTER)
-                | Q(finished_at__lt=timezone.now() - REDISPATCH_AFTER)
+                | Q(created_at__lt=Now() - REDISPATCH_AFTER)
+                | Q(finished_at__lt=Now() - REDISPATCH_AFTER)
             )
             .order_by("span")
             .values_list("id", flat=True)
@@ -240,7 +238,7 @@ def backfills_pace() -> dict[int, list[int]]:
         "job", "job__connector"
     )
     for backfill in running.order_by("-priority", "id"):
-        if lifecycle.job_is_runnable(backfill.job):
+        if lifecycle.job_blocked_reason(backfill.job):
             continue
         if backfill.priority <= 0 and (
             Batch.objects.filter(
@@ -259,16 +257,13 @@ def backfill_pace(*, backfill: Backfill) -> list[int]:
         backfill = Backfill.objects.select_for_update().get(pk=backfill.pk)
         if backfill.status != BackfillStatus.RUNNING:
             return []
-        Batch.objects.filter(
-            backfill=backfill, status=BatchStatus.FAILED, next_attempt_at__lte=timezone.now()
-        ).update(status=BatchStatus.QUEUED)
+        lifecycle.batches_requeue_due(backfill_id=backfill.pk)
         in_flight = backfill.batches.filter(status=BatchStatus.RUNNING).count()
         free = backfill.max_concurrency - in_flight
         if free <= 0:
             return []
         candidates = list(
-            backfill.batches.filter(status=BatchStatus.QUEUED)
-            .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=timezone.now()))
+            backfill.batches.filter(lifecycle.batch_due(), status=BatchStatus.QUEUED)
             .order_by("span")
             .values_list("id", "weight")[:free]
         )
@@ -560,15 +555,15 @@ def _start_if_ours(*, batch_id: int, worker: str) -> Batch | ExecuteOutcome:
         batch = lifecycle.batch_lock_for_start(batch_id)
         if batch is None:
             return ExecuteOutcome(batch_id, "missing", detail="no such batch")
-        now = timezone.now()
-        if batch.status == BatchStatus.FAILED and batch.next_attempt_at <= now:
+        # a failed batch whose backoff is over is taken back first (due: the database's clock)
+        if batch.status == BatchStatus.FAILED and batch.is_due:
+            lifecycle.batches_requeue_due(batch_id=batch_id)
             batch.status = BatchStatus.QUEUED
-            batch.save(update_fields=["status"])
         if batch.status != BatchStatus.QUEUED:
             return ExecuteOutcome(batch_id, "ignored", batch.attempt, f"batch is {batch.status}")
-        if batch.next_attempt_at is not None and batch.next_attempt_at > now:
+        if not batch.is_due:
             return ExecuteOutcome(batch_id, "ignored", batch.attempt, "backoff not over")
-        blocked = lifecycle.job_is_runnable(batch.job) or lifecycle.backfill_start_blocked(batch)
+        blocked = lifecycle.job_blocked_reason(batch.job) or lifecycle.backfill_start_blocked(batch)
         if blocked:
             return ExecuteOutcome(batch_id, "ignored", batch.attempt, blocked)
         try:
@@ -592,7 +587,8 @@ def _fail(batch: Batch, error: dict) -> ExecuteOutcome:
         return ExecuteOutcome(batch.pk, "unrecorded", batch.attempt, _first_line(exc))
     retry_in = None
     if failed.status == BatchStatus.FAILED and failed.next_attempt_at is not None:
-        retry_in = max((failed.next_attempt_at - timezone.now()).total_seconds(), 0.0)
+        # both times from the database's clock
+        retry_in = max((failed.next_attempt_at - failed.db_now).total_seconds(), 0.0)
     # the stored (redacted) message: the outcome is logged and returned by the Celery task
     return ExecuteOutcome(
         batch.pk, failed.status, batch.attempt, failed.error.get("message", ""), retry_in

@@ -1,4 +1,6 @@
-"""Watermarks: the contiguous committed prefix of a job, typed values, audited corrections.
+"""Watermarks: the contiguous committed prefix of a job and its typed values.
+
+Corrections by an operator (which supersede or skip batches) are in corrections.py.
 
 Lock order everywhere: job row -> watermark row -> batch rows. Keeping one order means a commit, a
 correction and a skip can never deadlock each other.
@@ -7,20 +9,15 @@ correction and a skip can never deadlock each other.
 import json
 from datetime import datetime
 
-from django.db import connection, transaction
+from django.db import connection
 
 from inventory.models import (
-    COMMITTED_STATUSES,
-    HOLDING_STATUSES,
     Batch,
-    BatchKind,
-    BatchStatus,
     Job,
     Watermark,
-    WatermarkSource,
     WatermarkType,
 )
-from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.errors import InvalidInput
 from inventory.sql import query
 
 # ---- pure value rules --------------------------------------------------------------------------
@@ -106,7 +103,7 @@ def watermark_create(*, job: Job) -> Watermark:
     )
 
 
-def _lock_watermark(job_id: int) -> Watermark:
+def watermark_lock(job_id: int) -> Watermark:
     return Watermark.objects.select_for_update().get(job_id=job_id)
 
 
@@ -116,7 +113,7 @@ def watermark_advance(
     """Move the watermark over the gap-free run of committed batches that starts at its position
     (tidemark_advance, migration 0004), recording one event when it moves.
 
-    Must run inside the transaction holding the watermark's row lock (see _lock_watermark).
+    Must run inside the transaction holding the watermark's row lock (see watermark_lock).
     `actor`/`reason` name an operator who caused the move (a skip); else the batch's worker.
     """
     with connection.cursor() as cursor:
@@ -133,7 +130,7 @@ def watermark_advance(
     return watermark
 
 
-def _record(
+def watermark_record(
     watermark: Watermark, *, new_position, new_value, source, batch, actor, reason, replay=False
 ):
     """Write the event and the new watermark in one statement (this runs on every commit)."""
@@ -159,155 +156,3 @@ def _record(
 
 def _json_or_null(value):
     return None if value is None else json.dumps(value)
-
-
-@transaction.atomic
-def watermark_correct(
-    *,
-    job: Job,
-    value=None,
-    position: int | None = None,
-    actor: str,
-    reason: str,
-    replay: bool = False,
-    source: str = WatermarkSource.API,
-) -> Watermark:
-    """An audited correction. A reason is always required; moving backwards also needs `replay`.
-
-    For an int watermark the value is the last committed item id (position = value + 1). Moving
-    back to an earlier batch boundary supersedes the committed batches after it, so their items
-    are planned and processed again (a replay). Moving forward marks the items in between as
-    skipped with the correction's reason, so "every item below the watermark is covered" holds.
-    """
-    reason = (reason or "").strip()
-    if not reason:
-        raise InvalidInput("reason", "a watermark correction needs a reason")
-    Job.objects.select_for_update().filter(pk=job.pk).first()
-    watermark = _lock_watermark(job.pk)
-    wm_type = watermark.type
-    if wm_type == WatermarkType.INT:
-        if value is None and position is None:
-            raise InvalidInput("value", "give the new value (the last committed item id)")
-        if value is not None:
-            new_value = parse_value(wm_type, value)
-        else:
-            new_value = parse_value(wm_type, position, field="position") - 1
-        new_position = new_value + 1
-    else:
-        new_value = parse_value(wm_type, value)
-        new_position = watermark.position if position is None else position
-        if isinstance(new_position, bool) or not isinstance(new_position, int):
-            raise InvalidInput("position", "must be an integer item id")
-
-    backwards = decreases(wm_type, watermark.value, new_value)
-    if new_position < watermark.position:
-        backwards.append(f"position {new_position} < {watermark.position}")
-    if backwards and not replay:
-        raise InvalidInput(
-            "replay",
-            "this correction moves the watermark backwards ("
-            + "; ".join(backwards)
-            + "); confirm it as a replay",
-        )
-    if new_position < watermark.position:
-        _supersede_after(job, new_position)
-    elif new_position > watermark.position:
-        _skip_up_to(job, watermark.position, new_position, reason=reason, actor=actor)
-    _record(
-        watermark,
-        new_position=new_position,
-        new_value=new_value,
-        source=source,
-        batch=None,
-        actor=actor,
-        reason=reason,
-        replay=bool(backwards),
-    )
-    return watermark
-
-
-def _supersede_after(job: Job, position: int) -> None:
-    incremental = Batch.objects.filter(job=job, kind=BatchKind.INCREMENTAL)
-    straddling = incremental.filter(status__in=HOLDING_STATUSES, span__contains=position).exclude(
-        span__startswith=position
-    )
-    if straddling.exists():
-        batch = straddling.first()
-        raise InvalidInput(
-            "value",
-            f"{position - 1} is inside batch {batch.pk} {batch.span}; replay from a batch boundary: "
-            f"{batch.span.lower - 1} or {batch.span.upper - 1}",
-        )
-    # a replay rewrites outputs in the sink whole: it may not start inside one (docs/guarantees.md)
-    inside = (
-        Batch.objects.filter(
-            job=job,
-            published_attempt__isnull=False,
-            replaced_by__isnull=True,
-            span__contains=position,
-        )
-        .exclude(span__startswith=position)
-        .first()
-    )
-    if inside is not None:
-        raise InvalidInput(
-            "value",
-            f"{position - 1} is inside the output of batch {inside.pk} {inside.span}; replay from "
-            f"a boundary of it: {inside.span.lower - 1} or {inside.span.upper - 1}",
-        )
-    in_flight = incremental.filter(
-        status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING], span__startswith__gte=position
-    ) | Batch.objects.filter(  # a backfill batch would publish into the replayed range
-        job=job,
-        kind=BatchKind.BACKFILL,
-        status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED],
-        span__endswith__gt=position,
-    )
-    if in_flight.exists():
-        raise Conflict(
-            f"batch {in_flight.first().pk} is still in flight after that point; cancel it or wait"
-        )
-    incremental.filter(status__in=HOLDING_STATUSES, span__startswith__gte=position).update(
-        status=BatchStatus.SUPERSEDED
-    )
-
-
-def _skip_up_to(job: Job, position: int, new_position: int, *, reason: str, actor: str) -> None:
-    """Cover [position, new_position) with skipped batches where no batch holds the ids yet."""
-    held = Batch.objects.filter(
-        job=job,
-        kind=BatchKind.INCREMENTAL,
-        status__in=HOLDING_STATUSES,
-        span__overlap=(position, new_position),
-    ).order_by("span")
-    cursor = position
-    for batch in held:
-        if batch.status not in COMMITTED_STATUSES:
-            raise Conflict(
-                f"batch {batch.pk} ({batch.status}) lies in the skipped range; "
-                "skip, cancel or finish it first"
-            )
-        if batch.span.upper > new_position:
-            raise InvalidInput(
-                "value",
-                f"{new_position - 1} is inside batch {batch.pk} {batch.span}; "
-                f"use {batch.span.lower - 1} or {batch.span.upper - 1}",
-            )
-        if batch.span.lower > cursor:
-            _skipped_batch(job, cursor, batch.span.lower, reason=reason, actor=actor)
-        cursor = batch.span.upper
-    if cursor < new_position:
-        _skipped_batch(job, cursor, new_position, reason=reason, actor=actor)
-
-
-def _skipped_batch(job: Job, lower: int, upper: int, *, reason: str, actor: str) -> None:
-    Batch.objects.create(
-        job=job,
-        kind=BatchKind.INCREMENTAL,
-        status=BatchStatus.SKIPPED,
-        span=(lower, upper),
-        item_count=0,
-        weight=0,
-        max_attempts=job.max_attempts,
-        skip_reason=f"watermark correction by {actor or 'unknown'}: {reason}",
-    )

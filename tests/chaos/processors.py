@@ -85,7 +85,8 @@ def _armed(batch_id: int, name: str) -> bool:
 
 
 def _install_hooks() -> None:
-    from inventory.services import batches, runs
+    from inventory.services import lifecycle as batches
+    from inventory.services import runs
 
     if getattr(batches.batch_succeed, "_chaos", False):
         return

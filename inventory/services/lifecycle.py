@@ -1,8 +1,12 @@
-"""The batch lifecycle: acquire, start, heartbeat, succeed, fail, reap, retry, cancel, skip.
+"""The batch lifecycle: every change of a batch's status goes through this module.
 
 queued -> running -> succeeded; running -> failed -> queued (backoff) until max_attempts, then dead;
-queued|running|failed -> cancelled; dead -> skipped (with a reason). `attempt` is the fencing token:
-only the holder of the current attempt, with a live lease, may commit (invariant 8).
+queued|running|failed -> cancelled; dead -> skipped (with a reason); committed -> superseded (a
+replay). `attempt` is the fencing token: only the holder of the current attempt, with a live
+lease, may commit (invariant 8). Leases and retry times are written and judged with the
+database's clock, never this process's; "due" has one definition (`batch_due`, the SQL function
+tidemark_batch_due). The SQL functions this module calls (tidemark_acquire, tidemark_succeed,
+tidemark_incremental_next) write statuses too; nothing else does.
 
 Rows are locked in one order on every path, job -> watermark -> backfill -> batch (see
 docs/architecture.md, "Lock order"); a path may skip a level, never go back up one.
@@ -13,8 +17,8 @@ from contextlib import nullcontext
 from datetime import timedelta
 
 from django.db import DatabaseError, connection, transaction
+from django.db.models import BooleanField, F, Func, QuerySet
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from inventory.models import (
     Backfill,
@@ -51,7 +55,19 @@ def config_snapshot(job: Job) -> dict:
     }
 
 
-def job_is_runnable(job: Job) -> str | None:
+def batch_due() -> Func:
+    """True for a batch that may start now: queued with no backoff pending, or failed with its
+    backoff over, by the database's clock. The one definition, shared with the SQL functions
+    (tidemark_batch_due in inventory/sql/schema/statuses.sql): `Batch.objects.filter(batch_due())`."""
+    return Func(
+        F("status"),
+        F("next_attempt_at"),
+        function="tidemark_batch_due",
+        output_field=BooleanField(),
+    )
+
+
+def job_blocked_reason(job: Job) -> str | None:
     """Why the job may not take new work now, or None when it may."""
     if job.paused:
         return f"job {job.name} is paused"
@@ -107,7 +123,7 @@ def _insert_incremental(job: Job, planned, *, worker: str, lease_seconds: int | 
 def batches_plan(*, job: Job, limit: int) -> list[Batch]:
     """Plan up to `limit` new incremental batches (a scheduled run), under the job's row lock."""
     job = Job.objects.select_for_update(of=("self",)).select_related("connector").get(pk=job.pk)
-    if job_is_runnable(job):
+    if job_blocked_reason(job):
         return []
     planned = []
     for _ in range(limit):
@@ -174,7 +190,8 @@ def batch_lock_for_start(batch_id: int) -> Batch | None:
     """Lock what starting `batch_id` needs, in the lock order (docs/architecture.md): the job's
     row shared (a pause waits for a start in progress, and a start after the pause sees it), the
     backfill's row (its running batches are counted under it, as tidemark_acquire counts them),
-    then the batch's. Runs in the caller's transaction; None when the batch does not exist."""
+    then the batch's. Runs in the caller's transaction; None when the batch does not exist. The
+    batch comes annotated with `is_due` and `db_now` (the database's clock)."""
     ref = Batch.objects.filter(pk=batch_id).values_list("job_id", "backfill_id").first()
     if ref is None:
         return None
@@ -186,6 +203,7 @@ def batch_lock_for_start(batch_id: int) -> Batch | None:
     return (
         Batch.objects.select_for_update(of=("self",))
         .select_related("job", "job__connector", "backfill")
+        .annotate(is_due=batch_due(), db_now=Now())
         .filter(pk=batch_id)
         .first()
     )
@@ -296,7 +314,9 @@ def batch_fail(*, batch_id: int, attempt: int, error: dict) -> Batch:
 
 
 def _fail(batch: Batch, *, error: dict) -> Batch:
-    now = timezone.now()
+    """running -> failed (a retry after a backoff) or dead. `batch` is locked and annotated with
+    the database's clock (`db_now`): the retry time is compared with it (tidemark_batch_due)."""
+    now = batch.db_now
     error = _redacted(batch, error)
     batch.error = error
     batch.finished_at = now
@@ -316,14 +336,22 @@ def _fail(batch: Batch, *, error: dict) -> Batch:
 
 
 @transaction.atomic
-def batches_requeue_due(*, job_id: int | None = None) -> list[int]:
-    """failed -> queued for every batch whose backoff has passed; returns their ids.
+def batches_requeue_due(
+    *, job_id: int | None = None, backfill_id: int | None = None, batch_id: int | None = None
+) -> list[int]:
+    """failed -> queued for every batch whose backoff has passed (of one job, backfill or batch
+    when given); returns their ids.
 
-    Rows locked elsewhere (a cancel, a start) are skipped until the next step: this step holds
-    no parent lock, so it must never wait for a batch row while holding others."""
-    due = Batch.objects.filter(status=BatchStatus.FAILED, next_attempt_at__lte=timezone.now())
+    Rows locked elsewhere (a cancel, a start) are skipped until the next step: this step must
+    never wait for a batch row while holding others. A caller may already hold the rows it names
+    (a worker's start holds its batch): its own locks do not make it skip them."""
+    due = Batch.objects.filter(batch_due(), status=BatchStatus.FAILED)
     if job_id is not None:
         due = due.filter(job_id=job_id)
+    if backfill_id is not None:
+        due = due.filter(backfill_id=backfill_id)
+    if batch_id is not None:
+        due = due.filter(pk=batch_id)
     ids = list(
         due.select_for_update(of=("self",), skip_locked=True)
         .order_by("id")
@@ -349,6 +377,7 @@ def batches_reap_expired() -> list[int]:
             batch = (
                 Batch.objects.select_for_update(skip_locked=True)
                 .select_related("job")
+                .annotate(db_now=Now())
                 .filter(pk=batch_id, status=BatchStatus.RUNNING, lease_expires_at__lt=Now())
                 .first()
             )
@@ -399,7 +428,7 @@ def batch_cancel(*, batch_id: int, actor: str, reason: str = "") -> Batch:
         )
     batch.status = BatchStatus.CANCELLED
     batch.lease_expires_at = None
-    batch.finished_at = timezone.now()
+    batch.finished_at = batch.db_now
     batch.error = {**batch.error, "cancelled_by": actor, "reason": reason}
     batch.save(update_fields=["status", "lease_expires_at", "finished_at", "error"])
     if batch.backfill_id:
@@ -417,7 +446,7 @@ def batch_skip(*, batch_id: int, actor: str, reason: str) -> Batch:
     job_id = Batch.objects.values_list("job_id", flat=True).filter(pk=batch_id).first()
     if job_id is None:
         raise NotFound(f"batch {batch_id} does not exist")
-    watermark = watermarks._lock_watermark(job_id)
+    watermark = watermarks.watermark_lock(job_id)
     backfill_id = Batch.objects.filter(pk=batch_id).values_list("backfill_id", flat=True).first()
     if backfill_id is not None:  # lock order watermark -> backfill -> batch
         Backfill.objects.select_for_update().filter(pk=backfill_id).first()
@@ -481,3 +510,39 @@ def _close_attempt(batch: Batch, *, outcome: str, now, error: dict | None = None
 def _complete_backfill_if_done(backfill_id: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute(query("backfill_complete_if_done"), [backfill_id])
+
+
+# ---- many batches at once (a backfill's cancel, a replay, a connector reset) -------------------
+
+WAITING_STATUSES = (BatchStatus.QUEUED, BatchStatus.FAILED)
+
+
+def batches_cancel_waiting(batches: QuerySet, *, error: dict | None = None) -> int:
+    """queued|failed -> cancelled for the waiting batches among `batches`, whose rows the caller
+    holds (or whose parent row: a backfill). With an `error` (a connector reset) it is stored and
+    the batches are marked finished now, by the database's clock. Returns how many changed."""
+    fields = {} if error is None else {"finished_at": Now(), "error": error}
+    return batches.filter(status__in=WAITING_STATUSES).update(
+        status=BatchStatus.CANCELLED, **fields
+    )
+
+
+def batches_supersede(batches: QuerySet) -> int:
+    """`batches` -> superseded: their items are planned and processed again (a replay, a reset).
+    The caller chose them (none running) and holds the job's watermark row."""
+    return batches.update(status=BatchStatus.SUPERSEDED)
+
+
+def batch_insert_skipped(*, job: Job, lower: int, upper: int, reason: str) -> Batch:
+    """A batch born skipped over [lower, upper) (a forward watermark correction covers items no
+    batch holds). The caller holds the job's watermark row."""
+    return Batch.objects.create(
+        job=job,
+        kind=BatchKind.INCREMENTAL,
+        status=BatchStatus.SKIPPED,
+        span=(lower, upper),
+        item_count=0,
+        weight=0,
+        max_attempts=job.max_attempts,
+        skip_reason=reason,
+    )

@@ -1,0 +1,170 @@
+"""Audited watermark corrections by an operator (admin or API, always with a reason).
+
+Moving back (a replay, invariant 4's one exception) supersedes the committed batches after the
+new position; moving forward covers the items in between with skipped batches. Both go through
+the lifecycle. Lock order: job -> watermark -> batches.
+"""
+
+from django.db import transaction
+
+from inventory.models import (
+    COMMITTED_STATUSES,
+    HOLDING_STATUSES,
+    Batch,
+    BatchKind,
+    BatchStatus,
+    Job,
+    Watermark,
+    WatermarkSource,
+    WatermarkType,
+)
+from inventory.services import lifecycle, watermarks
+from inventory.services.errors import Conflict, InvalidInput
+
+
+@transaction.atomic
+def watermark_correct(
+    *,
+    job: Job,
+    value=None,
+    position: int | None = None,
+    actor: str,
+    reason: str,
+    replay: bool = False,
+    source: str = WatermarkSource.API,
+) -> Watermark:
+    """An audited correction. A reason is always required; moving backwards also needs `replay`.
+
+    For an int watermark the value is the last committed item id (position = value + 1). Moving
+    back to an earlier batch boundary supersedes the committed batches after it, so their items
+    are planned and processed again (a replay). Moving forward marks the items in between as
+    skipped with the correction's reason, so "every item below the watermark is covered" holds.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise InvalidInput("reason", "a watermark correction needs a reason")
+    Job.objects.select_for_update().filter(pk=job.pk).first()
+    watermark = watermarks.watermark_lock(job.pk)
+    wm_type = watermark.type
+    if wm_type == WatermarkType.INT:
+        if value is None and position is None:
+            raise InvalidInput("value", "give the new value (the last committed item id)")
+        if value is not None:
+            new_value = watermarks.parse_value(wm_type, value)
+        else:
+            new_value = watermarks.parse_value(wm_type, position, field="position") - 1
+        new_position = new_value + 1
+    else:
+        new_value = watermarks.parse_value(wm_type, value)
+        new_position = watermark.position if position is None else position
+        if isinstance(new_position, bool) or not isinstance(new_position, int):
+            raise InvalidInput("position", "must be an integer item id")
+
+    backwards = watermarks.decreases(wm_type, watermark.value, new_value)
+    if new_position < watermark.position:
+        backwards.append(f"position {new_position} < {watermark.position}")
+    if backwards and not replay:
+        raise InvalidInput(
+            "replay",
+            "this correction moves the watermark backwards ("
+            + "; ".join(backwards)
+            + "); confirm it as a replay",
+        )
+    if new_position < watermark.position:
+        _supersede_after(job, new_position)
+    elif new_position > watermark.position:
+        _skip_up_to(job, watermark.position, new_position, reason=reason, actor=actor)
+    watermarks.watermark_record(
+        watermark,
+        new_position=new_position,
+        new_value=new_value,
+        source=source,
+        batch=None,
+        actor=actor,
+        reason=reason,
+        replay=bool(backwards),
+    )
+    return watermark
+
+
+def _supersede_after(job: Job, position: int) -> None:
+    incremental = Batch.objects.filter(job=job, kind=BatchKind.INCREMENTAL)
+    straddling = incremental.filter(status__in=HOLDING_STATUSES, span__contains=position).exclude(
+        span__startswith=position
+    )
+    if straddling.exists():
+        batch = straddling.first()
+        raise InvalidInput(
+            "value",
+            f"{position - 1} is inside batch {batch.pk} {batch.span}; replay from a batch boundary: "
+            f"{batch.span.lower - 1} or {batch.span.upper - 1}",
+        )
+    # a replay rewrites outputs in the sink whole: it may not start inside one (docs/guarantees.md)
+    inside = (
+        Batch.objects.filter(
+            job=job,
+            published_attempt__isnull=False,
+            replaced_by__isnull=True,
+            span__contains=position,
+        )
+        .exclude(span__startswith=position)
+        .first()
+    )
+    if inside is not None:
+        raise InvalidInput(
+            "value",
+            f"{position - 1} is inside the output of batch {inside.pk} {inside.span}; replay from "
+            f"a boundary of it: {inside.span.lower - 1} or {inside.span.upper - 1}",
+        )
+    in_flight = incremental.filter(
+        status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING], span__startswith__gte=position
+    ) | Batch.objects.filter(  # a backfill batch would publish into the replayed range
+        job=job,
+        kind=BatchKind.BACKFILL,
+        status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED],
+        span__endswith__gt=position,
+    )
+    if in_flight.exists():
+        raise Conflict(
+            f"batch {in_flight.first().pk} is still in flight after that point; cancel it or wait"
+        )
+    lifecycle.batches_supersede(
+        incremental.filter(status__in=HOLDING_STATUSES, span__startswith__gte=position)
+    )
+
+
+def _skip_up_to(job: Job, position: int, new_position: int, *, reason: str, actor: str) -> None:
+    """Cover [position, new_position) with skipped batches where no batch holds the ids yet."""
+    held = Batch.objects.filter(
+        job=job,
+        kind=BatchKind.INCREMENTAL,
+        status__in=HOLDING_STATUSES,
+        span__overlap=(position, new_position),
+    ).order_by("span")
+    cursor = position
+    for batch in held:
+        if batch.status not in COMMITTED_STATUSES:
+            raise Conflict(
+                f"batch {batch.pk} ({batch.status}) lies in the skipped range; "
+                "skip, cancel or finish it first"
+            )
+        if batch.span.upper > new_position:
+            raise InvalidInput(
+                "value",
+                f"{new_position - 1} is inside batch {batch.pk} {batch.span}; "
+                f"use {batch.span.lower - 1} or {batch.span.upper - 1}",
+            )
+        if batch.span.lower > cursor:
+            _skipped_batch(job, cursor, batch.span.lower, reason=reason, actor=actor)
+        cursor = batch.span.upper
+    if cursor < new_position:
+        _skipped_batch(job, cursor, new_position, reason=reason, actor=actor)
+
+
+def _skipped_batch(job: Job, lower: int, upper: int, *, reason: str, actor: str) -> None:
+    lifecycle.batch_insert_skipped(
+        job=job,
+        lower=lower,
+        upper=upper,
+        reason=f"watermark correction by {actor or 'unknown'}: {reason}",
+    )
