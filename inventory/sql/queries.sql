@@ -107,3 +107,24 @@ WHERE NOT EXISTS (
 )
 ORDER BY t.ord
 ON CONFLICT (connector_id, location) DO NOTHING;
+
+-- name: assets_known_size
+-- Discovery's check that its copy of the registered locations is current (index-only scan).
+SELECT count(*), coalesce(max(id), 0) FROM inventory_asset WHERE connector_id = %s;
+
+-- name: assets_known_since
+-- The locations registered after the highest id discovery has seen (ids follow visibility order,
+-- so none can appear below it later); `recent`: registered within the recheck window (seconds).
+SELECT id, location, weight, (extra ->> 'mtime_ns')::bigint,
+       extract(epoch FROM discovered_at)::float8,
+       discovered_at > now() - make_interval(secs => %s)
+           AND NOT extra ? 'changed_after_registration'
+FROM inventory_asset
+WHERE connector_id = %s AND id > %s
+ORDER BY id;
+
+-- name: asset_flag_changed
+-- Once: a row already flagged is left as it is (the row count says whether this call flagged it).
+UPDATE inventory_asset
+SET extra = extra || jsonb_build_object('changed_after_registration', %s::jsonb)
+WHERE id = %s AND NOT extra ? 'changed_after_registration';
