@@ -6,7 +6,13 @@ from inventory.models import Job
 
 
 class BackfillForm(forms.Form):
-    job = forms.ModelChoiceField(queryset=Job.objects.order_by("name"), to_field_name="name")
+    # a text field, not a select: a select renders every job on every page view
+    job = forms.ModelChoiceField(
+        queryset=Job.objects.all(),
+        to_field_name="name",
+        widget=forms.TextInput(attrs={"placeholder": "job name"}),
+        error_messages={"invalid_choice": "there is no job with that name"},
+    )
     range_start = forms.IntegerField(label="first item id")
     range_end = forms.IntegerField(label="last item id")
     batch_weight = forms.IntegerField(required=False, min_value=1, help_text="default: the job's")
@@ -14,6 +20,20 @@ class BackfillForm(forms.Form):
     max_concurrency = forms.IntegerField(initial=1, min_value=1)
     priority = forms.IntegerField(initial=0, help_text="> 0 runs before incremental work")
     reason = forms.CharField(required=False, widget=forms.TextInput)
+
+
+class GapRangeForm(forms.Form):
+    lower = forms.IntegerField(required=False, label="from item id")
+    upper = forms.IntegerField(required=False, label="to item id (exclusive)")
+
+
+class HolesBackfillForm(GapRangeForm):
+    batch_weight = forms.IntegerField(required=False, min_value=1)
+    max_items = forms.IntegerField(required=False, min_value=1)
+    max_concurrency = forms.IntegerField(required=False, min_value=1)
+    priority = forms.IntegerField(required=False)
+    reason = forms.CharField(required=False)
+    preview = forms.BooleanField(required=False)
 
 
 class ReasonForm(forms.Form):

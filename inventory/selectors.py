@@ -24,9 +24,11 @@ from inventory.models import (
     COMMITTED_STATUSES,
     HOLDING_STATUSES,
     Backfill,
+    BackfillThrottle,
     Batch,
     BatchKind,
     BatchStatus,
+    Connector,
     Job,
     MaintenanceRun,
     WatermarkEvent,
@@ -107,11 +109,13 @@ def watermark_history(*, job: Job) -> QuerySet[WatermarkEvent]:
     return WatermarkEvent.objects.filter(watermark__job=job).select_related("batch")
 
 
-def batch_items(*, batch: Batch) -> list[dict]:
+def batch_items(*, batch: Batch, offset: int = 0, limit: int | None = None) -> list[dict]:
     """The items a batch covers, in id order: id, item (a file location or meta-table item), weight."""
     items_sql, params = source_for_connector(batch.job.connector).select(
-        lower=batch.span.lower, upper=batch.span.upper, limit=None, with_item=True
+        lower=batch.span.lower, upper=batch.span.upper, limit=limit, with_item=True
     )
+    if offset:
+        items_sql, params = f"{items_sql} OFFSET %s", [*params, offset]
     with connection.cursor() as cursor:
         cursor.execute(items_sql, params)
         return [
@@ -119,36 +123,198 @@ def batch_items(*, batch: Batch) -> list[dict]:
         ]
 
 
-def batch_counts_by_job() -> list[tuple[str, str, str, int]]:
-    """(job name, kind, status, count) for every combination that has batches (for /metrics)."""
-    rows = (
-        Batch.objects.values_list("job__name", "kind", "status")
-        .annotate(n=Count("id"))
-        .order_by("job__name", "kind", "status")
-    )
-    return list(rows)
+def error_summary(error: dict) -> str:
+    """One line for a stored error: its type and the first line of its message (a Spark error's
+    message starts with the cause; the JVM stack trace follows in `detail`)."""
+    if not error:
+        return ""
+    message = str(error.get("message") or "").strip()
+    first = message.splitlines()[0] if message else ""
+    kind = error.get("type") or ""
+    return f"{kind}: {first}" if kind and first else kind or first
+
+
+def result_metrics(result: dict) -> list[tuple[str, object]]:
+    """A batch result's scalar figures (rows in/out, bytes, ...) as (name, value) pairs."""
+    metrics = []
+    for key, value in (result or {}).items():
+        if isinstance(value, dict):
+            metrics += [
+                (f"{key}.{k}", v) for k, v in value.items() if not isinstance(v, dict | list)
+            ]
+        elif not isinstance(value, list):
+            metrics.append((key, value))
+    return metrics
+
+
+def watermark_chart_points(*, job: Job, events: list[WatermarkEvent]) -> dict:
+    """The watermark over time in its own units, oldest first: the committed item id (int,
+    file_set), the source time (datetime) or one series per key (key_value)."""
+    points = []
+    for event in reversed(events):
+        at = event.created_at.isoformat()
+        if job.watermark_type == "key_value" and isinstance(event.new_value, dict):
+            points.append({"at": at, "keys": event.new_value})
+        elif job.watermark_type == "datetime" and isinstance(event.new_value, str):
+            points.append({"at": at, "time": event.new_value})
+        else:
+            points.append({"at": at, "position": event.new_position})
+    keys = sorted({key for p in points for key in p.get("keys", {})})[:20]
+    return {"type": job.watermark_type, "points": points, "keys": keys}
+
+
+def connector_state_counts() -> dict[str, int]:
+    rows = Connector.objects.values("state").annotate(n=Count("id")).order_by("state")
+    return {row["state"]: row["n"] for row in rows}
+
+
+def backfill_throttles() -> list[dict]:
+    """Every backfill budget with the weight started under it in the last minute."""
+    from inventory.services.throttle import throttle_usage
+
+    throttles = list(BackfillThrottle.objects.select_related("connector").order_by("id"))
+    if not throttles:
+        return []
+    used = throttle_usage()
+    return [
+        {
+            "scope": t.connector.name if t.connector_id else "all connectors",
+            "budget": t.weight_per_minute,
+            "used": used.get(t.connector_id, 0),
+            "pct": min(100, 100 * used.get(t.connector_id, 0) / t.weight_per_minute),
+        }
+        for t in throttles
+    ]
+
+
+def backfill_throttle_for(*, job: Job) -> int | None:
+    """The tightest weight-per-minute budget a backfill of `job` draws from, if any."""
+    budgets = BackfillThrottle.objects.filter(
+        Q(connector__isnull=True) | Q(connector_id=job.connector_id)
+    ).values_list("weight_per_minute", flat=True)
+    return min(budgets, default=None)
+
+
+def weight_histogram(plan, *, budget: int, buckets: int = 10) -> list[dict]:
+    """Planned batches by weight, in `buckets` equal bins from 0 to the budget (a batch of one
+    item heavier than the budget lands in an extra bin past it)."""
+    size = max(budget / buckets, 1)
+    counts = [0] * (buckets + 1)
+    for planned in plan:
+        counts[
+            min(int(planned.weight // size), buckets - 1) if planned.weight <= budget else buckets
+        ] += 1
+    top = max(counts) or 1
+    return [
+        {
+            "label": f"> {budget}"
+            if i == buckets
+            else f"{round(i * size)}–{round((i + 1) * size)}",
+            "count": n,
+            "pct": 100 * n / top,
+            "over": i == buckets,
+        }
+        for i, n in enumerate(counts)
+        if i < buckets or n
+    ]
+
+
+def batch_counts_by_job() -> list[tuple[int, str, str, int]]:
+    """(job id, kind, status, count) of the open batches (queued, running, failed, dead) for
+    /metrics, from the partial index batch_open_status_idx: counting every committed batch on each
+    scrape grows with history (finished work is in the attempt counters)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT job_id, kind, status, count(*) FROM inventory_batch "
+            "WHERE status IN ('queued', 'running', 'failed', 'dead') "
+            "GROUP BY job_id, kind, status ORDER BY job_id, kind, status"
+        )
+        return cursor.fetchall()
 
 
 def jobs_overview() -> list[Job]:
-    """Every job with its connector, watermark, batch counts by status and lag (the dashboard)."""
-    counted = {
-        status: Count("batches", filter=Q(batches__status=status))
+    """Every job with its connector, watermark, open batch counts, lag and blocker, in a fixed
+    number of queries (plus one lag query per job reading an external meta table: each reads its
+    own table). `job.lag` is None when the items cannot be read now."""
+    jobs = list(Job.objects.select_related("connector", "watermark").order_by("name"))
+    counts = open_batch_counts()
+    lags = jobs_lag(jobs)
+    blockers = jobs_blockers()
+    for job in jobs:
         for status in (
             BatchStatus.QUEUED,
             BatchStatus.RUNNING,
             BatchStatus.FAILED,
             BatchStatus.DEAD,
-        )
-    }
-    jobs = list(
-        Job.objects.select_related("connector", "watermark")
-        .annotate(**{f"n_{status}": count for status, count in counted.items()})
-        .order_by("name")
-    )
-    for job in jobs:
-        # each job reads its own source (asset table or meta table), so lag is one query per job
-        job.lag = job_lag(job=job)
+        ):
+            setattr(job, f"n_{status}", counts.get((job.pk, status), 0))
+        job.lag = lags.get(job.pk)
+        job.blocker = blockers.get(job.pk)
     return jobs
+
+
+def open_batch_counts() -> dict[tuple[int, str], int]:
+    """(job id, status) -> count of queued, running, failed and dead batches (the partial index
+    batch_open_status_idx: committed batches are never read)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT job_id, status, count(*) FROM inventory_batch "
+            "WHERE status IN ('queued', 'running', 'failed', 'dead') GROUP BY job_id, status"
+        )
+        return {(job_id, status): n for job_id, status, n in cursor.fetchall()}
+
+
+def jobs_lag(jobs: list[Job]) -> dict[int, Lag | None]:
+    """Lag of many jobs: one query for every job reading Tidemark's asset table, one per job
+    reading an external meta table."""
+    own = [job.pk for job in jobs if "meta_table" not in (job.connector.config or {})]
+    lags: dict[int, Lag | None] = {}
+    if own:
+        with connection.cursor() as cursor:
+            # one index range scan (asset_connector_id_idx) per job, over its lag only
+            cursor.execute(
+                "SELECT j.id, p.n, p.w "
+                "FROM inventory_job AS j JOIN inventory_watermark AS w ON w.job_id = j.id "
+                "CROSS JOIN LATERAL (SELECT count(*) AS n, coalesce(sum(a.weight), 0) AS w "
+                "FROM inventory_asset AS a "
+                "WHERE a.connector_id = j.connector_id AND a.id >= w.position) AS p "
+                "WHERE j.id = ANY(%s)",
+                [own],
+            )
+            lags.update({pk: Lag(int(n), int(w)) for pk, n, w in cursor.fetchall()})
+    for job in jobs:
+        if job.pk not in lags:
+            lags[job.pk] = job_lag(job=job)
+    return lags
+
+
+def jobs_blockers() -> dict[int, Batch]:
+    """Job id -> the batch its watermark waits for (see job_blocker), for every job at once:
+    the uncommitted incremental batch starting at the watermark (index batch_job_lower_idx), else
+    the cancelled incremental batch whose range holds it (batch_job_status_idx)."""
+    sql = """
+        SELECT j.id, coalesce(held.id, cancelled.id)
+        FROM inventory_job AS j JOIN inventory_watermark AS w ON w.job_id = j.id
+        LEFT JOIN LATERAL (
+            SELECT b.id, b.status FROM inventory_batch AS b
+            WHERE b.job_id = j.id AND b.backfill_id IS NULL AND lower(b.span) = w.position
+              AND b.status IN ('queued', 'running', 'succeeded', 'failed', 'dead', 'skipped')
+            LIMIT 1
+        ) AS held ON true
+        LEFT JOIN LATERAL (
+            SELECT b.id FROM inventory_batch AS b
+            WHERE held.id IS NULL AND b.job_id = j.id AND b.status = 'cancelled'
+              AND b.backfill_id IS NULL AND b.span @> w.position
+            ORDER BY b.id DESC LIMIT 1
+        ) AS cancelled ON true
+        WHERE (held.id IS NOT NULL AND held.status NOT IN ('succeeded', 'skipped'))
+           OR cancelled.id IS NOT NULL
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        pairs = dict(cursor.fetchall())
+    batches = Batch.objects.in_bulk(list(pairs.values()))
+    return {job_id: batches[batch_id] for job_id, batch_id in pairs.items() if batch_id in batches}
 
 
 @dataclass

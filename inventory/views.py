@@ -5,21 +5,32 @@ API); every change needs the operator role (skipping a batch: admin), a POST
 with a CSRF token, and redirects after it.
 """
 
+from datetime import timedelta
 from functools import wraps
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from inventory import selectors
-from inventory.forms import BackfillForm, ReasonForm
-from inventory.models import Backfill, BackfillStatus, Batch, BatchStatus, Connector, Job
+from inventory import selectors, selectors_coverage, selectors_health
+from inventory.forms import BackfillForm, GapRangeForm, HolesBackfillForm, ReasonForm
+from inventory.models import (
+    Backfill,
+    BackfillStatus,
+    Batch,
+    BatchKind,
+    BatchStatus,
+    Connector,
+    Job,
+)
 from inventory.roles import ADMIN, OPERATOR, VIEWER, actor_name, has_role
 from inventory.services import assets as asset_services
 from inventory.services import backfills as backfill_services
 from inventory.services import connectors as connector_services
+from inventory.services import gaps as gap_services
 from inventory.services import jobs as job_services
 from inventory.services import lifecycle as batch_services
 from inventory.services import scheduling as scheduling_services
@@ -51,11 +62,19 @@ def _page_context(request):
 @require_GET
 @role_required(VIEWER)
 def overview(request):
-    jobs = selectors.jobs_overview()
-    partial = request.headers.get("HX-Request") == "true"
-    template = "inventory/_jobs_table.html" if partial else "inventory/overview.html"
-    context = {"jobs": jobs, "reaper": selectors.reaper_status(), **_page_context(request)}
+    jobs = selectors_health.overview()
+    context = {
+        "jobs": jobs,
+        "alerts": selectors_health.alerts(jobs),
+        "reaper": selectors.reaper_status(),
+        "connector_states": selectors.connector_state_counts(),
+        **_page_context(request),
+    }
+    template = "inventory/_overview_body.html" if _htmx(request) else "inventory/overview.html"
     return render(request, template, context)
+
+
+BATCH_PAGE = 25
 
 
 @require_GET
@@ -63,28 +82,125 @@ def overview(request):
 def job_detail(request, name):
     job = get_object_or_404(Job.objects.select_related("connector", "watermark"), name=name)
     history = list(selectors.watermark_history(job=job)[:200])
+    counts = selectors.job_batch_counts(job=job)
+    coverage = selectors_coverage.job_coverage(job=job)
+    rates = selectors_health.jobs_rates(job.pk).get(job.pk) or selectors_health.JobRates()
+    lag = selectors.job_lag(job=job)
     context = {
         "job": job,
-        "lag": selectors.job_lag(job=job),
+        "lag": lag,
+        "time_lag": selectors_health.time_lag(job),
+        "eta": selectors_health.eta(lag.items if lag else None, rates),
+        "rates": rates,
         "blocker": selectors.job_blocker(job=job),
-        "counts": selectors.job_batch_counts(job=job),
-        "batches": Batch.objects.filter(job=job).order_by("-id")[:25],
+        "counts": counts,
+        "coverage": coverage,
         "history": history,
-        "history_points": [
-            {"at": event.created_at.strftime("%Y-%m-%d %H:%M:%S"), "position": event.new_position}
-            for event in reversed(history)
-        ],
+        "history_points": selectors.watermark_chart_points(job=job, events=history),
+        "config": mask(
+            {
+                "processor": job.processor,
+                "params": job.params,
+                "sink": job.sink,
+                "batch_weight": job.batch_weight,
+                "max_items": job.max_items,
+                "max_attempts": job.max_attempts,
+                "retry_backoff_seconds": job.retry_backoff_seconds,
+                "lease_seconds": job.lease_seconds,
+                "schedule_seconds": job.schedule_seconds,
+                "schedule_cron": job.schedule_cron,
+                "max_concurrency": job.max_concurrency,
+                "executor": job.executor,
+                "start_position": job.start_position,
+            }
+        ),
+        **_batches_context(request, job, counts),
         **_page_context(request),
     }
     return render(request, "inventory/job_detail.html", context)
+
+
+def _batches_context(request, job, counts) -> dict:
+    status = request.GET.get("status", "")
+    kind = request.GET.get("kind", "")
+    batches = Batch.objects.filter(job=job)
+    if status in BatchStatus.values:
+        batches = batches.filter(status=status)
+    if kind in BatchKind.values:
+        batches = batches.filter(kind=kind)
+    page = Paginator(batches.order_by("-id"), BATCH_PAGE).get_page(request.GET.get("page"))
+    return {
+        "batches": page,
+        "status_filter": status,
+        "kind_filter": kind,
+        "statuses": BatchStatus.values,
+        "kinds": BatchKind.values,
+        # htmx polls the table only while something can still change
+        "live": bool(counts.get(BatchStatus.RUNNING) or counts.get(BatchStatus.QUEUED)),
+    }
 
 
 @require_GET
 @role_required(VIEWER)
 def job_batches_partial(request, name):
     job = get_object_or_404(Job, name=name)
-    batches = Batch.objects.filter(job=job).order_by("-id")[:25]
-    return render(request, "inventory/_batches_table.html", {"batches": batches})
+    context = {"job": job, **_batches_context(request, job, selectors.job_batch_counts(job=job))}
+    return render(request, "inventory/_batches_table.html", context)
+
+
+@require_GET
+@role_required(VIEWER)
+def job_gaps(request, name):
+    job = get_object_or_404(Job.objects.select_related("connector", "watermark"), name=name)
+    form = GapRangeForm(request.GET or None)
+    bounds = form.cleaned_data if form.is_valid() else {}
+    bounds = {k: v for k, v in bounds.items() if v is not None}
+    coverage = selectors_coverage.job_coverage(job=job, **bounds)
+    gaps = [
+        seg
+        for seg in coverage.segments
+        if seg.state in selectors_coverage.GAP_STATES and seg.items > 0
+    ]
+    context = {
+        "job": job,
+        "form": form,
+        "coverage": coverage,
+        "gaps": gaps,
+        "holes": selectors_coverage.holes_to_backfill(gaps),
+        "bounds": bounds,
+        **_page_context(request),
+    }
+    return render(request, "inventory/job_gaps.html", context)
+
+
+@require_POST
+@role_required(OPERATOR)
+def job_gaps_backfill(request, name):
+    job = get_object_or_404(Job.objects.select_related("connector", "watermark"), name=name)
+    form = HolesBackfillForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Invalid input: {form.errors.as_text()}")
+        return redirect("dashboard:job-gaps", name=job.name)
+    data = {k: v for k, v in form.cleaned_data.items() if v not in (None, "")}
+    preview = data.pop("preview", False)
+    if preview:
+        try:
+            plans = gap_services.holes_preview(
+                job=job,
+                **{
+                    k: data[k] for k in ("lower", "upper", "batch_weight", "max_items") if k in data
+                },
+            )
+        except TidemarkError as exc:
+            return render(request, "inventory/_holes_preview.html", {"error": str(exc)})
+        return render(request, "inventory/_holes_preview.html", {"plans": plans, "job": job})
+    _act(
+        request,
+        lambda: gap_services.holes_backfill(job=job, **data, actor=actor_name(request.user)),
+        lambda created: "Scheduled "
+        + ", ".join(f"backfill {b.pk} [{b.range_start}, {b.range_end}]" for b in created),
+    )
+    return redirect("dashboard:backfills")
 
 
 @require_POST
@@ -145,6 +261,12 @@ def connector_action(request, name, action):
         raise PermissionDenied(f"unknown action {action!r}")
     service, done = actions[action]
     _act(request, lambda: service(connector=connector), done)
+    if _htmx(request):
+        # the row alone, with the outcome next to it (no full reload)
+        connector = Connector.objects.prefetch_related("jobs").get(pk=connector.pk)
+        notes = [str(m) for m in messages.get_messages(request)]
+        context = {"connector": connector, "notes": notes, **_page_context(request)}
+        return render(request, "inventory/_connector_row.html", context)
     return redirect("dashboard:connectors")
 
 
@@ -169,12 +291,27 @@ def backfills(request):
             else:
                 messages.success(request, f"Backfill {backfill.pk} scheduled.")
                 return redirect("dashboard:backfills")
-    rows = selectors.backfills_with_progress().order_by("-id")[:100]
-    return render(
-        request,
-        "inventory/backfills.html",
-        {"form": form, "backfills": rows, **_page_context(request)},
-    )
+    context = {"form": form, **_backfills_context(), **_page_context(request)}
+    if request.method == "GET" and _htmx(request):
+        return render(request, "inventory/_backfills_list.html", context)
+    return render(request, "inventory/backfills.html", context)
+
+
+def _backfills_context() -> dict:
+    rows = list(selectors.backfills_with_progress().order_by("-id")[:100])
+    rates = selectors_health.jobs_rates()
+    for row in rows:
+        rate = rates.get(row.job_id)
+        left = row.weight_total - row.weight_done
+        per_second = rate.weight_per_second if rate else 0
+        row.eta = timedelta(seconds=round(left / per_second)) if left and per_second > 0 else None
+        row.weight_pct = 100 * row.weight_done / row.weight_total if row.weight_total else 100
+        row.batches_pct = 100 * row.batches_done / row.batches_total if row.batches_total else 100
+    return {
+        "backfills": rows,
+        "live": any(row.status == BackfillStatus.RUNNING for row in rows),
+        "throttles": selectors.backfill_throttles(),
+    }
 
 
 @require_POST
@@ -189,9 +326,23 @@ def backfill_preview(request):
             _form_error(form, exc)
     context = {"form": form, "plan": plan}
     if plan:
-        context["total_weight"] = sum(p.weight for p in plan)
-        context["total_items"] = sum(p.item_count for p in plan)
-        context["max_weight"] = max(p.weight for p in plan)
+        job = form.cleaned_data["job"]
+        budget = form.cleaned_data.get("batch_weight") or job.batch_weight
+        total_weight = sum(p.weight for p in plan)
+        rate = selectors_health.jobs_rates(job.pk).get(job.pk)
+        per_second = (rate.weight_per_second if rate else 0) * form.cleaned_data["max_concurrency"]
+        throttle = selectors.backfill_throttle_for(job=job)
+        if throttle:
+            per_second = min(per_second or throttle / 60, throttle / 60)
+        context.update(
+            total_weight=total_weight,
+            total_items=sum(p.item_count for p in plan),
+            max_weight=max(p.weight for p in plan),
+            budget=budget,
+            histogram=selectors.weight_histogram(plan, budget=budget),
+            duration=timedelta(seconds=round(total_weight / per_second)) if per_second else None,
+            throttle=throttle,
+        )
     return render(request, "inventory/_backfill_preview.html", context)
 
 
@@ -214,6 +365,9 @@ def backfill_action(request, pk, action):
     return redirect("dashboard:backfills")
 
 
+ITEMS_PAGE = 100
+
+
 @require_GET
 @role_required(VIEWER)
 def batch_detail(request, pk):
@@ -223,10 +377,20 @@ def batch_detail(request, pk):
     attempts = list(batch.attempts.order_by("number"))
     for attempt in attempts:
         attempt.error = mask(attempt.error)
+        attempt.duration = attempt.finished_at - attempt.started_at if attempt.finished_at else None
+    page_number = _positive_int(request.GET.get("page"), 1)
+    items = selectors.batch_items(
+        batch=batch, offset=(page_number - 1) * ITEMS_PAGE, limit=ITEMS_PAGE + 1
+    )
     context = {
         "batch": batch,
         "attempts": attempts,
-        "items": selectors.batch_items(batch=batch)[:200],
+        "items": items[:ITEMS_PAGE],
+        "items_page": page_number,
+        "items_more": len(items) > ITEMS_PAGE,
+        "items_pages": max((batch.item_count + ITEMS_PAGE - 1) // ITEMS_PAGE, 1),
+        "error_summary": selectors.error_summary(batch.error),
+        "metrics": selectors.result_metrics(batch.result),
         "reason_form": ReasonForm(),
         "can_skip": batch.status == BatchStatus.DEAD,
         **_page_context(request),
@@ -258,6 +422,18 @@ def batch_action(request, pk, action):
         raise PermissionDenied(f"{action} needs the {role} role")
     _act(request, call, f"batch {batch.pk}: {action}")
     return redirect("dashboard:batch", pk=batch.pk)
+
+
+def _htmx(request) -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+def _positive_int(value, default: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return default
+    return number if number > 0 else default
 
 
 def _act(request, call, done_message):

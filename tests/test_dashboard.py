@@ -42,7 +42,7 @@ def test_the_overview_shows_watermark_lag_and_a_dead_batch_holding_it(job, role_
     page = _client(role_users["viewer"]).get("/").content.decode()
     assert "orders-hourly" in page
     assert "1 dead: watermark held" in page
-    assert "5 / 150" in page  # nothing committed: all five items (weight 150) are lag
+    assert "5 items / 150" in page  # nothing committed: all five items (weight 150) are lag
 
 
 def test_the_job_page_names_the_batch_the_watermark_waits_for(job, role_users):

@@ -106,7 +106,7 @@ def test_an_operator_logs_in_reads_a_job_and_previews_a_backfill(browser, web_se
     page.wait_for_function("() => Chart.getChart(document.getElementById('history')) !== undefined")
 
     page.goto(f"{web_server.url}/backfills/")
-    page.select_option("select[name=job]", "orders-hourly")
+    page.fill("input[name=job]", "orders-hourly")
     page.fill("input[name=range_start]", str(assets[0].id))
     page.fill("input[name=range_end]", str(assets[-1].id))
     page.click("text=Preview the plan")

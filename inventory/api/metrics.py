@@ -7,25 +7,32 @@ process's memory, so every web, worker and beat process contributes and a restar
 import hmac
 
 from django.conf import settings
-from django.db.models import Count
 from django.http import HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
-from inventory import selectors
-from inventory.models import BatchAttempt, Job
+from inventory import selectors, selectors_health
 from inventory.roles import VIEWER, has_role
 
 
 class InventoryCollector:
+    """A fixed number of queries per scrape, whatever the number of jobs and batches (plus one
+    lag query per job reading an external meta table)."""
+
     def collect(self):
+        jobs = selectors_health.overview()
+        names = {job.pk: job.name for job in jobs}
+
         batches = GaugeMetricFamily(
-            "tidemark_batches", "Batches by job, kind and status", labels=["job", "kind", "status"]
+            "tidemark_batches",
+            "Open batches (queued, running, failed, dead) by job, kind and status",
+            labels=["job", "kind", "status"],
         )
-        for job, kind, status, count in selectors.batch_counts_by_job():
-            batches.add_metric([job, kind, status], count)
+        for job_id, kind, status, count in selectors.batch_counts_by_job():
+            if job_id in names:
+                batches.add_metric([names[job_id], kind, status], count)
         yield batches
 
         started = CounterMetricFamily(
@@ -38,13 +45,11 @@ class InventoryCollector:
             "Batch attempts finished, by outcome (succeeded / failed)",
             labels=["job", "outcome"],
         )
-        rows = (
-            BatchAttempt.objects.values_list("batch__job__name", "outcome")
-            .annotate(n=Count("id"))
-            .order_by()
-        )
         started_by_job: dict[str, int] = {}
-        for job, outcome, count in rows:
+        for job_id, outcome, count in sorted(selectors_health.attempt_counts()):
+            if job_id not in names:
+                continue
+            job = names[job_id]
             started_by_job[job] = started_by_job.get(job, 0) + count
             if outcome:
                 finished.add_metric([job, outcome], count)
@@ -66,6 +71,11 @@ class InventoryCollector:
             "Summed weight of the items at or after the watermark",
             labels=["job"],
         )
+        lag_seconds = GaugeMetricFamily(
+            "tidemark_lag_seconds",
+            "For datetime watermarks: how far the watermark's source time is behind now",
+            labels=["job"],
+        )
         blocked = GaugeMetricFamily(
             "tidemark_watermark_blocked",
             "1 when the watermark waits for a dead batch (needs retry or skip)",
@@ -76,16 +86,17 @@ class InventoryCollector:
             "When the watermark last moved",
             labels=["job"],
         )
-        for job in Job.objects.select_related("connector", "watermark").order_by("name"):
-            lag = selectors.job_lag(job=job)
-            blocker = selectors.job_blocker(job=job)
+        for job in jobs:
             position.add_metric([job.name], job.watermark.position)
-            if lag is not None:
-                lag_items.add_metric([job.name], lag.items)
-                lag_weight.add_metric([job.name], lag.weight)
-            blocked.add_metric([job.name], int(blocker is not None and blocker.status == "dead"))
+            if job.lag is not None:
+                lag_items.add_metric([job.name], job.lag.items)
+                lag_weight.add_metric([job.name], job.lag.weight)
+            if job.time_lag is not None:
+                lag_seconds.add_metric([job.name], job.time_lag.total_seconds())
+            dead = job.blocker is not None and job.blocker.status == "dead"
+            blocked.add_metric([job.name], int(dead))
             updated.add_metric([job.name], job.watermark.updated_at.timestamp())
-        yield from (position, lag_items, lag_weight, blocked, updated)
+        yield from (position, lag_items, lag_weight, lag_seconds, blocked, updated)
 
         reaper = selectors.reaper_status()
         last_run = GaugeMetricFamily(
@@ -101,6 +112,24 @@ class InventoryCollector:
             "a worker?): batches of dead workers stay running until it does",
             value=int(reaper.overdue),
         )
+
+        alerts = selectors_health.alerts(jobs)
+        active = GaugeMetricFamily(
+            "tidemark_alert",
+            "1 for each active alert (the dashboard's alert strip, GET /api/v1/alerts/): "
+            "kind is dead_batches, watermark_late, connector_waiting, reaper_overdue or "
+            "backfill_stalled; subject the job, connector or backfill",
+            labels=["kind", "subject", "severity"],
+        )
+        for alert in alerts:
+            active.add_metric([alert.kind, alert.subject, alert.severity], 1)
+        yield active
+        by_kind = GaugeMetricFamily(
+            "tidemark_alerts", "Active alerts by kind (0 when none)", labels=["kind"]
+        )
+        for kind in selectors_health.ALERT_KINDS:
+            by_kind.add_metric([kind], sum(1 for alert in alerts if alert.kind == kind))
+        yield by_kind
 
 
 _registry = CollectorRegistry(auto_describe=False)

@@ -1,8 +1,9 @@
 """/api/v1/ routes: connectors and jobs by name, batches and backfills by id."""
 
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from inventory.api import views
+from inventory.api import health, views
 
 # no `.json` suffix routes: `?format=` or the Accept header choose the format, and the views
 # take no `format` argument (a suffix route made them fail with a 500)
@@ -14,4 +15,14 @@ router.register("batches", views.BatchViewSet, basename="batch")
 router.register("backfills", views.BackfillViewSet, basename="backfill")
 
 app_name = "api"
-urlpatterns = router.urls
+urlpatterns = [
+    path("alerts/", health.AlertsView.as_view(), name="alerts"),
+    path("backfill-throttle/", health.BackfillThrottleView.as_view(), name="backfill-throttle"),
+    path("jobs/<slug:name>/gaps/", health.JobGapsView.as_view(), name="job-gaps"),
+    path(
+        "jobs/<slug:name>/gaps/backfill/",
+        health.JobHolesBackfillView.as_view(),
+        name="job-gaps-backfill",
+    ),
+    *router.urls,
+]

@@ -1,0 +1,214 @@
+"""API views for the dashboard's questions: alerts, a job's gaps, backfilling the holes."""
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from inventory import selectors, selectors_health
+from inventory.models import Connector, Job
+from inventory.roles import OPERATOR, actor_name
+from inventory.selectors_coverage import holes_to_backfill, job_gaps
+from inventory.services import gaps as gap_services
+from inventory.services import throttle as throttle_services
+from inventory.services.errors import NotFound
+
+
+class AlertSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=selectors_health.ALERT_KINDS)
+    subject = serializers.CharField()
+    severity = serializers.CharField()
+    message = serializers.CharField()
+    url = serializers.CharField()
+
+
+class AlertsSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    alerts = AlertSerializer(many=True)
+
+
+class GapSerializer(serializers.Serializer):
+    range_start = serializers.IntegerField(source="lower")
+    range_end = serializers.IntegerField(source="last")
+    state = serializers.CharField()
+    items = serializers.IntegerField()
+    batch = serializers.IntegerField(source="first_batch", allow_null=True)
+
+
+class HoleSerializer(serializers.Serializer):
+    range_start = serializers.IntegerField()
+    range_end = serializers.IntegerField()
+
+
+class GapReportSerializer(serializers.Serializer):
+    job = serializers.CharField()
+    gaps = GapSerializer(many=True)
+    holes = HoleSerializer(many=True)
+
+
+class HolesBackfillSerializer(serializers.Serializer):
+    lower = serializers.IntegerField(required=False, help_text="first item id of the range")
+    upper = serializers.IntegerField(required=False, help_text="one past the range's last id")
+    batch_weight = serializers.IntegerField(required=False, min_value=1)
+    max_items = serializers.IntegerField(required=False, min_value=1)
+    max_concurrency = serializers.IntegerField(required=False, min_value=1, default=1)
+    priority = serializers.IntegerField(required=False, default=0)
+    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    preview = serializers.BooleanField(
+        required=False, default=False, help_text="only show the plan"
+    )
+
+
+def _job(name: str) -> Job:
+    job = Job.objects.select_related("connector", "watermark").filter(name=name).first()
+    if job is None:
+        raise NotFound(f"there is no job named {name!r}")
+    return job
+
+
+def _range_params(request, allowed=("lower", "upper")) -> dict:
+    unknown = sorted(set(request.query_params) - set(allowed) - {"format"})
+    if unknown:
+        raise ValidationError(
+            {key: [f"unknown; this list accepts {', '.join(allowed)}"] for key in unknown}
+        )
+    out = {}
+    for key in allowed:
+        if key in request.query_params:
+            try:
+                out[key] = int(request.query_params[key])
+            except ValueError:
+                raise ValidationError({key: ["must be an integer item id"]}) from None
+    return out
+
+
+class AlertsView(APIView):
+    @extend_schema(
+        summary="What needs a person now",
+        description="Dead batches, watermarks that have not moved for longer than their schedule "
+        "allows while items wait, connectors waiting on another, an overdue lease reaper, "
+        "stalled backfills. The same list as the dashboard's alert strip and /metrics' "
+        "`tidemark_alert`.",
+        responses={200: AlertsSerializer},
+    )
+    def get(self, request):
+        _range_params(request, allowed=())
+        found = [alert.as_dict() for alert in selectors_health.alerts()]
+        return Response(AlertsSerializer({"count": len(found), "alerts": found}).data)
+
+
+class JobGapsView(APIView):
+    @extend_schema(
+        summary="A job's gap report",
+        description="The failed, dead, cancelled and never-planned stretches of the job's items "
+        "in [lower, upper) (default: all its items), and the closed ranges a backfill of the "
+        "holes would cover (failed batches still retry and are left out).",
+        parameters=[
+            OpenApiParameter("lower", OpenApiTypes.INT, description="first item id"),
+            OpenApiParameter("upper", OpenApiTypes.INT, description="one past the last item id"),
+        ],
+        responses={200: GapReportSerializer},
+    )
+    def get(self, request, name):
+        job = _job(name)
+        gaps = job_gaps(job=job, **_range_params(request))
+        holes = [{"range_start": a, "range_end": b} for a, b in holes_to_backfill(gaps)]
+        return Response(GapReportSerializer({"job": job.name, "gaps": gaps, "holes": holes}).data)
+
+
+class JobHolesBackfillView(APIView):
+    action = "backfill_holes"  # permissions.HasRole reads the role from action_roles
+    action_roles = {"backfill_holes": OPERATOR}
+
+    @extend_schema(
+        summary="Backfill the holes of a job (operator)",
+        description="Schedules one backfill per run of dead, cancelled and never-planned items "
+        "in [lower, upper), all or none; with `preview: true` only returns the plan. "
+        "409 when there is no hole.",
+        request=HolesBackfillSerializer,
+        responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT},
+    )
+    def post(self, request, name):
+        job = _job(name)
+        serializer = HolesBackfillSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        preview = data.pop("preview")
+        if preview:
+            plans = gap_services.holes_preview(
+                job=job,
+                **{
+                    k: data[k] for k in ("lower", "upper", "batch_weight", "max_items") if k in data
+                },
+            )
+            return Response(
+                {
+                    "job": job.name,
+                    "backfills": [
+                        {
+                            "range_start": plan.range_start,
+                            "range_end": plan.range_end,
+                            "batch_count": len(plan.batches),
+                            "total_items": sum(p.item_count for p in plan.batches),
+                            "total_weight": sum(p.weight for p in plan.batches),
+                        }
+                        for plan in plans
+                    ],
+                }
+            )
+        created = gap_services.holes_backfill(job=job, **data, actor=actor_name(request.user))
+        return Response(
+            {
+                "job": job.name,
+                "backfills": [
+                    {"id": b.pk, "range_start": b.range_start, "range_end": b.range_end}
+                    for b in created
+                ],
+            },
+            status=201,
+        )
+
+
+class ThrottleSetSerializer(serializers.Serializer):
+    connector = serializers.CharField(
+        required=False, allow_null=True, default=None, help_text="a connector's name; null: all"
+    )
+    weight_per_minute = serializers.IntegerField(
+        allow_null=True, min_value=1, help_text="null removes the budget"
+    )
+
+
+class BackfillThrottleView(APIView):
+    action = "throttle"
+    action_roles = {"throttle:PUT": OPERATOR}
+
+    @extend_schema(
+        summary="The shared backfill throttles and what they used in the last minute",
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request):
+        _range_params(request, allowed=())
+        return Response({"throttles": selectors.backfill_throttles()})
+
+    @extend_schema(
+        summary="Set or remove a weight-per-minute budget for all backfills (operator)",
+        description="Global (`connector` null) or for one connector's backfills; backfill "
+        "pacing sends a batch only while the weight started in the last minute leaves room.",
+        request=ThrottleSetSerializer,
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def put(self, request):
+        serializer = ThrottleSetSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        name = serializer.validated_data["connector"]
+        connector = None
+        if name is not None:
+            connector = Connector.objects.filter(name=name).first()
+            if connector is None:
+                raise NotFound(f"there is no connector named {name!r}")
+        throttle_services.throttle_set(
+            connector=connector, weight_per_minute=serializer.validated_data["weight_per_minute"]
+        )
+        return Response({"throttles": selectors.backfill_throttles()})

@@ -1,0 +1,298 @@
+"""Is my data current, and if not, why: alerts (page, API, metrics), the gap report and its one
+action, the shared backfill throttle, the attempt rollup, and query counts that do not grow."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from inventory import selectors_coverage, selectors_health
+from inventory.models import (
+    Backfill,
+    BackfillThrottle,
+    Batch,
+    BatchStatus,
+    ConnectorState,
+    Watermark,
+)
+from inventory.services import gaps, metrics_rollup, throttle
+from inventory.services import lifecycle as batches
+from tests.api_support import token_client
+from tests.factories import ConnectorFactory, make_assets, make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def _client(user):
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _samples(text: str) -> dict:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _dead(job):
+    batch = batches.batch_acquire(job=job, worker="w")
+    batches.batch_fail(
+        batch_id=batch.id,
+        attempt=batch.attempt,
+        error={"type": "AnalysisException", "message": "unreadable file\nat org.apache..."},
+    )
+    return Batch.objects.get(pk=batch.pk)
+
+
+def _done(job):
+    batch = batches.batch_acquire(job=job, worker="w")
+    batches.batch_succeed(batch_id=batch.id, attempt=batch.attempt)
+    return batch
+
+
+def _world(n_jobs: int, batches_per_job: int):
+    """n_jobs jobs, each with committed batches, one dead batch and one running batch."""
+    made = []
+    for i in range(n_jobs):
+        connector = ConnectorFactory(name=f"src-{n_jobs}-{i}")
+        make_assets(connector, [10] * (batches_per_job + 3))
+        job = make_job(
+            connector=connector, name=f"job-{n_jobs}-{i}", batch_weight=10, max_attempts=1
+        )
+        for _ in range(batches_per_job):
+            _done(job)
+        _dead(job)
+        batches.batch_acquire(job=job, worker="w")
+        made.append(job)
+    return made
+
+
+def _count(client, url) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url)
+    assert response.status_code == 200, (url, response.status_code)
+    return len(queries)
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_queries_per_page_do_not_grow_with_jobs_or_batches(role_users):
+    client = _client(role_users["admin"])
+    small = _world(2, 2)
+    small_counts = [(url, _count(client, url)) for url in _urls(small[0])]
+    big = _world(8, 6)
+    big_counts = [(url, _count(client, url)) for url in _urls(big[0])]
+    assert [n for _, n in big_counts] == [n for _, n in small_counts], (small_counts, big_counts)
+
+
+def _urls(job):
+    batch = Batch.objects.filter(job=job).order_by("id").first()
+    return [
+        "/",
+        f"/jobs/{job.name}/",
+        f"/jobs/{job.name}/gaps/",
+        f"/jobs/{job.name}/batches/",
+        "/connectors/",
+        "/backfills/",
+        f"/batches/{batch.pk}/",
+        "/metrics",
+        "/api/v1/alerts/",
+        "/api/v1/jobs/",
+        "/api/v1/batches/",
+        "/api/v1/backfills/",
+        f"/api/v1/jobs/{job.name}/gaps/",
+    ]
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_a_dead_batch_is_an_alert_on_the_page_in_the_api_and_in_metrics(role_users, client):
+    connector = ConnectorFactory(name="orders")
+    make_assets(connector, [10] * 4)
+    job = make_job(connector=connector, name="orders-hourly", batch_weight=10, max_attempts=1)
+    dead = _dead(job)
+
+    page = _client(role_users["viewer"]).get("/").content.decode()
+    assert 'data-kind="dead_batches"' in page
+    assert f"the watermark waits for batch {dead.pk}" in page
+
+    body = token_client(role_users["viewer"]).get("/api/v1/alerts/").json()
+    kinds = {(a["kind"], a["subject"]) for a in body["alerts"]}
+    assert ("dead_batches", "orders-hourly") in kinds
+    assert ("reaper_overdue", "") in kinds  # the reaper never ran in this test
+
+    text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+    samples = _samples(text)
+    key = (("kind", "dead_batches"), ("severity", "critical"), ("subject", "orders-hourly"))
+    assert samples[("tidemark_alert", key)] == 1
+    assert samples[("tidemark_alerts", (("kind", "dead_batches"),))] == 1
+    assert samples[("tidemark_alerts", (("kind", "backfill_stalled"),))] == 0
+
+
+def test_a_late_watermark_a_waiting_connector_and_a_stalled_backfill_are_alerts():
+    connector = ConnectorFactory(name="late-src")
+    make_assets(connector, [10] * 6)
+    job = make_job(connector=connector, name="late", batch_weight=10, schedule_seconds=60)
+    # on time: the watermark moved just now
+    assert not [a for a in selectors_health.alerts() if a.kind == "watermark_late"]
+    Watermark.objects.filter(job=job).update(updated_at=timezone.now() - timedelta(hours=1))
+    late = [a for a in selectors_health.alerts() if a.kind == "watermark_late"]
+    assert [a.subject for a in late] == ["late"]
+    assert "6 items waiting" in late[0].message
+
+    ConnectorFactory(name="after", state=ConnectorState.WAITING, start_after="late-src")
+    waiting = [a for a in selectors_health.alerts() if a.kind == "connector_waiting"]
+    assert [a.subject for a in waiting] == ["after"]
+
+    first = job.connector.assets.order_by("id").first().id
+    from inventory.services.backfills import backfill_create
+
+    backfill = backfill_create(job=job, range_start=first, range_end=first + 1)
+    assert not [a for a in selectors_health.alerts() if a.kind == "backfill_stalled"]
+    Backfill.objects.filter(pk=backfill.pk).update(
+        updated_at=timezone.now() - timedelta(minutes=30)
+    )
+    stalled = [a for a in selectors_health.alerts() if a.kind == "backfill_stalled"]
+    assert [a.subject for a in stalled] == [str(backfill.pk)]
+
+
+def test_the_gap_report_finds_cancelled_and_dead_ranges_and_backfills_exactly_them(role_users):
+    connector = ConnectorFactory(name="gappy")
+    assets = make_assets(connector, [10] * 6)
+    job = make_job(connector=connector, name="gappy", batch_weight=10, max_attempts=1)
+    ids = [a.id for a in assets]
+    _done(job)  # ids[0]
+    dead = _dead(job)  # ids[1]: holds its range, the planner goes on after it
+    _done(job)  # ids[2]
+    cancelled = batches.batch_acquire(job=job, worker="w")  # ids[3]
+    batches.batch_cancel(batch_id=cancelled.id, actor="t", reason="test")
+    assert (dead.span.lower, cancelled.span.lower) == (ids[1], ids[3])
+
+    gaps_found = selectors_coverage.job_gaps(job=job)
+    assert [(g.state, g.lower, g.last) for g in gaps_found] == [
+        ("dead", ids[1], ids[1]),
+        ("cancelled", ids[3], ids[3]),
+    ]
+    report = token_client(role_users["viewer"]).get(f"/api/v1/jobs/{job.name}/gaps/").json()
+    assert report["holes"] == [
+        {"range_start": ids[1], "range_end": ids[1]},
+        {"range_start": ids[3], "range_end": ids[3]},
+    ]
+    # ids[4], ids[5] are after the incremental frontier: not planned yet, not a hole
+    strip = selectors_coverage.job_coverage(job=job).segments
+    assert strip[-1].state == selectors_coverage.PENDING and strip[-1].items == 2
+
+    viewer = token_client(role_users["viewer"])
+    assert viewer.post(f"/api/v1/jobs/{job.name}/gaps/backfill/", {}).status_code == 403
+    assert _client(role_users["viewer"]).post(f"/jobs/{job.name}/gaps/backfill/").status_code == 403
+    assert not Backfill.objects.exists()
+
+    operator = token_client(role_users["operator"])
+    preview = operator.post(
+        f"/api/v1/jobs/{job.name}/gaps/backfill/", {"preview": True}, format="json"
+    )
+    assert preview.status_code == 200 and not Backfill.objects.exists()
+    assert [b["total_items"] for b in preview.json()["backfills"]] == [1, 1]
+    created = operator.post(f"/api/v1/jobs/{job.name}/gaps/backfill/", {}, format="json")
+    assert created.status_code == 201
+    spans = sorted((b.span.lower, b.span.upper - 1) for b in Batch.objects.filter(kind="backfill"))
+    assert spans == [(ids[1], ids[1]), (ids[3], ids[3])]
+
+
+def test_a_job_without_holes_has_nothing_to_backfill():
+    connector = ConnectorFactory(name="whole")
+    make_assets(connector, [10] * 2)
+    job = make_job(connector=connector, name="whole", batch_weight=10)
+    _done(job)
+    _done(job)
+    assert selectors_coverage.job_gaps(job=job) == []
+    from inventory.services.errors import Conflict
+
+    with pytest.raises(Conflict):
+        gaps.holes_backfill(job=job)
+
+
+def test_the_shared_throttle_admits_backfill_batches_within_the_budget_per_minute():
+    connector = ConnectorFactory(name="throttled")
+    make_assets(connector, [10] * 8)
+    job = make_job(connector=connector, name="throttled", batch_weight=10)
+    from inventory.services.backfills import backfill_create
+
+    first = job.connector.assets.order_by("id").first().id
+    backfill = backfill_create(job=job, range_start=first, range_end=first + 7, max_concurrency=8)
+    candidates = list(backfill.batches.order_by("span").values_list("id", "weight"))
+    assert throttle.throttle_admit(backfill=backfill, candidates=candidates) == [
+        pk for pk, _ in candidates
+    ]  # no budget: all
+    throttle.throttle_set(connector=None, weight_per_minute=25)
+    assert len(throttle.throttle_admit(backfill=backfill, candidates=candidates)) == 2
+    # two batches started this minute use 20 of 25: no room for another 10
+    Batch.objects.filter(pk__in=[pk for pk, _ in candidates[:2]]).update(
+        status=BatchStatus.RUNNING,
+        started_at=timezone.now(),
+        lease_expires_at=timezone.now() + timedelta(minutes=5),
+    )
+    assert throttle.throttle_admit(backfill=backfill, candidates=candidates[2:]) == []
+    # a per-connector budget applies too, the tightest wins
+    throttle.throttle_set(connector=None, weight_per_minute=None)
+    throttle.throttle_set(connector=connector, weight_per_minute=40)
+    assert len(throttle.throttle_admit(backfill=backfill, candidates=candidates[2:])) == 2
+    assert BackfillThrottle.objects.count() == 1
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_attempt_counters_stay_exact_across_the_rollup(client):
+    connector = ConnectorFactory(name="rolled")
+    make_assets(connector, [10] * 4)
+    job = make_job(connector=connector, name="rolled", batch_weight=10, max_attempts=1)
+    _done(job)
+    _dead(job)
+    batches.batch_acquire(job=job, worker="w")  # running: the boundary stays in front of it
+
+    def counters():
+        s = _samples(client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode())
+        name = (("job", "rolled"),)
+        return (
+            s[("tidemark_batch_attempts_started_total", name)],
+            s[
+                (
+                    "tidemark_batch_attempts_finished_total",
+                    (("job", "rolled"), ("outcome", "succeeded")),
+                )
+            ],
+            s[
+                (
+                    "tidemark_batch_attempts_finished_total",
+                    (("job", "rolled"), ("outcome", "failed")),
+                )
+            ],
+        )
+
+    before = counters()
+    assert before == (3, 1, 1)
+    # settled attempts (older than the settle window) are rolled up; the counters do not move
+    from inventory.models import BatchAttempt
+
+    BatchAttempt.objects.update(started_at=timezone.now() - timedelta(hours=1))
+    boundary = metrics_rollup.attempt_rollup_advance()
+    running = BatchAttempt.objects.get(outcome="")
+    assert boundary == running.pk
+    assert counters() == before
+
+
+def test_an_operator_sets_the_shared_throttle_through_the_api_and_a_viewer_may_not(role_users):
+    ConnectorFactory(name="budgeted")
+    url = "/api/v1/backfill-throttle/"
+    body = {"connector": "budgeted", "weight_per_minute": 500}
+    assert token_client(role_users["viewer"]).put(url, body, format="json").status_code == 403
+    response = token_client(role_users["operator"]).put(url, body, format="json")
+    assert response.status_code == 200
+    shown = token_client(role_users["viewer"]).get(url).json()["throttles"]
+    assert shown == [{"scope": "budgeted", "budget": 500, "used": 0, "pct": 0.0}]
+    page = _client(role_users["viewer"]).get("/backfills/").content.decode()
+    assert "Shared throttle, budgeted: 0 of 500 weight/min" in page
