@@ -7,28 +7,10 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import functions as F
 
+import tests.worker_processors  # noqa: F401 - registers test_slow_rows
 from workers.spark.errors import BatchError
-from workers.spark.processors import register
 from workers.spark.slots import BatchSlots, run_batch_in_slot
-
-
-@register("test_slow_rows")
-def _slow_rows(df, ctx):
-    """Sleeps `row_seconds` per row inside Spark (a Python UDF), noting each row's time."""
-    marker, seconds = ctx.params["marker"], float(ctx.params["row_seconds"])
-
-    @F.udf("long")
-    def slow(value):
-        import time as clock
-
-        with open(marker, "a") as notes:
-            notes.write(f"{clock.time()}\n")
-        clock.sleep(seconds)
-        return value
-
-    return df.select(slow("id").alias("id"))
 
 
 def _spec(tmp_path, name, batch_id, rows, row_seconds=0.05):

@@ -56,8 +56,18 @@ def database_url() -> str:
 class WorkerProcess:
     """One `celery worker` subprocess with its log in a file."""
 
-    def __init__(self, *, env: dict, queue: str, name: str, log_dir: Path, concurrency: int = 1):
+    def __init__(
+        self,
+        *,
+        env: dict,
+        queue: str,
+        name: str,
+        log_dir: Path,
+        concurrency: int = 1,
+        pool: str = "prefork",
+    ):
         self.env = env
+        self.pool = pool
         self.queue = queue
         self.name = f"{name}-{uuid.uuid4().hex[:6]}"
         self.log_path = log_dir / f"{self.name}.log"
@@ -72,7 +82,7 @@ class WorkerProcess:
                 "-A",
                 "controlplane",
                 "worker",
-                "--pool=prefork",
+                f"--pool={self.pool}",
                 f"--concurrency={self.concurrency}",
                 "-Q",
                 self.queue,
@@ -96,7 +106,8 @@ class WorkerProcess:
             message=f"worker {self.name} to be ready",
         )
         if wait_for_spark:
-            self.wait_for_spark(sessions=self.concurrency)
+            # prefork: a session per child; threads: one for the process
+            self.wait_for_spark(sessions=self.concurrency if self.pool == "prefork" else 1)
         return self
 
     def wait_for_spark(self, *, sessions: int, timeout: float = 90) -> None:

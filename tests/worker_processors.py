@@ -1,11 +1,14 @@
 """Processors for worker tests, imported by worker processes through TIDEMARK_PROCESSOR_MODULES.
 
 `test_gate` holds a batch in its processor until a file appears (or a timeout passes), so a test
-can act while the batch is running: kill the worker, take its lease away.
+can act while the batch is running: kill the worker, take its lease away. `test_slow_rows` makes
+the batch's Spark work itself slow (a Python UDF sleeping per row) and notes when each row ran.
 """
 
 import os
 import time
+
+from pyspark.sql import functions as F
 
 from workers.spark.processors import ProcessorContext, register
 
@@ -26,3 +29,21 @@ def gate(df, ctx: ProcessorContext):
     while not (path and os.path.exists(path)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return df
+
+
+@register("test_slow_rows")
+def slow_rows(df, ctx: ProcessorContext):
+    """Sleeps params["row_seconds"] per row inside Spark, appending each row's time to
+    params["marker"]: a test sees when the batch's Spark jobs run, and when they stop."""
+    marker, seconds = ctx.params["marker"], float(ctx.params["row_seconds"])
+
+    @F.udf("long")
+    def slow(value):
+        import time as clock
+
+        with open(marker, "a") as notes:
+            notes.write(f"{clock.time()}\n")
+        clock.sleep(seconds)
+        return value
+
+    return df.select(slow(df.columns[0]).alias(df.columns[0]))
