@@ -90,6 +90,22 @@ DATABASES = {"default": _db}
 
 REDIS_URL = env_str("REDIS_URL") or embedded.redis_url(DATA_DIR)
 
+
+def _cache_url(url: str) -> str:
+    # kombu spells a unix socket `redis+socket:///path`; redis-py (the cache) `unix:///path`
+    return "unix://" + url[len("redis+socket://") :] if url.startswith("redis+socket://") else url
+
+
+# One cache for every web process (the API throttle's counters live here: with a per-process
+# cache, each gunicorn worker would grant a token client the full rate again).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": _cache_url(REDIS_URL),
+        "KEY_PREFIX": env_str("CACHE_KEY_PREFIX", "tidemark"),
+    }
+}
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -193,7 +209,6 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "tidemark")
 # before the task's hard time limit has passed.
 TIDEMARK_BATCH_TIME_LIMIT = env_int("TIDEMARK_BATCH_TIME_LIMIT", 3600, minimum=10)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TIDEMARK_BATCH_TIME_LIMIT + 600}
-
 # --- Spark -------------------------------------------------------------------------------------
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
 SPARK_CONF = {}

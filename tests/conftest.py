@@ -33,6 +33,18 @@ def _close_stray_test_connections(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def cache_of_this_session():
+    """The cache (Redis) may be shared with other test runs: this session's keys, also in the
+    web and worker processes it starts, get a prefix of their own."""
+    from django.conf import settings
+
+    prefix = f"tidemark-test-{os.getpid()}"
+    settings.CACHES["default"]["KEY_PREFIX"] = prefix
+    os.environ["CACHE_KEY_PREFIX"] = prefix
+    return prefix
+
+
+@pytest.fixture(scope="session", autouse=True)
 def static_root(tmp_path_factory):
     """Static files collected once, as a deployment does: the manifest storage needs them to
     render any page, and WhiteNoise serves them (also to the web server subprocesses)."""

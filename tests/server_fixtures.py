@@ -11,6 +11,7 @@ import pytest
 from tests.worker_fixtures import ROOT, wait_until
 
 GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
+TOKEN_READS_PER_MINUTE = 20
 
 
 def _free_port() -> int:
@@ -38,7 +39,7 @@ class WebServer:
 
 
 @pytest.fixture(scope="session")
-def web_server(worker_env, static_root, tmp_path_factory):
+def web_server(worker_env, static_root, cache_of_this_session, tmp_path_factory):
     """gunicorn with DEBUG off, as `make demo`, the image and docker compose run it."""
     port = _free_port()
     log_path = tmp_path_factory.mktemp("gunicorn") / "gunicorn.log"
@@ -55,7 +56,14 @@ def web_server(worker_env, static_root, tmp_path_factory):
             "-",
         ],
         cwd=ROOT,
-        env={**worker_env, "DEBUG": "false", "STATIC_ROOT": str(static_root)},
+        # a low read rate for token clients, to see the throttle hold across gunicorn's workers
+        # (browser tests log in with sessions, which are not throttled)
+        env={
+            **worker_env,
+            "DEBUG": "false",
+            "STATIC_ROOT": str(static_root),
+            "API_RATE_READ": f"{TOKEN_READS_PER_MINUTE}/min",
+        },
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
