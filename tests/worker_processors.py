@@ -47,3 +47,11 @@ def slow_rows(df, ctx: ProcessorContext):
         return value
 
     return df.select(slow(df.columns[0]).alias(df.columns[0]))
+
+
+@register("test_leak_env")
+def leak_env(df, ctx: ProcessorContext):
+    """Fails with the value of the environment variable params["env"] in its message, as a
+    careless driver library would: the secret must not get past the worker's error handling."""
+    value = os.environ.get(ctx.params["env"], "")
+    raise RuntimeError(f"could not connect with {value!r}")
