@@ -146,10 +146,10 @@ class Faults:
             os.kill(pid, signal.SIGKILL)
             return True
         if kind == "duplicate":
-            from inventory.services import runs
+            from inventory.services import dispatch
             from workers.tasks import run_batch
 
-            runs.send(run_batch, batch_id)
+            dispatch.send(run_batch, batch_id)
             return True
         # zombie: a whole worker past its lease (never both at once: someone must do the work)
         candidates = [w.pid for w in self.workers if w.pid not in self.frozen]
@@ -235,7 +235,7 @@ def check(sink: Path, expected: set[str], job) -> dict:
 
 def soak(args, work: Path, queue: str, env: dict) -> dict:
     from inventory.models import Batch, BatchAttempt, BatchStatus
-    from inventory.services import runs, scheduling
+    from inventory.services import dispatch, scheduling
 
     job, expected = setup_job(work, args)
     faults_dir = work / "faults"
@@ -252,7 +252,7 @@ def soak(args, work: Path, queue: str, env: dict) -> dict:
         start_worker(worker_env, queue, work / f"worker-{n}.log", args.concurrency)
         for n in range(args.workers)
     ]
-    runs.REDISPATCH_AFTER = timedelta(seconds=5)  # messages lost with a killed process
+    dispatch.REDISPATCH_AFTER = timedelta(seconds=5)  # messages lost with a killed process
     # spread the driver's faults over the expected run (about 40 batches/s), at least 1 s apart
     faults = Faults(
         workers=workers, job=job, total=args.faults, every=max(args.batches / 40 / args.faults, 1.0)
@@ -262,7 +262,7 @@ def soak(args, work: Path, queue: str, env: dict) -> dict:
         time.sleep(3)  # the workers' pool processes start
         while True:
             scheduling.leases_reap()
-            runs.job_run(job=job)
+            dispatch.job_run(job=job)
             faults.step()
             open_batches = Batch.objects.filter(job=job).exclude(status=BatchStatus.SUCCEEDED)
             covered = Batch.objects.filter(job=job, status=BatchStatus.SUCCEEDED).count()

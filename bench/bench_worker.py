@@ -117,7 +117,7 @@ class Bench:
     def run_until_settled(self, job, timeout: float = 600) -> float:
         """Seconds from job_run to every item committed (the watermark at the last item)."""
         from inventory.models import Asset, Batch, BatchStatus, Watermark
-        from inventory.services.runs import job_run
+        from inventory.services.dispatch import job_run
 
         last = Asset.objects.filter(connector=job.connector).order_by("-pk").first().pk
         started = time.perf_counter()

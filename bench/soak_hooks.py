@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def run_light(spec: dict, cancel) -> dict:
-    from inventory.services.runs import BatchFailure
+    from inventory.services.execution import BatchFailure
 
     time.sleep(float(os.environ.get("SOAK_WORK_SECONDS", "0.05")))
     if cancel.is_set():
@@ -35,12 +35,12 @@ def run_light(spec: dict, cancel) -> dict:
 
 def _install() -> None:
     from inventory.services import lifecycle
-    from workers import executors, signals
+    from workers import executors, warm_session
 
     if getattr(lifecycle.batch_succeed, "_soak", False):
         return
     executors.executor_for = lambda name: run_light
-    signals.start_warming = lambda: None
+    warm_session.start_warming = lambda: None
     crash_p = float(os.environ.get("SOAK_CRASH_P", "0"))
     faults = Path(os.environ["SOAK_FAULT_DIR"])
     real_succeed = lifecycle.batch_succeed

@@ -13,7 +13,7 @@ from rest_framework.authtoken.models import Token
 
 import tests.worker_processors  # noqa: F401 - the worker imports them; so do we, for job checks
 from inventory.models import Asset, Batch, BatchStatus, Watermark
-from inventory.services import assets, runs
+from inventory.services import assets, dispatch
 from inventory.services.connectors import connector_create
 from tests.factories import make_job
 from tests.worker_fixtures import wait_until, write_orders
@@ -43,7 +43,7 @@ def test_an_external_client_and_a_celery_worker_share_a_job_without_overlap_or_g
     token = Token.objects.create(user=role_users["operator"])
     client = Tidemark(live_server.url, token=token.key, timeout=30)
 
-    runs.job_run(job=job)  # the worker starts on its batches...
+    dispatch.job_run(job=job)  # the worker starts on its batches...
     taken = []
     while len(taken) < CLIENT_BATCHES:  # ...while the client takes others through the API
         batch = client.acquire(job.name, worker="external-etl", lease_seconds=30)
@@ -62,7 +62,7 @@ def test_an_external_client_and_a_celery_worker_share_a_job_without_overlap_or_g
     last = Asset.objects.filter(connector=connector).order_by("-id").first()
 
     def settled():
-        runs.job_run(job=job)  # what beat does: keep the job's work moving
+        dispatch.job_run(job=job)  # what beat does: keep the job's work moving
         busy = Batch.objects.filter(
             job=job, status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED]
         )

@@ -5,8 +5,8 @@ import pytest
 from django.db import DataError, OperationalError
 
 from inventory.models import Batch, BatchAttempt, BatchStatus, Watermark, WatermarkEvent
+from inventory.services import execution
 from inventory.services import lifecycle as batches
-from inventory.services import runs
 from tests.factories import make_assets, make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,12 +44,12 @@ def test_a_deadlocked_commit_is_retried_and_the_batch_succeeds(monkeypatch):
     batch = _planned_batch()
     _failing_first(
         monkeypatch,
-        runs.lifecycle,
+        execution.lifecycle,
         "batch_succeed",
         [("before", OperationalError("deadlock detected"))] * 2,
     )
 
-    outcome = runs.batch_execute(batch_id=batch.pk, executor_for=_executor, worker="w:1")
+    outcome = execution.batch_execute(batch_id=batch.pk, executor_for=_executor, worker="w:1")
 
     assert outcome.status == BatchStatus.SUCCEEDED
     batch.refresh_from_db()
@@ -61,12 +61,12 @@ def test_a_commit_whose_connection_broke_after_it_went_through_counts_once(monke
     batch = _planned_batch()
     _failing_first(
         monkeypatch,
-        runs.lifecycle,
+        execution.lifecycle,
         "batch_succeed",
         [("after", OperationalError("server closed the connection unexpectedly"))],
     )
 
-    outcome = runs.batch_execute(batch_id=batch.pk, executor_for=_executor, worker="w:1")
+    outcome = execution.batch_execute(batch_id=batch.pk, executor_for=_executor, worker="w:1")
 
     assert outcome.status == BatchStatus.SUCCEEDED
     assert Batch.objects.get(pk=batch.pk).attempt == 1
@@ -75,15 +75,15 @@ def test_a_commit_whose_connection_broke_after_it_went_through_counts_once(monke
 
 def test_a_commit_with_no_verdict_returns_and_leaves_the_batch_to_its_lease(monkeypatch):
     batch = _planned_batch()
-    monkeypatch.setattr(runs, "COMMIT_RETRY_MAX_SECONDS", 0.5)
+    monkeypatch.setattr(execution, "COMMIT_RETRY_MAX_SECONDS", 0.5)
     _failing_first(
         monkeypatch,
-        runs.lifecycle,
+        execution.lifecycle,
         "batch_succeed",
         [("before", OperationalError("could not connect to server"))] * 100,
     )
 
-    outcome = runs.batch_execute(batch_id=batch.pk, executor_for=_executor, worker="w:1")
+    outcome = execution.batch_execute(batch_id=batch.pk, executor_for=_executor, worker="w:1")
 
     assert outcome.status == "unconfirmed"
     batch.refresh_from_db()
@@ -96,12 +96,12 @@ def test_a_commit_refused_for_good_is_recorded_as_a_failed_attempt(monkeypatch):
     batch = _planned_batch(retry_backoff_seconds=0)
     _failing_first(
         monkeypatch,
-        runs.lifecycle,
+        execution.lifecycle,
         "batch_succeed",
         [("before", DataError("invalid input syntax for type timestamp"))],
     )
 
-    outcome = runs.batch_execute(batch_id=batch.pk, executor_for=_executor, worker="w:1")
+    outcome = execution.batch_execute(batch_id=batch.pk, executor_for=_executor, worker="w:1")
 
     assert outcome.status == BatchStatus.FAILED
     batch.refresh_from_db()
@@ -112,14 +112,14 @@ def test_a_commit_refused_for_good_is_recorded_as_a_failed_attempt(monkeypatch):
 
 def test_a_start_that_cannot_reach_the_database_is_deferred_not_raised(monkeypatch):
     batch = _planned_batch()
-    monkeypatch.setattr(runs, "START_RETRY_SECONDS", 0.3)
+    monkeypatch.setattr(execution, "START_RETRY_SECONDS", 0.3)
 
     def down(**kwargs):
         raise OperationalError("the database system is shutting down")
 
-    monkeypatch.setattr(runs, "_start_if_ours", down)
+    monkeypatch.setattr(execution, "_start_if_ours", down)
 
-    outcome = runs.batch_execute(batch_id=batch.pk, executor_for=_executor, worker="w:1")
+    outcome = execution.batch_execute(batch_id=batch.pk, executor_for=_executor, worker="w:1")
 
     assert outcome.status == "deferred" and outcome.retry_in > 0
     assert Batch.objects.get(pk=batch.pk).status == BatchStatus.QUEUED

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inventory.models import Batch, BatchKind, BatchStatus, Watermark
-from inventory.services import lifecycle, runs
+from inventory.services import execution, lifecycle
 from inventory.services.backfills import backfill_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import Conflict, InvalidInput
@@ -63,7 +63,7 @@ def apply(spark, job, item_ids, action) -> None:
             run_spark(spark, batch)
             expire_and_reap(batch)
         else:
-            spec = runs.batch_spec(batch=batch)
+            spec = execution.batch_spec(batch=batch)
             expire_and_reap(batch)
             again = lifecycle.batch_acquire(job=job, worker="w2")
             with pytest.raises(BatchError) as fenced:

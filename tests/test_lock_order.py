@@ -14,7 +14,7 @@ import pytest
 from django.db import DatabaseError, connection
 
 from inventory.models import Backfill, BackfillStatus, Batch, BatchStatus
-from inventory.services import backfills, runs
+from inventory.services import backfills, execution
 from inventory.services import lifecycle as batches
 from inventory.services.errors import Conflict
 from tests.factories import make_assets, make_job
@@ -160,7 +160,7 @@ def test_cancelling_a_batch_while_a_worker_starts_it_does_not_deadlock(pause_tri
 
     a, b = race(
         lambda: batches.batch_cancel(batch_id=batch.pk, actor="op-a"),
-        lambda: runs._start_if_ours(batch_id=batch.pk, worker="w:1"),
+        lambda: execution._start_if_ours(batch_id=batch.pk, worker="w:1"),
     )
 
     assert a.error is None and b.error is None
@@ -175,7 +175,7 @@ def test_a_commit_racing_a_redelivered_task_of_the_same_batch_does_not_deadlock(
 
     a, b = race(
         lambda: batches.batch_succeed(batch_id=batch.pk, attempt=started.attempt, result={}),
-        lambda: runs._start_if_ours(batch_id=batch.pk, worker="w:2"),
+        lambda: execution._start_if_ours(batch_id=batch.pk, worker="w:2"),
     )
 
     assert a.error is None and b.error is None
@@ -191,7 +191,7 @@ def test_acquire_then_a_worker_start_never_exceed_a_backfills_max_concurrency(pa
 
     a, b = race(
         lambda: batches.batch_acquire(job=backfill.job, worker="acquirer:1"),
-        lambda: runs._start_if_ours(batch_id=waiting[1], worker="w:1"),
+        lambda: execution._start_if_ours(batch_id=waiting[1], worker="w:1"),
     )
 
     assert a.error is None and b.error is None
@@ -205,7 +205,7 @@ def test_a_worker_start_then_acquire_never_exceed_a_backfills_max_concurrency(pa
     waiting = list(backfill.batches.order_by("span").values_list("id", flat=True))
 
     a, b = race(
-        lambda: runs._start_if_ours(batch_id=waiting[1], worker="w:1"),
+        lambda: execution._start_if_ours(batch_id=waiting[1], worker="w:1"),
         lambda: batches.batch_acquire(job=backfill.job, worker="acquirer:1"),
     )
 

@@ -14,8 +14,8 @@ from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from inventory.models import Batch, BatchKind, BatchStatus, ConnectorState
+from inventory.services import dispatch, execution, scheduling
 from inventory.services import lifecycle as batches
-from inventory.services import runs, scheduling
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create, connector_pause
 from inventory.services.errors import InvalidInput
@@ -134,24 +134,24 @@ def test_a_run_plans_up_to_the_concurrency_limit_and_nothing_when_nothing_is_new
     job = make_job(connector=connector, batch_weight=10, max_items=1, max_concurrency=2)
 
     with django_capture_on_commit_callbacks() as callbacks:
-        first = runs.job_run(job=job)
+        first = dispatch.job_run(job=job)
     assert len(first.planned) == 2 and first.dispatched == first.planned
     assert len(callbacks) == 1  # one enqueue callback for the run
 
     # both slots are taken: the next tick plans nothing more
     with django_capture_on_commit_callbacks() as callbacks:
-        assert runs.job_run(job=job).planned == []
+        assert dispatch.job_run(job=job).planned == []
     assert callbacks == []
 
     for batch_id in first.planned:
         batch = batches.batch_start(batch_id=batch_id, worker="t")
         batches.batch_succeed(batch_id=batch.pk, attempt=batch.attempt)
-    assert len(runs.job_run(job=job).planned) == 2
+    assert len(dispatch.job_run(job=job).planned) == 2
     Batch.objects.filter(job=job).update(status=BatchStatus.SUCCEEDED, lease_expires_at=None)
-    assert len(runs.job_run(job=job).planned) == 1
+    assert len(dispatch.job_run(job=job).planned) == 1
     Batch.objects.filter(job=job).update(status=BatchStatus.SUCCEEDED)
     with django_capture_on_commit_callbacks() as callbacks:
-        idle = runs.job_run(job=job)
+        idle = dispatch.job_run(job=job)
     assert (idle.planned, idle.dispatched, callbacks) == ([], [], [])
 
 
@@ -160,11 +160,11 @@ def test_paused_jobs_and_paused_connectors_plan_nothing():
     connector = ConnectorFactory()
     make_assets(connector, [10, 10])
     job = make_job(connector=connector, batch_weight=10, max_items=1, paused=True)
-    assert runs.job_run(job=job).reason == f"job {job.name} is paused"
+    assert dispatch.job_run(job=job).reason == f"job {job.name} is paused"
     job_update(job=job, paused=False)
     connector_pause(connector=connector)
     job.refresh_from_db()
-    outcome = runs.job_run(job=job)
+    outcome = dispatch.job_run(job=job)
     assert outcome.planned == [] and "paused" in outcome.reason
     assert not Batch.objects.filter(job=job).exists()
 
@@ -194,9 +194,9 @@ def test_requeue_waits_for_the_backoff():
     job = make_job(connector=connector, batch_weight=10, retry_backoff_seconds=60)
     batch = batches.batch_acquire(job=job, worker="w")
     batches.batch_fail(batch_id=batch.pk, attempt=1, error={"type": "X", "message": "boom"})
-    assert runs.batches_dispatch_due() == []
+    assert dispatch.batches_dispatch_due() == []
     Batch.objects.filter(pk=batch.pk).update(next_attempt_at=timezone.now())
-    assert runs.batches_dispatch_due() == [batch.pk]
+    assert dispatch.batches_dispatch_due() == [batch.pk]
     assert Batch.objects.get(pk=batch.pk).status == BatchStatus.QUEUED
 
 
@@ -212,19 +212,19 @@ def test_pacing_keeps_a_backfill_within_max_concurrency():
         max_concurrency=2,
         priority=1,
     )
-    sent = runs.backfills_pace()
+    sent = dispatch.backfills_pace()
     assert len(sent[backfill.pk]) == 2
 
     # one of them starts: one slot left; the started one is not sent again
     started = batches.batch_start(batch_id=sent[backfill.pk][0], worker="w")
-    again = runs.backfill_pace(backfill=backfill)
+    again = dispatch.backfill_pace(backfill=backfill)
     assert len(again) == 1 and started.pk not in again
     batches.batch_start(batch_id=again[0], worker="w")
-    assert runs.backfill_pace(backfill=backfill) == []
+    assert dispatch.backfill_pace(backfill=backfill) == []
 
     # the start-time check refuses a third running batch even if a task was sent twice
     third = Batch.objects.filter(backfill=backfill, status=BatchStatus.QUEUED).order_by("span")[0]
-    outcome = runs.batch_execute(batch_id=third.pk, executor_for=_no_executor, worker="w")
+    outcome = execution.batch_execute(batch_id=third.pk, executor_for=_no_executor, worker="w")
     assert (outcome.status, outcome.detail) == ("ignored", "backfill is at capacity")
 
 
@@ -238,17 +238,17 @@ def test_backfill_priority_against_incremental_work():
     assets = make_assets(connector, [10] * 4)
     job = make_job(connector=connector, batch_weight=10, max_items=1)
     low = backfill_create(job=job, range_start=assets[0].pk, range_end=assets[1].pk, priority=-1)
-    live = runs.job_run(job=job)
+    live = dispatch.job_run(job=job)
     assert len(live.planned) == 1
     # incremental work is queued: the low-priority backfill waits
-    assert low.pk not in runs.backfills_pace()
+    assert low.pk not in dispatch.backfills_pace()
     Batch.objects.filter(pk__in=live.planned).update(status=BatchStatus.SUCCEEDED)
-    assert len(runs.backfills_pace()[low.pk]) == 1
+    assert len(dispatch.backfills_pace()[low.pk]) == 1
 
     urgent = backfill_create(job=job, range_start=assets[2].pk, range_end=assets[3].pk, priority=5)
-    held = runs.job_run(job=job)
+    held = dispatch.job_run(job=job)
     assert held.planned == [] and f"backfill {urgent.pk}" in held.reason
-    assert list(runs.backfills_pace())[0] == urgent.pk
+    assert list(dispatch.backfills_pace())[0] == urgent.pk
 
 
 @pytest.mark.django_db

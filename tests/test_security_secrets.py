@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 
 from inventory.models import Batch, BatchAttempt, BatchStatus, Connector, Job
-from inventory.services import runs
+from inventory.services import dispatch, execution
 from inventory.services.assets import assets_register
 from inventory.services.secrets import mask, secret_in_text
 from tests.api_support import session_client, token_client
@@ -215,7 +215,7 @@ def test_a_canary_secret_never_leaves_its_environment_variable(
     assets_register(connector=job.connector, items=[(str(tmp_path / "a.parquet"), 10, {})])
 
     with django_capture_on_commit_callbacks(execute=True):
-        planned = runs.job_run(job=job)
+        planned = dispatch.job_run(job=job)
     assert planned.planned and sent
     batch_id = planned.planned[0]
 
@@ -229,8 +229,8 @@ def test_a_canary_secret_never_leaves_its_environment_variable(
         return run
 
     # the heartbeat thread would use a connection of its own, outside this test's transaction
-    monkeypatch.setattr(runs, "Heartbeat", _NoHeartbeat)
-    outcome = runs.batch_execute(batch_id=batch_id, executor_for=leaky_executor, worker="w:1")
+    monkeypatch.setattr(execution, "Heartbeat", _NoHeartbeat)
+    outcome = execution.batch_execute(batch_id=batch_id, executor_for=leaky_executor, worker="w:1")
     assert outcome.status == BatchStatus.DEAD
 
     batch = Batch.objects.get(pk=batch_id)

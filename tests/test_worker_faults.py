@@ -13,7 +13,7 @@ from django.utils import timezone
 
 import tests.worker_processors  # noqa: F401 - registers the test processors here too
 from inventory.models import Batch, BatchAttempt, BatchStatus, Watermark, WatermarkEvent
-from inventory.services import assets, runs, scheduling
+from inventory.services import assets, dispatch, scheduling
 from inventory.services import lifecycle as batches
 from inventory.services.connectors import connector_create
 from tests.factories import make_job
@@ -55,7 +55,7 @@ def test_slow_a_worker_killed_mid_batch_is_reaped_and_attempt_2_writes_every_row
     job, gates, sink = _gated_job(
         tmp_path, "killed-mid-batch", lease_seconds=5, retry_backoff_seconds=0
     )
-    (batch_id,) = runs.job_run(job=job).planned
+    (batch_id,) = dispatch.job_run(job=job).planned
     pid = wait_until(lambda: _inside_processor(gates, batch_id), timeout=90, message="batch start")
     batch = Batch.objects.get(pk=batch_id)
     assert batch.status == BatchStatus.RUNNING and batch.worker.endswith(f":{pid}")
@@ -97,14 +97,15 @@ def test_a_worker_whose_lease_was_taken_over_does_not_commit(tmp_path, celery_wo
     job, gates, sink = _gated_job(
         tmp_path, "taken-over", lease_seconds=5, retry_backoff_seconds=0, max_attempts=5
     )
-    (batch_id,) = runs.job_run(job=job).planned
+    (batch_id,) = dispatch.job_run(job=job).planned
     wait_until(lambda: _inside_processor(gates, batch_id), timeout=90, message="batch start")
     first_worker = Batch.objects.get(pk=batch_id).worker
 
     # the lease is lost while Spark works (a stalled worker): another worker takes the batch over
     Batch.objects.filter(pk=batch_id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runs, "dispatch", lambda ids: None)  # the intruder is this test, not a task
+        # the intruder is this test, not a task
+        patch.setattr(dispatch, "dispatch", lambda ids: None)
         assert scheduling.leases_reap() == [batch_id]
     intruder = batches.batch_start(batch_id=batch_id, worker="intruder:1")
     assert intruder.attempt == 2
@@ -123,7 +124,7 @@ def test_a_worker_whose_lease_was_taken_over_does_not_commit(tmp_path, celery_wo
     # the intruder stalls too; the batch goes back to the queue and a worker finishes it:
     # whatever attempt 1 wrote before it gave up is replaced, not added to
     batches.batch_fail(batch_id=batch_id, attempt=2, error={"type": "Test", "message": "stalled"})
-    runs.batches_dispatch_due()
+    dispatch.batches_dispatch_due()
     wait_until(
         lambda: Batch.objects.get(pk=batch_id).status == BatchStatus.SUCCEEDED,
         timeout=60,

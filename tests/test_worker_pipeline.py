@@ -10,7 +10,7 @@ import pytest
 
 import tests.worker_processors  # noqa: F401 - registers the test processors here too
 from inventory.models import Asset, Batch, BatchAttempt, BatchStatus, Watermark, WatermarkEvent
-from inventory.services import assets, runs
+from inventory.services import assets, dispatch
 from inventory.services.connectors import connector_create
 from tests.factories import make_job
 from tests.worker_fixtures import read_sink, wait_until, write_orders
@@ -50,7 +50,7 @@ def test_an_incremental_run_processes_exactly_the_new_files(tmp_path, celery_wor
         sink={"kind": "files", "path": str(sink)},
     )
 
-    first = runs.job_run(job=job)
+    first = dispatch.job_run(job=job)
     assert len(first.planned) == 1  # max_concurrency 1: the worker plans the next one itself
     last = Asset.objects.filter(connector=connector).order_by("-id").first()
     wait_until(lambda: _settled(job, last_item=last.pk), timeout=90, message="first run")
@@ -66,7 +66,7 @@ def test_an_incremental_run_processes_exactly_the_new_files(tmp_path, celery_wor
     for n in (3, 4):
         write_orders(landing / f"orders-{n}.parquet", first_id=n * 100, count=5, day=n + 1)
     assert assets.assets_discover(connector=connector) == 2
-    runs.job_run(job=job)
+    dispatch.job_run(job=job)
     last = Asset.objects.filter(connector=connector).order_by("-id").first()
     wait_until(lambda: _settled(job, last_item=last.pk), timeout=60, message="second run")
 
@@ -82,14 +82,14 @@ def test_an_incremental_run_processes_exactly_the_new_files(tmp_path, celery_wor
 
     batches_before = Batch.objects.filter(job=job).count()
     runs_before = celery_worker.log().count("tidemark.run_job[")
-    runs.send(run_job, job.pk)
+    dispatch.send(run_job, job.pk)
     wait_until(
         lambda: celery_worker.log().count("tidemark.run_job[") >= runs_before + 2,
         timeout=30,
         message="the run_job task to be received and finish",
     )
     assert Batch.objects.filter(job=job).count() == batches_before
-    assert runs.job_run(job=job).dispatched == []
+    assert dispatch.job_run(job=job).dispatched == []
 
 
 def test_a_malformed_file_kills_its_batch_after_max_attempts_while_another_job_goes_on(
@@ -118,8 +118,8 @@ def test_a_malformed_file_kills_its_batch_after_max_attempts_while_another_job_g
         sink={"kind": "files", "path": str(tmp_path / "good-out")},
     )
 
-    runs.job_run(job=bad_job)
-    runs.job_run(job=good_job)
+    dispatch.job_run(job=bad_job)
+    dispatch.job_run(job=good_job)
 
     bad_batch = wait_until(
         lambda: Batch.objects.filter(job=bad_job, status=BatchStatus.DEAD).first(),

@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 
 from inventory.models import Asset, Backfill, BackfillStatus, Batch, BatchStatus, Watermark
-from inventory.services import assets, runs
+from inventory.services import assets, dispatch, execution
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from tests.factories import make_job
@@ -87,14 +87,14 @@ def test_coalesce_keeps_stored_values_and_a_backfill_replay_leaves_the_table_unc
     first, last = (
         Asset.objects.filter(connector=connector).order_by("pk").values_list("pk", flat=True)
     )
-    runs.job_run(job=job)
+    dispatch.job_run(job=job)
     wait_until(lambda: _settled(job, last), timeout=120, message="both batches")
 
     expected = [(1, "ann@example.com", "Ann B", "Oslo"), (2, "bo@x.org", "Bo", "Lyon")]
     assert _table(table) == expected
 
     backfill = backfill_create(job=job, range_start=first, range_end=last, reason="replay test")
-    runs.backfills_pace()
+    dispatch.backfills_pace()
     wait_until(
         lambda: Backfill.objects.get(pk=backfill.pk).status == BackfillStatus.COMPLETED,
         timeout=120,
@@ -122,7 +122,7 @@ def test_slow_rerunning_a_succeeded_files_batch_through_spark_submit_leaves_the_
         sink={"kind": "files", "path": str(sink)},
     )
     last = Asset.objects.filter(connector=connector).order_by("-pk").first().pk
-    runs.job_run(job=job)
+    dispatch.job_run(job=job)
     wait_until(lambda: _settled(job, last), timeout=180, message="the spark-submit batch")
     batch = Batch.objects.get(job=job)
     assert batch.result["rows_out"] == 3
@@ -131,8 +131,8 @@ def test_slow_rerunning_a_succeeded_files_batch_through_spark_submit_leaves_the_
     files_before = sorted(p.relative_to(sink) for p in sink.rglob("*.parquet"))
 
     # its spec once more through the fence: a finished attempt may not touch the published output
-    spec = runs.batch_spec(batch=batch)
-    with pytest.raises(runs.BatchFailure, match="may not publish"):
+    spec = execution.batch_spec(batch=batch)
+    with pytest.raises(execution.BatchFailure, match="may not publish"):
         executors.run_submit(spec, threading.Event())
     assert sorted((r["order_id"], r["customer_id"]) for r in read_sink(sink)) == before
 

@@ -13,7 +13,7 @@ import pytest
 
 import tests.worker_processors  # noqa: F401 - registers the test processors here too
 from inventory.models import Asset, Batch, BatchStatus, Watermark, WatermarkEvent
-from inventory.services import assets, runs
+from inventory.services import assets, dispatch
 from inventory.services.connectors import connector_create
 from tests.factories import make_job
 from tests.worker_fixtures import read_sink, wait_until, write_orders
@@ -54,7 +54,7 @@ def test_slow_two_workers_share_one_jobs_batches(tmp_path, celery_worker, start_
         processor="test_gate",
         params={"timeout": 1.5},  # no gate file: each batch takes 1.5 s in its processor
     )
-    assert len(runs.job_run(job=job).planned) == 2
+    assert len(dispatch.job_run(job=job).planned) == 2
     wait_until(lambda: _settled(job, last), timeout=180, message="all six batches")
 
     done = list(Batch.objects.filter(job=job).order_by("span"))
@@ -150,7 +150,7 @@ def test_slow_a_batch_runs_on_a_spark_standalone_cluster(tmp_path, spark_standal
     )
     assert f"warm SparkSession ready on {spark_standalone['master']}" in worker.log()
     job, last = _files_job(tmp_path, "on-cluster", files=2)
-    runs.job_run(job=job)
+    dispatch.job_run(job=job)
     wait_until(lambda: _settled(job, last), timeout=180, message="the batches on the cluster")
 
     rows = read_sink(tmp_path / "sink")

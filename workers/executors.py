@@ -1,10 +1,10 @@
 """Executors: how a batch spec reaches Spark. Both run the same Spark code and report the same way.
 
-- "warm": this worker process's SparkSession (workers/signals.py) runs the batch in-process.
+- "warm": this worker process's SparkSession (workers/warm_session.py) runs the batch in-process.
 - "submit": each batch gets its own driver: the spec goes to a temporary JSON file, pyspark's
   bundled spark-submit runs `workers.spark.submit` on it, and the result comes back as JSON.
 
-An executor is `executor(spec, cancel) -> result`; it raises runs.BatchFailure with the error to
+An executor is `executor(spec, cancel) -> result`; it raises execution.BatchFailure with the error to
 store. `cancel` is set when the batch's lease is lost: the Spark work is then stopped early.
 """
 
@@ -17,8 +17,9 @@ from pathlib import Path
 
 from django.conf import settings
 
-from inventory.services.runs import EXECUTORS, BatchFailure, Executor
-from workers import signals
+from inventory.services.execution import BatchFailure, Executor
+from inventory.services.job_config import EXECUTORS
+from workers import warm_session
 
 
 def executor_for(name: str) -> Executor:
@@ -38,7 +39,7 @@ def executor_for(name: str) -> Executor:
 def run_warm(spec: dict, cancel: threading.Event) -> dict:
     from workers.spark.run import BatchError, run_batch
 
-    spark = signals.get_warm_session()
+    spark = warm_session.get_warm_session()
     done = threading.Event()
 
     def cancel_when_lost() -> None:

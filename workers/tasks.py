@@ -7,13 +7,13 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from inventory.models import Connector, Job
-from inventory.services import runs, scheduling
+from inventory.services import dispatch, execution, scheduling
 from workers import executors
-from workers.signals import install as _install_signals
+from workers.warm_session import install as _install_warm_session
 
 log = logging.getLogger(__name__)
 
-_install_signals()
+_install_warm_session()
 
 _LIMIT = settings.TIDEMARK_BATCH_TIME_LIMIT
 # a little past the backoff, so the retry finds its batch due
@@ -31,15 +31,15 @@ _RETRY_SLACK_SECONDS = 0.5
 def run_batch(batch_id: int) -> dict:
     """Run one batch if it is queued (or a due retry); anything else is left as it is."""
     try:
-        outcome = runs.batch_execute(batch_id=batch_id, executor_for=executors.executor_for)
+        outcome = execution.batch_execute(batch_id=batch_id, executor_for=executors.executor_for)
     except (OperationalError, InterfaceError) as exc:
         # batch_execute retries its own database calls; should one still fail, the message must
         # not be lost with it (the database keeps the batch's state: a second send is harmless)
         log.warning("batch %s: database unavailable (%s); sent again", batch_id, exc)
-        runs.send(run_batch, batch_id, countdown=runs.DEFERRED_RETRY_SECONDS)
+        dispatch.send(run_batch, batch_id, countdown=execution.DEFERRED_RETRY_SECONDS)
         return {"batch": batch_id, "status": "deferred", "attempt": 0}
     if outcome.retry_in is not None:
-        runs.send(run_batch, batch_id, countdown=outcome.retry_in + _RETRY_SLACK_SECONDS)
+        dispatch.send(run_batch, batch_id, countdown=outcome.retry_in + _RETRY_SLACK_SECONDS)
     log.info(
         "batch %s attempt %s: %s %s",
         batch_id,
@@ -56,7 +56,7 @@ def run_job(job_id: int) -> dict:
     job = Job.objects.select_related("connector").filter(pk=job_id).first()
     if job is None:
         return {"job": job_id, "planned": [], "reason": "no such job"}
-    outcome = runs.job_run(job=job)
+    outcome = dispatch.job_run(job=job)
     return {"job": outcome.job, "planned": outcome.planned, "reason": outcome.reason}
 
 
@@ -75,12 +75,12 @@ def reap_leases() -> list[int]:
 
 @shared_task(name="tidemark.requeue_due", time_limit=120, ignore_result=True)
 def requeue_due() -> list[int]:
-    return runs.batches_dispatch_due()
+    return dispatch.batches_dispatch_due()
 
 
 @shared_task(name="tidemark.pace_backfills", time_limit=120, ignore_result=True)
 def pace_backfills() -> dict:
-    return {str(k): v for k, v in runs.backfills_pace().items()}
+    return {str(k): v for k, v in dispatch.backfills_pace().items()}
 
 
 @shared_task(name="tidemark.release_connectors", time_limit=120, ignore_result=True)

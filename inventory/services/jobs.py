@@ -4,7 +4,7 @@ from django.db import transaction
 
 from inventory.models import BatchStatus, Connector, Job, WatermarkType
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.services.runs import job_validate_runtime
+from inventory.services.job_config import job_validate_runtime
 from inventory.services.secrets import check_no_secrets
 from inventory.services.watermarks import watermark_create
 

@@ -17,9 +17,9 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 from inventory.models import Connector, ConnectorKind, ConnectorState, Job, MaintenanceRun
 from inventory.services import assets
 from inventory.services.connectors import connectors_release_waiting
+from inventory.services.dispatch import RunOutcome, batches_dispatch_due, job_run
 from inventory.services.errors import InvalidInput
 from inventory.services.lifecycle import batches_reap_expired
-from inventory.services.runs import RunOutcome, batches_dispatch_due, job_run
 
 PREFIX = "tidemark:"
 JOB_PREFIX = f"{PREFIX}run-job:"

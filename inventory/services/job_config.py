@@ -1,0 +1,74 @@
+"""What a job may name for running: processors, their params, sinks, executors, schedules.
+
+Checked when a job is created or changed (services/jobs.py), so a bad name is a 400 that names the
+field instead of a failed batch later. The Spark side's own checks are imported lazily: importing
+this module starts no Spark.
+"""
+
+import importlib
+
+from django.conf import settings
+
+from inventory.services.errors import InvalidInput
+from inventory.services.scheduling import parse_cron
+
+EXECUTORS = ("warm", "submit")
+
+
+def processors_load() -> list[str]:
+    """The registered processor names, after importing TIDEMARK_PROCESSOR_MODULES."""
+    from workers.spark.processors import processor_names
+
+    for module in settings.TIDEMARK_PROCESSOR_MODULES:
+        importlib.import_module(module)
+    return processor_names()
+
+
+def job_validate_runtime(
+    *,
+    processor=None,
+    params=None,
+    sink=None,
+    executor=None,
+    schedule_cron=None,
+    schedule_seconds=None,
+) -> None:
+    """Check what a job names for running (given fields only); InvalidInput names the field.
+
+    An empty sink is allowed: a job processed outside Tidemark (acquire/succeed) writes nowhere
+    Tidemark knows of; a worker run of such a job fails with the sink error stored."""
+    if sink:
+        from workers.spark.errors import SinkError
+        from workers.spark.sinks import check_sink
+
+        try:
+            check_sink(sink)
+        except SinkError as exc:
+            raise InvalidInput("sink", str(exc)) from None
+    if processor is not None:
+        from workers.spark.processors import ProcessorError, validate_params
+
+        known = processors_load()
+        if processor not in known:
+            raise InvalidInput(
+                "processor",
+                f"unknown processor {processor!r}; registered: {', '.join(known) or 'none'}",
+            )
+        try:
+            validate_params(processor, params if params is not None else {})
+        except ProcessorError as exc:
+            raise InvalidInput("params", str(exc)) from None
+    if executor is not None and executor not in EXECUTORS:
+        raise InvalidInput(
+            "executor", f"unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}"
+        )
+    if schedule_cron:
+        parse_cron(schedule_cron)
+    if schedule_seconds is not None and (
+        isinstance(schedule_seconds, bool)
+        or not isinstance(schedule_seconds, int)
+        or schedule_seconds < 1
+    ):
+        raise InvalidInput(
+            "schedule_seconds", f"must be a positive integer, got {schedule_seconds!r}"
+        )
