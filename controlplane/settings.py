@@ -86,6 +86,14 @@ if _db.get("ENGINE") != "django.db.backends.postgresql":
 # OPTIONS; keep it in HOST, where every reader of the settings (and libpq) looks for it.
 if not _db.get("HOST") and _db.get("OPTIONS", {}).get("host"):
     _db["HOST"] = _db["OPTIONS"].pop("host")
+# A process frozen inside a transaction (SIGSTOP, a debugger, a dead network) would hold its row
+# locks, a job's among them, until it ends: the server closes such a session after this long.
+_idle_seconds = env_int("DB_IDLE_IN_TRANSACTION_TIMEOUT", 300, minimum=0)
+if _idle_seconds:
+    _options = _db.setdefault("OPTIONS", {})
+    _options["options"] = (
+        _options.get("options", "") + f" -c idle_in_transaction_session_timeout={_idle_seconds}s"
+    ).strip()
 DATABASES = {"default": _db}
 
 REDIS_URL = env_str("REDIS_URL") or embedded.redis_url(DATA_DIR)
