@@ -180,7 +180,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # the schema and the docs need a role, like every read of the API
+    "SERVE_PERMISSIONS": ["inventory.api.permissions.HasRole"],
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         name: f"inventory.models.{name}"

@@ -152,6 +152,11 @@ def _authorized(request) -> bool:
 
 def metrics_view(request):
     if not _authorized(request):
+        if request.user.is_authenticated:
+            # logged in, but in no role: known, and not allowed
+            return HttpResponse(
+                "this needs the viewer role\n", status=403, content_type="text/plain"
+            )
         response = HttpResponse("authentication required\n", status=401, content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="tidemark metrics"'
         return response
