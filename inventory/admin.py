@@ -17,6 +17,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from inventory import selectors
+from inventory.actions import allowed, role_of
 from inventory.models import (
     Asset,
     Backfill,
@@ -50,6 +51,15 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+# an admin action's permission by the role it needs: has_<permission>_permission below
+ROLE_PERMISSION = {OPERATOR: "operate", ADMIN: "administer"}
+
+
+def service_action(key: str, description: str):
+    """An admin action needing the role inventory/actions.py declares for `key`."""
+    return admin.action(description=description, permissions=[ROLE_PERMISSION[role_of(key)]])
 
 
 class RoleActionsMixin:
@@ -194,7 +204,7 @@ class ConnectorAdmin(RoleActionsMixin, admin.ModelAdmin):
             lambda c: connector_services.connector_delete(connector=c),
         )
 
-    @admin.action(description="Pause selected connectors", permissions=["operate"])
+    @service_action("connector.pause", "Pause selected connectors")
     def pause_connectors(self, request, queryset):
         self.run_service(
             request,
@@ -203,7 +213,7 @@ class ConnectorAdmin(RoleActionsMixin, admin.ModelAdmin):
             lambda c: connector_services.connector_pause(connector=c),
         )
 
-    @admin.action(description="Resume selected connectors", permissions=["operate"])
+    @service_action("connector.resume", "Resume selected connectors")
     def resume_connectors(self, request, queryset):
         self.run_service(
             request,
@@ -383,8 +393,10 @@ class WatermarkAdmin(ReadOnlyAdmin):
         ]
 
     def correct_view(self, request, watermark_id: int):
-        if not has_role(request.user, ADMIN):
-            raise PermissionDenied("correcting a watermark needs the admin role")
+        if not allowed(request.user, "watermark.correct"):
+            raise PermissionDenied(
+                f"correcting a watermark needs the {role_of('watermark.correct')} role"
+            )
         watermark = Watermark.objects.select_related("job__connector").filter(pk=watermark_id)
         watermark = watermark.first()
         if watermark is None:
@@ -497,7 +509,7 @@ class BatchAdmin(RoleActionsMixin, ReadOnlyAdmin):
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in Batch._meta.concrete_fields]
 
-    @admin.action(description="Retry selected dead/failed batches", permissions=["operate"])
+    @service_action("batch.retry", "Retry selected dead/failed batches")
     def retry_batches(self, request, queryset):
         actor = actor_name(request.user)
         self.run_service(
@@ -507,7 +519,7 @@ class BatchAdmin(RoleActionsMixin, ReadOnlyAdmin):
             lambda b: batch_services.batch_retry(batch_id=b.pk, actor=actor),
         )
 
-    @admin.action(description="Cancel selected batches", permissions=["operate"])
+    @service_action("batch.cancel", "Cancel selected batches")
     def cancel_batches(self, request, queryset):
         actor = actor_name(request.user)
         self.run_service(
@@ -519,9 +531,7 @@ class BatchAdmin(RoleActionsMixin, ReadOnlyAdmin):
             ),
         )
 
-    @admin.action(
-        description="Skip selected dead batches (with a reason)…", permissions=["administer"]
-    )
+    @service_action("batch.skip", "Skip selected dead batches (with a reason)…")
     def skip_batches(self, request, queryset):
         form = SkipForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
@@ -596,14 +606,14 @@ class BackfillAdmin(RoleActionsMixin, ReadOnlyAdmin):
             lambda b: backfill_services.backfill_set_status(backfill=b, status=status),
         )
 
-    @admin.action(description="Pause selected backfills", permissions=["operate"])
+    @service_action("backfill.pause", "Pause selected backfills")
     def pause_backfills(self, request, queryset):
         self._set(request, queryset, BackfillStatus.PAUSED, "paused")
 
-    @admin.action(description="Resume selected backfills", permissions=["operate"])
+    @service_action("backfill.resume", "Resume selected backfills")
     def resume_backfills(self, request, queryset):
         self._set(request, queryset, BackfillStatus.RUNNING, "resumed")
 
-    @admin.action(description="Cancel selected backfills", permissions=["operate"])
+    @service_action("backfill.cancel", "Cancel selected backfills")
     def cancel_backfills(self, request, queryset):
         self._set(request, queryset, BackfillStatus.CANCELLED, "cancelled")

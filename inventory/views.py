@@ -16,6 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from inventory import selectors, selectors_coverage, selectors_health
+from inventory.actions import ACTIONS, allowed, allowed_keys, role_of
 from inventory.forms import BackfillForm, GapRangeForm, HolesBackfillForm, ReasonForm
 from inventory.models import (
     Backfill,
@@ -52,10 +53,20 @@ def role_required(role):
     return decorate
 
 
+def _require(request, key: str) -> None:
+    """Refuse unless the user holds the role inventory/actions.py declares for `key`."""
+    if key not in ACTIONS:
+        raise PermissionDenied(f"unknown action {key!r}")
+    if not allowed(request.user, key):
+        raise PermissionDenied(f"{key} needs the {role_of(key)} role")
+
+
 def _page_context(request):
     return {
         "can_operate": has_role(request.user, OPERATOR),
         "can_admin": has_role(request.user, ADMIN),
+        # the actions this user may take ("batch.skip" in allowed_actions), from inventory/actions.py
+        "allowed_actions": allowed_keys(request.user),
     }
 
 
@@ -174,7 +185,7 @@ def job_gaps(request, name):
 
 
 @require_POST
-@role_required(OPERATOR)
+@role_required(role_of("job.backfill"))
 def job_gaps_backfill(request, name):
     job = get_object_or_404(Job.objects.select_related("connector", "watermark"), name=name)
     form = HolesBackfillForm(request.POST)
@@ -204,7 +215,7 @@ def job_gaps_backfill(request, name):
 
 
 @require_POST
-@role_required(OPERATOR)
+@role_required(role_of("job.run"))
 def job_run_now(request, name):
     job = get_object_or_404(Job.objects.select_related("connector"), name=name)
     try:
@@ -223,11 +234,12 @@ def job_run_now(request, name):
 
 
 @require_POST
-@role_required(OPERATOR)
+@login_required
 def job_pause_resume(request, name, action):
     job = get_object_or_404(Job, name=name)
     if action not in ("pause", "resume"):
         raise PermissionDenied(f"unknown action {action!r}")
+    _require(request, f"job.{action}")
     _act(
         request,
         lambda: job_services.job_set_paused(job=job, paused=action == "pause"),
@@ -246,7 +258,7 @@ def connectors(request):
 
 
 @require_POST
-@role_required(OPERATOR)
+@login_required
 def connector_action(request, name, action):
     connector = get_object_or_404(Connector, name=name)
     actions = {
@@ -259,6 +271,7 @@ def connector_action(request, name, action):
     }
     if action not in actions:
         raise PermissionDenied(f"unknown action {action!r}")
+    _require(request, f"connector.{action}")
     service, done = actions[action]
     _act(request, lambda: service(connector=connector), done)
     if _htmx(request):
@@ -274,8 +287,7 @@ def connector_action(request, name, action):
 def backfills(request):
     form = BackfillForm(request.POST or None)
     if request.method == "POST":
-        if not has_role(request.user, OPERATOR):
-            raise PermissionDenied("scheduling a backfill needs the operator role")
+        _require(request, "job.backfill")
         if form.is_valid():
             data = form.cleaned_data
             try:
@@ -315,7 +327,7 @@ def _backfills_context() -> dict:
 
 
 @require_POST
-@role_required(OPERATOR)
+@role_required(role_of("job.backfill"))  # the live preview of the scheduling form
 def backfill_preview(request):
     form = BackfillForm(request.POST)
     plan = None
@@ -347,7 +359,7 @@ def backfill_preview(request):
 
 
 @require_POST
-@role_required(OPERATOR)
+@login_required
 def backfill_action(request, pk, action):
     backfill = get_object_or_404(Backfill, pk=pk)
     statuses = {
@@ -357,6 +369,7 @@ def backfill_action(request, pk, action):
     }
     if action not in statuses:
         raise PermissionDenied(f"unknown action {action!r}")
+    _require(request, f"backfill.{action}")
     _act(
         request,
         lambda: backfill_services.backfill_set_status(backfill=backfill, status=statuses[action]),
@@ -405,21 +418,14 @@ def batch_action(request, pk, action):
     actor = actor_name(request.user)
     reason = request.POST.get("reason", "")
     actions = {
-        "retry": (OPERATOR, lambda: batch_services.batch_retry(batch_id=pk, actor=actor)),
-        "cancel": (
-            OPERATOR,
-            lambda: batch_services.batch_cancel(batch_id=pk, actor=actor, reason=reason),
-        ),
-        "skip": (
-            ADMIN,
-            lambda: batch_services.batch_skip(batch_id=pk, actor=actor, reason=reason),
-        ),
+        "retry": lambda: batch_services.batch_retry(batch_id=pk, actor=actor),
+        "cancel": lambda: batch_services.batch_cancel(batch_id=pk, actor=actor, reason=reason),
+        "skip": lambda: batch_services.batch_skip(batch_id=pk, actor=actor, reason=reason),
     }
     if action not in actions:
         raise PermissionDenied(f"unknown action {action!r}")
-    role, call = actions[action]
-    if not has_role(request.user, role):
-        raise PermissionDenied(f"{action} needs the {role} role")
+    _require(request, f"batch.{action}")
+    call = actions[action]
     _act(request, call, f"batch {batch.pk}: {action}")
     return redirect("dashboard:batch", pk=batch.pk)
 

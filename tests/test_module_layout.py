@@ -1,9 +1,11 @@
 """The module layout holds: no import circle among Tidemark's own modules, the control plane does
-not import the worker's Celery tasks (tasks are sent by name)."""
+not import the worker's Celery tasks (tasks are sent by name), and every operator action is
+declared once (inventory/actions.py) and read by the API, the admin and the dashboard."""
 
 import ast
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 ROOT = Path(settings.BASE_DIR)
@@ -91,3 +93,55 @@ def test_the_control_plane_never_imports_the_workers_tasks():
         )
     )
     assert importers == []
+
+
+# ---- operator actions declared once -------------------------------------------------------------
+
+
+def test_every_declared_action_names_a_service_that_exists():
+    from inventory.actions import ACTIONS
+
+    for key, action in ACTIONS.items():
+        assert callable(action.service_function()), key
+        assert action.role in ("viewer", "operator", "admin"), key
+
+
+def test_the_apis_roles_are_the_declared_ones():
+    from inventory.actions import ACTIONS
+    from inventory.api import views
+
+    by_viewset = {
+        "connectors": views.ConnectorViewSet,
+        "jobs": views.JobViewSet,
+        "batches": views.BatchViewSet,
+        "backfills": views.BackfillViewSet,
+    }
+    for key, action in ACTIONS.items():
+        if action.api is None:
+            continue
+        viewset, drf_action = action.api
+        assert by_viewset[viewset].action_roles[drf_action] == action.role, key
+    for viewset, cls in by_viewset.items():
+        declared = {a.api[1] for a in ACTIONS.values() if a.api and a.api[0] == viewset}
+        assert set(cls.action_roles) == declared, viewset
+
+
+@pytest.mark.parametrize(
+    "admin_class, function, key",
+    [
+        ("ConnectorAdmin", "pause_connectors", "connector.pause"),
+        ("ConnectorAdmin", "resume_connectors", "connector.resume"),
+        ("BatchAdmin", "retry_batches", "batch.retry"),
+        ("BatchAdmin", "cancel_batches", "batch.cancel"),
+        ("BatchAdmin", "skip_batches", "batch.skip"),
+        ("BackfillAdmin", "pause_backfills", "backfill.pause"),
+        ("BackfillAdmin", "resume_backfills", "backfill.resume"),
+        ("BackfillAdmin", "cancel_backfills", "backfill.cancel"),
+    ],
+)
+def test_the_admins_actions_need_the_declared_role(admin_class, function, key):
+    from inventory import admin
+    from inventory.actions import ACTIONS
+
+    permissions = getattr(getattr(admin, admin_class), function).allowed_permissions
+    assert list(permissions) == [admin.ROLE_PERMISSION[ACTIONS[key].role]]

@@ -1,6 +1,6 @@
 """API views: validate with a serializer, call one service (or selector), serialize the result.
 
-Roles per action are declared in `action_roles` (see permissions.HasRole and inventory.roles);
+Roles per action come from inventory/actions.py (`action_roles`, read by permissions.HasRole);
 service errors become 400/404/409 in exceptions.exception_handler.
 """
 
@@ -13,6 +13,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
 from inventory import selectors
+from inventory.actions import api_roles
 from inventory.api import serializers as s
 from inventory.api.filters import BackfillFilter, BatchFilter, StrictFilterBackend
 from inventory.models import (
@@ -23,7 +24,7 @@ from inventory.models import (
     Job,
     WatermarkSource,
 )
-from inventory.roles import ADMIN, OPERATOR, VIEWER, actor_name
+from inventory.roles import actor_name
 from inventory.services import assets as asset_services
 from inventory.services import backfills as backfill_services
 from inventory.services import connectors as connector_services
@@ -108,16 +109,7 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     filter_backends = [StrictFilterBackend]
     filterset_fields = ["kind", "state"]
     noun = "connector"
-    action_roles = {
-        "create": ADMIN,
-        "partial_update": ADMIN,
-        "destroy": ADMIN,
-        "pause": OPERATOR,
-        "resume": OPERATOR,
-        "reset": ADMIN,
-        "discover": OPERATOR,
-        "assets": OPERATOR,
-    }
+    action_roles = api_roles("connectors")  # inventory/actions.py
 
     @extend_schema(
         summary="Create a connector (admin)",
@@ -251,16 +243,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     filter_backends = [StrictFilterBackend]
     filterset_fields = {"connector__name": ["exact"], "paused": ["exact"]}
     noun = "job"
-    action_roles = {
-        "create": ADMIN,
-        "partial_update": ADMIN,
-        "destroy": ADMIN,
-        "run": OPERATOR,
-        "pause": OPERATOR,
-        "resume": OPERATOR,
-        "acquire": OPERATOR,
-        "watermark:POST": ADMIN,
-    }
+    action_roles = api_roles("jobs")  # inventory/actions.py
 
     @extend_schema(
         summary="One job, with its watermark, lag, blocker and batch counts",
@@ -422,14 +405,7 @@ class BatchViewSet(mixins.ListModelMixin, IdViewSet):
     filter_backends = [StrictFilterBackend]
     filterset_class = BatchFilter
     noun = "batch"
-    action_roles = {
-        "heartbeat": OPERATOR,
-        "succeed": OPERATOR,
-        "fail": OPERATOR,
-        "retry": OPERATOR,
-        "cancel": OPERATOR,
-        "skip": ADMIN,
-    }
+    action_roles = api_roles("batches")  # inventory/actions.py
 
     @extend_schema(
         summary="One batch with its attempts, error, result and config snapshot",
@@ -564,13 +540,7 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
     filter_backends = [StrictFilterBackend]
     filterset_class = BackfillFilter
     noun = "backfill"
-    action_roles = {
-        "create": OPERATOR,
-        "preview": VIEWER,
-        "pause": OPERATOR,
-        "resume": OPERATOR,
-        "cancel": OPERATOR,
-    }
+    action_roles = api_roles("backfills")  # inventory/actions.py
 
     def get_queryset(self):
         return selectors.backfills_with_progress()

@@ -1,0 +1,127 @@
+"""Every action that changes something, declared once: the role it needs and the service that does it.
+
+The API's permission check (each viewset's `action_roles`, read by api/permissions.HasRole), the
+admin's actions and the dashboard's buttons all take the role from here, so an action cannot need
+one role in the API and another on a page. Services are named by dotted path: this module imports
+no service (the services do not depend on who may call them).
+
+`api` places an action in the REST API: (viewset, DRF action), where a DRF action shared by several
+methods is keyed "action:METHOD" (permissions.HasRole's convention).
+"""
+
+from dataclasses import dataclass
+
+from django.utils.module_loading import import_string
+
+from inventory.roles import ADMIN, OPERATOR, VIEWER, has_role
+
+
+@dataclass(frozen=True)
+class Action:
+    key: str  # "<target>.<verb>": what it acts on, and the verb used in URLs and forms
+    role: str
+    service: str  # dotted path of the service function
+    label: str  # what a button or an admin action says
+    api: tuple[str, str] | None = None
+    needs_reason: bool = False
+
+    @property
+    def target(self) -> str:
+        return self.key.split(".", 1)[0]
+
+    @property
+    def verb(self) -> str:
+        return self.key.split(".", 1)[1]
+
+    def service_function(self):
+        return import_string(self.service)
+
+    def allowed(self, user) -> bool:
+        return has_role(user, self.role)
+
+
+_S = "inventory.services."
+
+ACTIONS: dict[str, Action] = {
+    action.key: action
+    for action in (
+        # operators steer the work
+        Action("connector.pause", OPERATOR, _S + "connectors.connector_pause", "Pause",
+               api=("connectors", "pause")),
+        Action("connector.resume", OPERATOR, _S + "connectors.connector_resume", "Resume",
+               api=("connectors", "resume")),
+        Action("connector.discover", OPERATOR, _S + "assets.connector_discover_now",
+               "Discover now", api=("connectors", "discover")),
+        Action("job.run", OPERATOR, _S + "scheduling.job_run_now", "Run now",
+               api=("jobs", "run")),
+        Action("job.pause", OPERATOR, _S + "jobs.job_set_paused", "Pause", api=("jobs", "pause")),
+        Action("job.resume", OPERATOR, _S + "jobs.job_set_paused", "Resume",
+               api=("jobs", "resume")),
+        Action("job.backfill", OPERATOR, _S + "backfills.backfill_create", "Schedule a backfill",
+               api=("backfills", "create")),
+        Action("backfill.pause", OPERATOR, _S + "backfills.backfill_set_status", "Pause",
+               api=("backfills", "pause")),
+        Action("backfill.resume", OPERATOR, _S + "backfills.backfill_set_status", "Resume",
+               api=("backfills", "resume")),
+        Action("backfill.cancel", OPERATOR, _S + "backfills.backfill_set_status", "Cancel",
+               api=("backfills", "cancel")),
+        Action("batch.retry", OPERATOR, _S + "lifecycle.batch_retry", "Retry",
+               api=("batches", "retry")),
+        Action("batch.cancel", OPERATOR, _S + "lifecycle.batch_cancel", "Cancel",
+               api=("batches", "cancel")),
+        # admins change history and configuration
+        Action("batch.skip", ADMIN, _S + "lifecycle.batch_skip", "Skip", api=("batches", "skip"),
+               needs_reason=True),
+        Action("watermark.correct", ADMIN, _S + "corrections.watermark_correct",
+               "Correct the watermark", api=("jobs", "watermark:POST"), needs_reason=True),
+        Action("connector.reset", ADMIN, _S + "connectors.connector_reset", "Reset",
+               api=("connectors", "reset"), needs_reason=True),
+        Action("connector.create", ADMIN, _S + "connectors.connector_create", "Create",
+               api=("connectors", "create")),
+        Action("connector.update", ADMIN, _S + "connectors.connector_update", "Change",
+               api=("connectors", "partial_update")),
+        Action("connector.delete", ADMIN, _S + "connectors.connector_delete", "Delete",
+               api=("connectors", "destroy")),
+        Action("job.create", ADMIN, _S + "jobs.job_create", "Create", api=("jobs", "create")),
+        Action("job.update", ADMIN, _S + "jobs.job_update", "Change",
+               api=("jobs", "partial_update")),
+        Action("job.delete", ADMIN, _S + "jobs.job_delete", "Delete", api=("jobs", "destroy")),
+        # processing applications (acquire/succeed, producers announcing files)
+        Action("connector.announce", OPERATOR, _S + "assets.assets_announce", "Announce assets",
+               api=("connectors", "assets")),
+        Action("job.acquire", OPERATOR, _S + "lifecycle.batch_acquire", "Acquire",
+               api=("jobs", "acquire")),
+        Action("batch.heartbeat", OPERATOR, _S + "lifecycle.batch_heartbeat", "Heartbeat",
+               api=("batches", "heartbeat")),
+        Action("batch.succeed", OPERATOR, _S + "lifecycle.batch_succeed", "Succeed",
+               api=("batches", "succeed")),
+        Action("batch.fail", OPERATOR, _S + "lifecycle.batch_fail", "Fail",
+               api=("batches", "fail")),
+        # a read with a body (POST): planning a backfill without creating it
+        Action("job.backfill_preview", VIEWER, _S + "backfills.backfill_preview",
+               "Preview a backfill", api=("backfills", "preview")),
+    )
+}  # fmt: skip
+
+
+def action(key: str) -> Action:
+    return ACTIONS[key]
+
+
+def role_of(key: str) -> str:
+    """The role `key` needs (KeyError for an undeclared action: a typo fails at import time)."""
+    return ACTIONS[key].role
+
+
+def allowed(user, key: str) -> bool:
+    return ACTIONS[key].allowed(user)
+
+
+def api_roles(viewset: str) -> dict[str, str]:
+    """`action_roles` of one API viewset: DRF action (or "action:METHOD") -> role."""
+    return {a.api[1]: a.role for a in ACTIONS.values() if a.api and a.api[0] == viewset}
+
+
+def allowed_keys(user) -> set[str]:
+    """The actions `user` may take (pages show only those buttons)."""
+    return {key for key, a in ACTIONS.items() if a.allowed(user)}
