@@ -58,7 +58,12 @@ class Connector(models.Model):
 class Asset(models.Model):
     """One processable unit of a `files` connector. Ids follow visibility order (invariant 5)."""
 
-    connector = models.ForeignKey(Connector, on_delete=models.CASCADE, related_name="assets")
+    # no index of its own: asset_connector_id_idx (connector, id) serves every lookup by connector,
+    # and a lone connector index lured the planner into reading a connector's every asset for
+    # "assets of C after id P" (the overview's lag)
+    connector = models.ForeignKey(
+        Connector, on_delete=models.CASCADE, related_name="assets", db_index=False
+    )
     location = models.TextField()
     weight = models.BigIntegerField()
     discovered_at = models.DateTimeField(auto_now_add=True)

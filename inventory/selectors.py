@@ -49,6 +49,8 @@ class Lag:
 
 def job_lag(*, job: Job) -> Lag | None:
     """None when the job's items cannot be read now (e.g. its external meta table is gone)."""
+    if "meta_table" not in (job.connector.config or {}):
+        return jobs_lag([job])[job.pk]
     position = job.watermark.position
     try:
         items_sql, params = source_for_connector(job.connector).select(

@@ -90,7 +90,9 @@ def jobs_rates(job_id: int | None = None) -> dict[int, JobRates]:
             "SELECT b.job_id, "
             "floor(extract(epoch FROM statement_timestamp() - a.finished_at) / 3600)::int AS age, "
             "a.outcome, count(*), sum(b.item_count), sum(b.weight) "
-            "FROM inventory_batchattempt AS a JOIN inventory_batch AS b ON b.id = a.batch_id "
+            # a lookup by primary key per recent attempt, not a join over every batch
+            "FROM inventory_batchattempt AS a CROSS JOIN LATERAL (SELECT job_id, item_count, "
+            "weight FROM inventory_batch WHERE id = a.batch_id OFFSET 0) AS b "
             "WHERE a.finished_at >= statement_timestamp() - make_interval(hours => %s)"
             f"{where} GROUP BY 1, 2, 3",
             params,

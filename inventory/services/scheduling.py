@@ -20,6 +20,7 @@ from inventory.services.connectors import connectors_release_waiting
 from inventory.services.dispatch import RunOutcome, batches_dispatch_due, job_run
 from inventory.services.errors import InvalidInput
 from inventory.services.lifecycle import batches_reap_expired
+from inventory.services.metrics_rollup import attempt_rollup_advance
 
 PREFIX = "tidemark:"
 JOB_PREFIX = f"{PREFIX}run-job:"
@@ -215,6 +216,8 @@ def leases_reap() -> list[int]:
     MaintenanceRun.objects.update_or_create(
         name=REAPER, defaults={"last_run_at": Now(), "outcome": {"reaped": reaped[:100]}}
     )
+    # /metrics counts only the attempts after the rollup (services/metrics_rollup.py)
+    attempt_rollup_advance()
     return reaped
 
 
