@@ -234,27 +234,6 @@ def batch_counts_by_job() -> list[tuple[int, str, str, int]]:
         return cursor.fetchall()
 
 
-def jobs_overview() -> list[Job]:
-    """Every job with its connector, watermark, open batch counts, lag and blocker, in a fixed
-    number of queries (plus one lag query per job reading an external meta table: each reads its
-    own table). `job.lag` is None when the items cannot be read now."""
-    jobs = list(Job.objects.select_related("connector", "watermark").order_by("name"))
-    counts = open_batch_counts()
-    lags = jobs_lag(jobs)
-    blockers = jobs_blockers()
-    for job in jobs:
-        for status in (
-            BatchStatus.QUEUED,
-            BatchStatus.RUNNING,
-            BatchStatus.FAILED,
-            BatchStatus.DEAD,
-        ):
-            setattr(job, f"n_{status}", counts.get((job.pk, status), 0))
-        job.lag = lags.get(job.pk)
-        job.blocker = blockers.get(job.pk)
-    return jobs
-
-
 def open_batch_counts() -> dict[tuple[int, str], int]:
     """(job id, status) -> count of queued, running, failed and dead batches (the partial index
     batch_open_status_idx: committed batches are never read)."""
@@ -269,33 +248,42 @@ def open_batch_counts() -> dict[tuple[int, str], int]:
 def jobs_lag(jobs: list[Job]) -> dict[int, Lag | None]:
     """Lag of many jobs: one query for every job reading Tidemark's asset table, one per job
     reading an external meta table."""
-    own = [job.pk for job in jobs if "meta_table" not in (job.connector.config or {})]
+    return jobs_lag_by_id([job.pk for job in jobs])
+
+
+def jobs_lag_by_id(job_ids: list[int]) -> dict[int, Lag | None]:
+    """jobs_lag from job ids: the jobs reading an external meta table are the only ones loaded
+    as models (each is counted in its own table)."""
     lags: dict[int, Lag | None] = {}
-    if own:
-        with connection.cursor() as cursor:
-            # one index range scan (asset_connector_id_idx) per job, over its lag only
-            cursor.execute(
-                "SELECT j.id, p.n, p.w "
-                "FROM inventory_job AS j JOIN inventory_watermark AS w ON w.job_id = j.id "
-                "CROSS JOIN LATERAL (SELECT count(*) AS n, coalesce(sum(a.weight), 0) AS w "
-                "FROM inventory_asset AS a "
-                "WHERE a.connector_id = j.connector_id AND a.id >= w.position) AS p "
-                "WHERE j.id = ANY(%s)",
-                [own],
-            )
-            lags.update({pk: Lag(int(n), int(w)) for pk, n, w in cursor.fetchall()})
-    for job in jobs:
-        if job.pk not in lags:
+    if not job_ids:
+        return lags
+    with connection.cursor() as cursor:
+        # one index range scan (asset_connector_id_idx) per job, over its lag only
+        cursor.execute(
+            "SELECT j.id, p.n, p.w "
+            "FROM inventory_job AS j JOIN inventory_watermark AS w ON w.job_id = j.id "
+            "JOIN inventory_connector AS c ON c.id = j.connector_id "
+            "CROSS JOIN LATERAL (SELECT count(*) AS n, coalesce(sum(a.weight), 0) AS w "
+            "FROM inventory_asset AS a "
+            "WHERE a.connector_id = j.connector_id AND a.id >= w.position) AS p "
+            "WHERE j.id = ANY(%s) AND NOT coalesce(c.config ? 'meta_table', false)",
+            [list(job_ids)],
+        )
+        lags.update({pk: Lag(int(n), int(w)) for pk, n, w in cursor.fetchall()})
+    external = [pk for pk in job_ids if pk not in lags]
+    if external:
+        for job in Job.objects.select_related("connector", "watermark").filter(pk__in=external):
             lags[job.pk] = job_lag(job=job)
     return lags
 
 
-def jobs_blockers() -> dict[int, Batch]:
+def jobs_blockers() -> dict[int, tuple[int, str]]:
     """Job id -> the batch its watermark waits for (see job_blocker), for every job at once:
     the uncommitted incremental batch starting at the watermark (index batch_job_lower_idx), else
-    the cancelled incremental batch whose range holds it (batch_job_status_idx)."""
+    the cancelled incremental batch whose range holds it (batch_job_status_idx): the batch's
+    id and status."""
     sql = """
-        SELECT j.id, coalesce(held.id, cancelled.id)
+        SELECT j.id, coalesce(held.id, cancelled.id), coalesce(held.status, 'cancelled')
         FROM inventory_job AS j JOIN inventory_watermark AS w ON w.job_id = j.id
         LEFT JOIN LATERAL (
             SELECT b.id, b.status FROM inventory_batch AS b
@@ -314,9 +302,7 @@ def jobs_blockers() -> dict[int, Batch]:
     """
     with connection.cursor() as cursor:
         cursor.execute(sql)
-        pairs = dict(cursor.fetchall())
-    batches = Batch.objects.in_bulk(list(pairs.values()))
-    return {job_id: batches[batch_id] for job_id, batch_id in pairs.items() if batch_id in batches}
+        return {job_id: (batch_id, status) for job_id, batch_id, status in cursor.fetchall()}
 
 
 @dataclass

@@ -12,6 +12,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import Case, Prefetch, Value, When
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -70,13 +71,37 @@ def _page_context(request):
     }
 
 
+OVERVIEW_PAGE = 100  # job rows per overview page
+ALERT_STRIP = 10  # alerts shown at the top; the rest are counted by kind
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
 @require_GET
 @role_required(VIEWER)
 def overview(request):
-    jobs = selectors_health.overview()
+    rows = selectors_health.job_rows()
+    query = request.GET.get("q", "")[:100]
+    state = request.GET.get("state", "")
+    state = state if state in selectors_health.STATES else ""
+    shown = selectors_health.rows_filter(rows, query=query, state=state)
+    page = Paginator(shown, OVERVIEW_PAGE).get_page(request.GET.get("page"))
+    selectors_health.rows_detail(page.object_list)
+    alerts = sorted(selectors_health.alerts(rows), key=lambda a: SEVERITY_ORDER[a.severity])
+    kinds: dict[str, int] = {}
+    for alert in alerts[ALERT_STRIP:]:
+        label = alert.kind.replace("_", " ")
+        kinds[label] = kinds.get(label, 0) + 1
     context = {
-        "jobs": jobs,
-        "alerts": selectors_health.alerts(jobs),
+        "jobs": page,
+        "total_jobs": len(rows),
+        "query": query,
+        "state_filter": state,
+        "states": selectors_health.state_counts(rows),
+        "alerts": alerts,
+        "alerts_shown": alerts[:ALERT_STRIP],
+        "alerts_more": max(len(alerts) - ALERT_STRIP, 0),
+        "alert_kinds": kinds,
+        "refresh_url": request.get_full_path(),
         "reaper": selectors.reaper_status(),
         "connector_states": selectors.connector_state_counts(),
         **_page_context(request),
@@ -248,13 +273,38 @@ def job_pause_resume(request, name, action):
     return redirect("dashboard:job", name=job.name)
 
 
+CONNECTOR_PAGE = 100
+# the connectors page's order: those that hold work back first
+CONNECTOR_ORDER = ("waiting", "paused", "active", "completed")
+
+
 @require_GET
 @role_required(VIEWER)
 def connectors(request):
-    rows = Connector.objects.order_by("name").prefetch_related("jobs")
-    return render(
-        request, "inventory/connectors.html", {"connectors": rows, **_page_context(request)}
+    query = request.GET.get("q", "")[:100].strip()
+    state = request.GET.get("state", "")
+    state = state if state in CONNECTOR_ORDER else ""
+    rows = Connector.objects.all()
+    if query:
+        rows = rows.filter(name__icontains=query)
+    if state:
+        rows = rows.filter(state=state)
+    rank = Case(
+        *(When(state=name, then=Value(i)) for i, name in enumerate(CONNECTOR_ORDER)),
+        default=Value(len(CONNECTOR_ORDER)),
     )
+    rows = rows.order_by(rank, "name").prefetch_related(
+        Prefetch("jobs", queryset=Job.objects.only("name", "connector_id").order_by("name"))
+    )
+    page = Paginator(rows, CONNECTOR_PAGE).get_page(request.GET.get("page"))
+    context = {
+        "connectors": page,
+        "query": query,
+        "state_filter": state,
+        "states": selectors.connector_state_counts(),
+        **_page_context(request),
+    }
+    return render(request, "inventory/connectors.html", context)
 
 
 @require_POST
@@ -311,7 +361,7 @@ def backfills(request):
 
 def _backfills_context() -> dict:
     rows = list(selectors.backfills_with_progress().order_by("-id")[:100])
-    rates = selectors_health.jobs_rates()
+    rates = selectors_health.jobs_rates(job_ids=sorted({row.job_id for row in rows}))
     for row in rows:
         rate = rates.get(row.job_id)
         left = row.weight_total - row.weight_done

@@ -22,7 +22,7 @@ class InventoryCollector:
     lag query per job reading an external meta table)."""
 
     def collect(self):
-        jobs = selectors_health.overview()
+        jobs = selectors_health.job_rows()
         names = {job.pk: job.name for job in jobs}
 
         batches = GaugeMetricFamily(
