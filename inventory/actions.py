@@ -65,6 +65,8 @@ ACTIONS: dict[str, Action] = {
                api=("backfills", "resume")),
         Action("backfill.cancel", OPERATOR, _S + "backfills.backfill_set_status", "Cancel",
                api=("backfills", "cancel")),
+        Action("throttle.set", OPERATOR, _S + "throttle.throttle_set",
+               "Set the shared backfill throttle"),  # PUT /api/v1/backfill-throttle/
         Action("batch.retry", OPERATOR, _S + "lifecycle.batch_retry", "Retry",
                api=("batches", "retry")),
         Action("batch.cancel", OPERATOR, _S + "lifecycle.batch_cancel", "Cancel",

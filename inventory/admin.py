@@ -22,6 +22,7 @@ from inventory.models import (
     Asset,
     Backfill,
     BackfillStatus,
+    BackfillThrottle,
     Batch,
     BatchAttempt,
     BatchStatus,
@@ -31,12 +32,14 @@ from inventory.models import (
     WatermarkEvent,
     WatermarkSource,
 )
-from inventory.roles import ADMIN, OPERATOR, actor_name, has_role
+from inventory.roles import ADMIN, OPERATOR, VIEWER, actor_name, has_role
 from inventory.services import backfills as backfill_services
 from inventory.services import connectors as connector_services
 from inventory.services import corrections
+from inventory.services import gaps as gap_services
 from inventory.services import jobs as job_services
 from inventory.services import lifecycle as batch_services
+from inventory.services import throttle as throttle_services
 from inventory.services.errors import InvalidInput, TidemarkError
 
 
@@ -276,6 +279,7 @@ class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
     search_fields = ["name", "connector__name", "processor"]
     list_select_related = ["connector", "watermark"]
     readonly_fields = ["watermark_link", "created_at", "updated_at"]
+    actions = ["backfill_holes"]
 
     def get_readonly_fields(self, request, obj=None):
         fixed = list(job_services.FIXED_JOB_FIELDS) if obj is not None else []
@@ -309,6 +313,69 @@ class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
 
     def delete_queryset(self, request, queryset):
         self.run_service(request, queryset, "deleted", lambda j: job_services.job_delete(job=j))
+
+    @service_action("job.backfill", "Backfill the holes of selected jobs (with a preview)…")
+    def backfill_holes(self, request, queryset):
+        """The gap report's one action, as on the dashboard and in the API: a backfill of exactly
+        each job's dead, cancelled and never-planned stretches, after a preview."""
+        jobs = list(queryset.select_related("connector", "watermark").order_by("name"))
+        bound = "apply" in request.POST or "preview" in request.POST  # else: from the list
+        form = HolesForm(request.POST if bound else None)
+        valid = form.is_valid()
+        if valid and "apply" in request.POST:
+            data = {k: v for k, v in form.cleaned_data.items() if v not in (None, "")}
+            actor = actor_name(request.user)
+            scheduled: list[str] = []
+
+            def schedule(job):
+                created = gap_services.holes_backfill(job=job, **data, actor=actor)
+                scheduled.extend(
+                    f"{job.name}: backfill {b.pk} [{b.range_start}, {b.range_end}]" for b in created
+                )
+
+            self.run_service(request, jobs, "holes backfilled", schedule)
+            if scheduled:
+                self.message_user(request, "Scheduled " + "; ".join(scheduled), messages.INFO)
+            return None
+        bounds = {k: form.cleaned_data.get(k) for k in ("lower", "upper")} if valid else {}
+        previews = []
+        for job in jobs:
+            try:
+                plans = gap_services.holes_preview(
+                    job=job,
+                    lower=bounds.get("lower"),
+                    upper=bounds.get("upper"),
+                )
+            except TidemarkError as exc:
+                previews.append({"job": job, "error": str(exc), "plans": []})
+            else:
+                previews.append(
+                    {
+                        "job": job,
+                        "plans": plans,
+                        "items": sum(b.item_count for p in plans for b in p.batches),
+                        "batches": sum(len(p.batches) for p in plans),
+                    }
+                )
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Backfill the holes",
+            "jobs": jobs,
+            "previews": previews,
+            "anything": any(p["plans"] for p in previews),
+            "form": form,
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/inventory/job_backfill_holes.html", context)
+
+
+class HolesForm(forms.Form):
+    lower = forms.IntegerField(required=False, label="From item id")
+    upper = forms.IntegerField(required=False, label="To item id (exclusive)")
+    max_concurrency = forms.IntegerField(min_value=1, initial=1)
+    priority = forms.IntegerField(initial=0, help_text="> 0 runs before incremental work")
+    reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}))
 
 
 class WatermarkEventInline(admin.TabularInline):
@@ -617,3 +684,88 @@ class BackfillAdmin(RoleActionsMixin, ReadOnlyAdmin):
     @service_action("backfill.cancel", "Cancel selected backfills")
     def cancel_backfills(self, request, queryset):
         self._set(request, queryset, BackfillStatus.CANCELLED, "cancelled")
+
+
+# ---- the shared backfill throttle --------------------------------------------------------------
+
+
+class BackfillThrottleForm(forms.ModelForm):
+    """Saves through throttle_set while validating, so its error shows on the field."""
+
+    class Meta:
+        model = BackfillThrottle
+        fields = ["connector", "weight_per_minute"]
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        # the scope is read-only once set (the field is then not on the form)
+        fixed = "connector" not in self.fields
+        connector = self.instance.connector if fixed else cleaned.get("connector")
+        try:
+            throttle_services.throttle_set(
+                connector=connector, weight_per_minute=cleaned.get("weight_per_minute")
+            )
+        except TidemarkError as exc:
+            _services_form_error(self, exc)
+        else:
+            # the row the service wrote, so the form's own checks see it as this one
+            self.instance = BackfillThrottle.objects.get(connector=connector)
+        return cleaned
+
+
+@admin.register(BackfillThrottle)
+class BackfillThrottleAdmin(RoleActionsMixin, admin.ModelAdmin):
+    """The weight-per-minute budgets all running backfills draw from (global: no connector),
+    with what each used in the last minute; set and removed through throttle_set, as in the API."""
+
+    form = BackfillThrottleForm
+    list_display = ["scope", "weight_per_minute", "used_last_minute", "updated_at"]
+    list_select_related = ["connector"]
+    readonly_fields = ["updated_at"]
+
+    def has_view_permission(self, request, obj=None):
+        return has_role(request.user, VIEWER)
+
+    def has_module_permission(self, request):
+        return has_role(request.user, VIEWER)
+
+    def has_add_permission(self, request):
+        return allowed(request.user, "throttle.set")
+
+    def has_change_permission(self, request, obj=None):
+        return allowed(request.user, "throttle.set")
+
+    def has_delete_permission(self, request, obj=None):
+        return allowed(request.user, "throttle.set")
+
+    def get_readonly_fields(self, request, obj=None):
+        # a budget's scope is fixed: remove it and add another
+        return ["connector", *self.readonly_fields] if obj is not None else self.readonly_fields
+
+    def changelist_view(self, request, extra_context=None):
+        self._used = throttle_services.throttle_usage()
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="scope")
+    def scope(self, throttle):
+        return throttle.connector.name if throttle.connector_id else "all connectors"
+
+    @admin.display(description="weight started in the last minute")
+    def used_last_minute(self, throttle):
+        return getattr(self, "_used", {}).get(throttle.connector_id, 0)
+
+    def save_model(self, request, obj, form, change):
+        """BackfillThrottleForm already saved it through the service."""
+
+    def delete_model(self, request, obj):
+        throttle_services.throttle_set(connector=obj.connector, weight_per_minute=None)
+
+    def delete_queryset(self, request, queryset):
+        self.run_service(
+            request,
+            queryset.select_related("connector"),
+            "removed",
+            lambda t: throttle_services.throttle_set(connector=t.connector, weight_per_minute=None),
+        )

@@ -8,8 +8,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from inventory import selectors, selectors_health
+from inventory.actions import role_of
 from inventory.models import Connector, Job
-from inventory.roles import OPERATOR, actor_name
+from inventory.roles import actor_name
 from inventory.selectors_coverage import holes_to_backfill, job_gaps
 from inventory.services import gaps as gap_services
 from inventory.services import throttle as throttle_services
@@ -120,7 +121,7 @@ class JobGapsView(APIView):
 
 class JobHolesBackfillView(APIView):
     action = "backfill_holes"  # permissions.HasRole reads the role from action_roles
-    action_roles = {"backfill_holes": OPERATOR}
+    action_roles = {"backfill_holes": role_of("job.backfill")}  # inventory/actions.py
 
     @extend_schema(
         summary="Backfill the holes of a job (operator)",
@@ -182,7 +183,7 @@ class ThrottleSetSerializer(serializers.Serializer):
 
 class BackfillThrottleView(APIView):
     action = "throttle"
-    action_roles = {"throttle:PUT": OPERATOR}
+    action_roles = {"throttle:PUT": role_of("throttle.set")}  # inventory/actions.py
 
     @extend_schema(
         summary="The shared backfill throttles and what they used in the last minute",
