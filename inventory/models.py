@@ -324,7 +324,7 @@ class Batch(models.Model):
                 name="batch_live_output_idx",
                 condition=Q(published_attempt__isnull=False, replaced_by__isnull=True),
             ),
-            # the overview and /metrics: "open batches by job and status" (selectors.jobs_overview,
+            # the overview and /metrics: "open batches by job and status" (selectors_health.job_rows,
             # job_blockers); small, since most batches are committed
             models.Index(
                 fields=["status", "job"],
