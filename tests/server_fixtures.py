@@ -8,9 +8,9 @@ import urllib.request
 
 import pytest
 
+from controlplane.web_command import gunicorn_argv
 from tests.worker_fixtures import ROOT, wait_until
 
-GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
 TOKEN_READS_PER_MINUTE = 20
 
 
@@ -45,16 +45,7 @@ def web_server(worker_env, static_root, cache_of_this_session, tmp_path_factory)
     log_path = tmp_path_factory.mktemp("gunicorn") / "gunicorn.log"
     log = open(log_path, "wb")  # noqa: SIM115 - the child holds it
     proc = subprocess.Popen(
-        [
-            str(GUNICORN),
-            "controlplane.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "2",
-            "--access-logfile",
-            "-",
-        ],
+        gunicorn_argv(bind=f"127.0.0.1:{port}"),
         cwd=ROOT,
         # a low read rate for token clients, to see the throttle hold across gunicorn's workers
         # (browser tests log in with sessions, which are not throttled)

@@ -21,6 +21,7 @@ from inventory.models import Asset, ConnectorKind
 from inventory.services.assets import assets_discover, assets_register, scan_directory
 from inventory.services.errors import InvalidInput
 from tests.factories import ConnectorFactory
+from tests.unprivileged import refusal_seen_unprivileged
 
 # ---- scanning and registration -----------------------------------------------------------------
 
@@ -107,17 +108,6 @@ def test_discovery_on_a_connector_that_is_not_files_is_refused():
     assert refused.value.field == "kind"
 
 
-def _scan_as_nobody(path, results):
-    # root reads every directory, so the check is made by an unprivileged process
-    os.setgid(65534)
-    os.setuid(65534)
-    try:
-        scan_directory(path=path)
-        results.put(("no error", ""))
-    except InvalidInput as exc:
-        results.put((exc.field, exc.message))
-
-
 def test_an_unreadable_directory_is_a_clear_error():
     # under /tmp itself: pytest's tmp_path lies below a root-only directory
     holder = Path(tempfile.mkdtemp(prefix="tidemark-unreadable-"))
@@ -126,17 +116,7 @@ def test_an_unreadable_directory_is_a_clear_error():
     os.chmod(holder, 0o755)
     os.chmod(unreadable, 0o000)
     try:
-        if os.geteuid() != 0:
-            with pytest.raises(InvalidInput) as refused:
-                scan_directory(path=str(unreadable))
-            outcome = (refused.value.field, refused.value.message)
-        else:
-            context = multiprocessing.get_context("fork")
-            results = context.Queue()
-            child = context.Process(target=_scan_as_nobody, args=(str(unreadable), results))
-            child.start()
-            outcome = results.get(timeout=30)
-            child.join(30)
+        outcome = refusal_seen_unprivileged(lambda path: scan_directory(path=path), str(unreadable))
     finally:
         os.chmod(unreadable, 0o755)
         shutil.rmtree(holder)

@@ -9,7 +9,6 @@
 - A files connector's local path must exist, be a directory and be readable.
 """
 
-import multiprocessing
 import os
 import shutil
 import tempfile
@@ -28,9 +27,9 @@ from inventory.models import (
 )
 from inventory.services import lifecycle as batches
 from inventory.services.connectors import connector_create
-from inventory.services.errors import InvalidInput
 from tests.api_support import token_client
 from tests.factories import ConnectorFactory, make_job
+from tests.unprivileged import refusal_seen_unprivileged
 
 pytestmark = pytest.mark.django_db
 
@@ -363,34 +362,8 @@ def test_an_unreadable_directory_is_refused(role_users):
     locked.mkdir(mode=0)
     os.chmod(holder, 0o755)
     try:
-        if os.geteuid() != 0:
-            with pytest.raises(InvalidInput) as refused:
-                check_local_directory(str(locked))
-            outcome = (refused.value.field, refused.value.message)
-        else:
-            context = multiprocessing.get_context("fork")
-            results = context.Queue()
-            child = context.Process(target=_check_as_nobody, args=(str(locked), results))
-            child.start()
-            outcome = results.get(timeout=30)
-            child.join(30)
+        outcome = refusal_seen_unprivileged(check_local_directory, str(locked))
     finally:
         locked.chmod(0o700)
         shutil.rmtree(holder)
     assert outcome == ("config.path", f"{locked} is not readable by the Tidemark process")
-
-
-def _check_as_nobody(path, results):
-    import pwd
-
-    from inventory.services.sources import check_local_directory
-
-    nobody = pwd.getpwnam("nobody")
-    os.setgid(nobody.pw_gid)
-    os.setuid(nobody.pw_uid)
-    try:
-        check_local_directory(path)
-    except InvalidInput as exc:
-        results.put((exc.field, exc.message))
-    else:
-        results.put(("", "accepted"))

@@ -1,7 +1,6 @@
 """A canary secret in a real worker's environment never leaves it: a batch whose processor fails
 with the secret in its message is stored, logged, shown and sent over Celery without it."""
 
-import os
 import uuid
 
 import pytest
@@ -22,27 +21,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 CANARY = f"canary-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture
-def own_queue(worker_env):
-    from controlplane.celery import app
-
-    queue = f"tidemark-canary-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    previous = app.conf.CELERY_TASK_DEFAULT_QUEUE
-    app.conf.CELERY_TASK_DEFAULT_QUEUE = queue
-    yield queue
-    app.conf.CELERY_TASK_DEFAULT_QUEUE = previous
-
-
 def test_slow_a_secret_in_the_workers_environment_stays_there(
-    tmp_path, worker_env, own_queue, worker_log_dir, role_users
+    tmp_path, worker_env, private_queue, worker_log_dir, role_users
 ):
     worker = WorkerProcess(
         env={
             **worker_env,
-            "CELERY_QUEUE": own_queue,
+            "CELERY_QUEUE": private_queue,
             "TM_CANARY_SECRET": f"host=db user=etl password={CANARY}",
         },
-        queue=own_queue,
+        queue=private_queue,
         name="canary",
         log_dir=worker_log_dir,
     ).start()

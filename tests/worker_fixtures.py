@@ -187,6 +187,19 @@ def celery_worker(worker_env, celery_queue, worker_log_dir):
 
 
 @pytest.fixture
+def private_queue(worker_env):
+    """A Celery queue of this test's own: what this process sends goes there, and only workers
+    started on it (with their own environment) take it."""
+    from controlplane.celery import app
+
+    queue = f"tidemark-private-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    previous = app.conf.CELERY_TASK_DEFAULT_QUEUE
+    app.conf.CELERY_TASK_DEFAULT_QUEUE = queue
+    yield queue
+    app.conf.CELERY_TASK_DEFAULT_QUEUE = previous
+
+
+@pytest.fixture
 def start_worker(worker_env, celery_queue, worker_log_dir):
     started = []
 

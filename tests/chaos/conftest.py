@@ -10,7 +10,6 @@ the sink holds every source row once, and nothing else.
 import os
 import signal
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -24,14 +23,8 @@ CHAOS_MODULES = "tests.worker_processors,tests.chaos.processors"
 
 
 @pytest.fixture
-def chaos_queue(worker_env):
-    from controlplane.celery import app
-
-    queue = f"tidemark-chaos-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    previous = app.conf.CELERY_TASK_DEFAULT_QUEUE
-    app.conf.CELERY_TASK_DEFAULT_QUEUE = queue
-    yield queue
-    app.conf.CELERY_TASK_DEFAULT_QUEUE = previous
+def chaos_queue(private_queue):
+    return private_queue
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from controlplane.env import env_bool
+from controlplane.web_command import gunicorn_argv
 from inventory.models import Asset, Batch, BatchStatus, Connector, Job, Watermark
 from inventory.services import assets, dispatch
 from inventory.services.connectors import connector_create, connector_delete
@@ -280,18 +281,7 @@ class Command(BaseCommand):
             ],
             "beat": [*celery, "beat", "--loglevel=INFO"],
             # the production web process: gunicorn, static files served by WhiteNoise
-            "web": [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "controlplane.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "2",
-                "--access-logfile",
-                "-",
-            ],
+            "web": gunicorn_argv(bind=f"127.0.0.1:{port}"),
         }
         for name, argv in commands.items():
             log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - the child holds it
