@@ -218,6 +218,11 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "tidemark")
 # before the task's hard time limit has passed.
 TIDEMARK_BATCH_TIME_LIMIT = env_int("TIDEMARK_BATCH_TIME_LIMIT", 3600, minimum=10)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TIDEMARK_BATCH_TIME_LIMIT + 600}
+# A worker process runs at most this many batches at once on its one warm SparkSession
+# (workers/spark/slots.py); run it as `celery worker --pool=threads --concurrency=<the same>`.
+# Not set as CELERY_WORKER_POOL: Celery lets that override an explicit `--pool=prefork`.
+TIDEMARK_BATCHES_PER_WORKER = env_int("TIDEMARK_BATCHES_PER_WORKER", 4, minimum=1)
+
 # --- Spark -------------------------------------------------------------------------------------
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
 SPARK_CONF = {}

@@ -1,6 +1,8 @@
 """Executors: how a batch spec reaches Spark. Both run the same Spark code and report the same way.
 
-- "warm": this worker process's SparkSession (workers/warm_session.py) runs the batch in-process.
+- "warm": this worker process's SparkSession (workers/warm_session.py) runs the batch in-process,
+  on the Celery thread that took it, beside the process's other batches (workers/spark/slots.py:
+  at most TIDEMARK_BATCHES_PER_WORKER at once, a FAIR pool and a job tag each).
 - "submit": each batch gets its own driver: the spec goes to a temporary JSON file, pyspark's
   bundled spark-submit runs `workers.spark.submit` on it, and the result comes back as JSON.
 
@@ -37,26 +39,22 @@ def executor_for(name: str) -> Executor:
 
 
 def run_warm(spec: dict, cancel: threading.Event) -> dict:
-    from workers.spark.run import BatchError, run_batch
+    """The batch on this process's warm session, beside the other batches the process runs."""
+    from workers.spark.errors import BatchError
+    from workers.spark.slots import run_batch_in_slot
 
     spark = warm_session.get_warm_session()
-    done = threading.Event()
-
-    def cancel_when_lost() -> None:
-        while not done.is_set():
-            if cancel.wait(0.5):
-                # one batch at a time runs in this process, so every running job is this batch's
-                spark.sparkContext.cancelAllJobs()
-                return
-
-    watcher = threading.Thread(target=cancel_when_lost, name="spark-cancel", daemon=True)
-    watcher.start()
     try:
-        return run_batch(spark, spec)
+        return run_batch_in_slot(
+            spark,
+            spec,
+            slots=warm_session.batch_slots(),
+            cancel=cancel,
+            # the threads pool enforces no Celery time limit: the slot cancels the batch's jobs
+            time_limit=settings.TIDEMARK_BATCH_TIME_LIMIT,
+        )
     except BatchError as exc:
         raise BatchFailure(_error_of(exc)) from exc
-    finally:
-        done.set()
 
 
 def _error_of(exc) -> dict:

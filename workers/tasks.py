@@ -2,18 +2,19 @@
 
 import logging
 
-from celery import shared_task
+from celery import current_app, shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from inventory.models import Connector, Job
 from inventory.services import dispatch, execution, scheduling
-from workers import executors
+from workers import executors, threads_pool
 from workers.warm_session import install as _install_warm_session
 
 log = logging.getLogger(__name__)
 
 _install_warm_session()
+threads_pool.install(current_app)
 
 _LIMIT = settings.TIDEMARK_BATCH_TIME_LIMIT
 # a little past the backoff, so the retry finds its batch due
