@@ -223,7 +223,11 @@ def write(f: dict) -> None:
         "last row puts all of them inside it. File mtimes are older than `settle_seconds`, so no "
         "stability probe sleeps.\n\n"
         + common.table(["measure", "median", "vs bare scandir"], rows)
-        + f"\n\nAgainst the issue's baseline (scandir + stat): {f['ratio_bare_stat']}x. "
+        + f"\n\nAgainst the issue's baseline, a bare scandir + stat of the directory (what it "
+        f"measured as 0.24 s against 1.6 s, 6.6x): {f['ratio_bare_stat']}x, "
+        f"{'met' if f['ratio_bare_stat'] <= 1.5 else '**missed**'}. Against a names-only scandir "
+        "the fixed part of a scan (the walk's type check and set difference per entry, the "
+        "count/max query, the transaction) is about as long again as the listing itself. "
         f"The first registration of all {f['known']:,} files took {f['first_registration_s']} s. "
         f"After every scan, {f['assets']:,} assets span {f['id_span']:,} ids (no id spent on a "
         "known location). Where the time of a warm scan goes: the walk (one `os.scandir`, a set "
