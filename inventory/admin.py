@@ -41,6 +41,7 @@ from inventory.services import jobs as job_services
 from inventory.services import lifecycle as batch_services
 from inventory.services import throttle as throttle_services
 from inventory.services.errors import InvalidInput, TidemarkError
+from inventory.services.secrets import mask
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -529,9 +530,14 @@ class WatermarkEventAdmin(ReadOnlyAdmin):
 # ---- batches and backfills ---------------------------------------------------------------------
 
 
+def _masked_json(value):
+    """Worker output shown as the dashboard and the API show it: any credential masked."""
+    return format_html("<pre>{}</pre>", json.dumps(mask(value), indent=2, default=str))
+
+
 class BatchAttemptInline(admin.TabularInline):
     model = BatchAttempt
-    fields = ["number", "worker", "started_at", "finished_at", "outcome", "error"]
+    fields = ["number", "worker", "started_at", "finished_at", "outcome", "masked_error"]
     readonly_fields = fields
     extra = 0
     max_num = 0
@@ -542,6 +548,10 @@ class BatchAttemptInline(admin.TabularInline):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    @admin.display(description="error")
+    def masked_error(self, attempt):
+        return _masked_json(attempt.error)
 
 
 class SkipForm(forms.Form):
@@ -573,8 +583,27 @@ class BatchAdmin(RoleActionsMixin, ReadOnlyAdmin):
     inlines = [BatchAttemptInline]
     actions = ["retry_batches", "cancel_batches", "skip_batches"]
 
+    # worker output (errors, results, the config a batch ran with) is shown masked
+    MASKED = ("error", "result", "config_snapshot")
+    exclude = MASKED  # shown by the masked_* fields instead
+
     def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in Batch._meta.concrete_fields]
+        return [
+            f"masked_{f.name}" if f.name in self.MASKED else f.name
+            for f in Batch._meta.concrete_fields
+        ]
+
+    @admin.display(description="error")
+    def masked_error(self, batch):
+        return _masked_json(batch.error)
+
+    @admin.display(description="result")
+    def masked_result(self, batch):
+        return _masked_json(batch.result)
+
+    @admin.display(description="config snapshot")
+    def masked_config_snapshot(self, batch):
+        return _masked_json(batch.config_snapshot)
 
     @service_action("batch.retry", "Retry selected dead/failed batches")
     def retry_batches(self, request, queryset):

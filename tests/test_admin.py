@@ -300,3 +300,23 @@ def test_deleting_a_job_with_a_running_batch_is_refused_in_the_admin(role_users,
         {"action": "delete_selected", ACTION_CHECKBOX_NAME: [job.pk], "post": "yes"},
     )
     assert not Job.objects.filter(pk=job.pk).exists()
+
+
+def test_a_batch_page_shows_worker_output_with_credentials_masked(role_users, admin_client_for):
+    _, job = make_inventory(weights=[40] * 2)
+    batch = batches.batch_acquire(job=job, worker="w")
+    leaked = {
+        "message": "connect failed: host=db password=hunter2",
+        "dsn": "postgres://u:hunter2@db/x",
+    }
+    # stored as an older version might have stored it, past today's scrubbing
+    Batch.objects.filter(pk=batch.pk).update(error=leaked, result={"note": "password=hunter2"})
+    batch.attempts.update(error=leaked)
+
+    page = admin_client_for(role_users["viewer"]).get(
+        reverse("admin:inventory_batch_change", args=[batch.pk])
+    )
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "hunter2" not in body
+    assert "connect failed" in body  # the error itself is still readable
