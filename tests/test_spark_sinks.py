@@ -43,6 +43,28 @@ def test_file_sink_rerun_replaces_the_batch_output_instead_of_adding_to_it(spark
     assert list((out / "_staging").iterdir()) == []
 
 
+def test_a_publish_whose_fence_fails_to_commit_leaves_the_committed_outputs(spark, tmp_path):
+    """The fence's end (its commit) can fail after the swap: the outputs it would have replaced
+    are still the committed ones, so they stay, and this attempt's output leaves."""
+    from contextlib import contextmanager
+
+    out = tmp_path / "out"
+    write_sink(spark.createDataFrame([(1, "a")], "id INT, v STRING"), files_sink(out), batch_id=1)
+    write_sink(spark.createDataFrame([(2, "b")], "id INT, v STRING"), files_sink(out), batch_id=2)
+
+    @contextmanager
+    def failing_commit():
+        yield [1, 2]  # this batch replaces 1 and 2 ...
+        raise SinkError("publish fence: the commit failed")  # ... but the fence never commits
+
+    rewrite = spark.createDataFrame([(1, "A"), (2, "B")], "id INT, v STRING")
+    with pytest.raises(SinkError, match="commit failed"):
+        write_sink(rewrite, files_sink(out), batch_id=3, publish=failing_commit)
+    assert rows_of(spark, out) == [(1, "a", 1), (2, "b", 2)]
+    assert sorted(p.name for p in out.iterdir()) == ["_staging", "batch_id=1", "batch_id=2"]
+    assert list((out / "_staging").iterdir()) == []
+
+
 def test_readers_never_see_staging_and_a_dead_attempt_is_cleaned_up(spark, tmp_path):
     out = tmp_path / "out"
     staged = out / "_staging" / "batch_id=8-deadbeef0000"  # died while writing

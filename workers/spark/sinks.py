@@ -136,12 +136,22 @@ def write_files(
         ) from exc
 
     final = f"{path}/batch_id={batch_id}"
+    retired = None
     try:
         with publish() as replaced:
-            _swap_in(fs, hadoop_path, path, staging, final, replaced, token=token)
+            retired = _swap_in(fs, hadoop_path, path, staging, final, replaced, token=token)
     except BaseException:
+        if retired is not None:
+            # swapped in, but the fence did not commit: the replaced outputs are still the
+            # committed ones, so they go back and this attempt's output leaves
+            fs.delete(hadoop_path(final), True)
+            for old, aside in reversed(retired):
+                fs.rename(hadoop_path(aside), hadoop_path(old))
         fs.delete(hadoop_path(staging), True)
         raise
+    # only once the fence committed: the replaced outputs are gone for good
+    for _, aside in retired:
+        fs.delete(hadoop_path(aside), True)
     return {
         "rows_out": rows_out,
         "bytes": written_bytes
@@ -173,8 +183,9 @@ def _drop_earlier_attempts(fs, hadoop_path, path: str, *, batch_id: int, attempt
 _STAGED = re.compile(r"^(?:replaced-)?batch_id=(?P<batch>\d+)-(?:a(?P<attempt>\d+)-)?[0-9a-f]+$")
 
 
-def _swap_in(fs, hadoop_path, path, staging, final, replaced, *, token) -> None:
-    """Inside the fence: move the outputs being replaced aside, the staged one into place."""
+def _swap_in(fs, hadoop_path, path, staging, final, replaced, *, token) -> list:
+    """Inside the fence: move the outputs being replaced aside, the staged one into place.
+    Returns the (old, aside) pairs; the caller deletes them once the fence has committed."""
     retired = []
     try:
         for old in [final, *(f"{path}/batch_id={int(i)}" for i in replaced)]:
@@ -189,8 +200,7 @@ def _swap_in(fs, hadoop_path, path, staging, final, replaced, *, token) -> None:
         for old, aside in reversed(retired):
             fs.rename(hadoop_path(aside), hadoop_path(old))
         raise
-    for _, aside in retired:
-        fs.delete(hadoop_path(aside), True)
+    return retired
 
 
 def _data_bytes(fs, hadoop_path, root: str) -> int:
