@@ -333,19 +333,24 @@ def _ensure_target(
         )
     if mode != "append" and version_column is not None and version_column not in existing:
         raise SinkError(f"sink 'version_column' {version_column!r} is not in {schema}.{table}")
-    # Tidemark's own bookkeeping lives in a schema of its own, beside the user's tables
-    cur.execute(f"CREATE SCHEMA IF NOT EXISTS {_q(BOOKKEEPING_SCHEMA)}")
-    cur.execute(
-        f"CREATE TABLE IF NOT EXISTS {LEDGER} ("
-        "target text NOT NULL, batch_id bigint NOT NULL, attempt integer NOT NULL, "
-        "rows bigint NOT NULL, merged_at timestamptz NOT NULL DEFAULT now(), "
-        "PRIMARY KEY (target, batch_id))"
-    )
-    cur.execute(
-        f"CREATE TABLE IF NOT EXISTS {KEY_VERSIONS} ("
-        "target text NOT NULL, key jsonb NOT NULL, version bigint NOT NULL, "
-        "PRIMARY KEY (target, key))"
-    )
+    # Tidemark's own bookkeeping lives in a schema of its own, beside the user's tables. Created
+    # once: batches writing to different tables (other locks above) may get here at the same time,
+    # so the creation holds one lock of its own; once the tables exist nobody takes it.
+    cur.execute("SELECT to_regclass(%s) IS NULL OR to_regclass(%s) IS NULL", [LEDGER, KEY_VERSIONS])
+    if cur.fetchone()[0]:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["tidemark.sink:bookkeeping"])
+        cur.execute(f"CREATE SCHEMA IF NOT EXISTS {_q(BOOKKEEPING_SCHEMA)}")
+        cur.execute(
+            f"CREATE TABLE IF NOT EXISTS {LEDGER} ("
+            "target text NOT NULL, batch_id bigint NOT NULL, attempt integer NOT NULL, "
+            "rows bigint NOT NULL, merged_at timestamptz NOT NULL DEFAULT now(), "
+            "PRIMARY KEY (target, batch_id))"
+        )
+        cur.execute(
+            f"CREATE TABLE IF NOT EXISTS {KEY_VERSIONS} ("
+            "target text NOT NULL, key jsonb NOT NULL, version bigint NOT NULL, "
+            "PRIMARY KEY (target, key))"
+        )
 
 
 def _ledger_claim(cur, *, target: str, batch_id: int, attempt: int) -> None:
