@@ -4,6 +4,7 @@ from django.db import transaction
 
 from inventory.models import (
     HOLDING_STATUSES,
+    OPEN_STATUSES,
     Backfill,
     BackfillStatus,
     Batch,
@@ -112,7 +113,7 @@ def _plan_rewrite(job: Job, *, first: int, last: int, budget: int, max_items: in
     busy = (
         Batch.objects.filter(
             job=job,
-            status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED],
+            status__in=OPEN_STATUSES,
             span__overlap=(lower, upper),
         )
         .order_by("span")

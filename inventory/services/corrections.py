@@ -10,6 +10,7 @@ from django.db import transaction
 from inventory.models import (
     COMMITTED_STATUSES,
     HOLDING_STATUSES,
+    OPEN_STATUSES,
     Batch,
     BatchKind,
     BatchStatus,
@@ -121,7 +122,7 @@ def _supersede_after(job: Job, position: int) -> None:
     ) | Batch.objects.filter(  # a backfill batch would publish into the replayed range
         job=job,
         kind=BatchKind.BACKFILL,
-        status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED],
+        status__in=OPEN_STATUSES,
         span__endswith__gt=position,
     )
     if in_flight.exists():

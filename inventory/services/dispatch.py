@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from inventory.models import (
+    OPEN_STATUSES,
     Backfill,
     BackfillStatus,
     Batch,
@@ -108,7 +109,7 @@ def job_run(*, job: Job) -> RunOutcome:
 def _urgent_backfill(job: Job) -> Backfill | None:
     return (
         Backfill.objects.filter(job=job, status=BackfillStatus.RUNNING, priority__gt=0)
-        .filter(batches__status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED])
+        .filter(batches__status__in=OPEN_STATUSES)
         .order_by("-priority", "id")
         .first()
     )

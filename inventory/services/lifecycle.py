@@ -21,6 +21,7 @@ from django.db.models import BooleanField, F, Func, QuerySet
 from django.db.models.functions import Now
 
 from inventory.models import (
+    OPEN_STATUSES,
     Backfill,
     BackfillStatus,
     Batch,
@@ -418,7 +419,7 @@ def batch_cancel(*, batch_id: int, actor: str, reason: str = "") -> Batch:
         # lock order backfill -> batch: its completion below updates the backfill's row
         Backfill.objects.select_for_update().filter(pk=backfill_id).first()
     batch = _locked(batch_id)
-    if batch.status not in (BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED):
+    if batch.status not in OPEN_STATUSES:
         raise Conflict(f"batch {batch_id} is {batch.status}; it can no longer be cancelled")
     if batch.published_attempt is not None and batch.replaced_by_id is None:
         # its output is in the sink: cancelling would leave it there uncommitted (invariant 7)
