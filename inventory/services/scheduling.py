@@ -181,12 +181,9 @@ def job_run_now(*, job: Job) -> RunOutcome:
     (directory gone) does not stop the run of what is registered; `reason` names it."""
     connector = job.connector
     discovery_error = ""
-    if scans_directory(connector) and connector.state not in (
-        ConnectorState.PAUSED,
-        ConnectorState.COMPLETED,
-    ):
+    if scans_directory(connector):
         try:
-            assets.assets_discover(connector=connector)
+            connector_discover(connector=connector)
         except InvalidInput as exc:
             # the items registered before are still worth running; say why nothing new came
             discovery_error = f"discovery failed: {exc}"
