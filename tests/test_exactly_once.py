@@ -21,7 +21,7 @@ from inventory.services import execution, lifecycle, outputs
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from inventory.services.corrections import watermark_correct
-from inventory.services.errors import InvalidInput
+from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.jobs import job_create
 from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
@@ -250,6 +250,22 @@ def test_a_cancelled_running_batch_cannot_publish_and_its_refill_writes_each_row
 
 
 # ---- item 4: external meta tables with writers committing out of order -------------------------
+
+
+def test_a_batch_whose_output_is_published_cannot_be_cancelled_and_still_commits_once(
+    spark, tmp_path
+):
+    """Cancelling after the publish would leave rows in the sink that no committed batch owns."""
+    sink = {"kind": "files", "path": str(tmp_path / "out")}
+    job, _ = make_files_job(tmp_path, "published", sink, items=2, max_items=2)
+    batch = lifecycle.batch_acquire(job=job, worker="w")
+    result = run_spark(spark, batch)  # written and published; the commit has not happened yet
+
+    with pytest.raises(Conflict, match="already written its output"):
+        lifecycle.batch_cancel(batch_id=batch.pk, actor="op", reason="changed my mind")
+    assert Batch.objects.get(pk=batch.pk).status == BatchStatus.RUNNING
+    lifecycle.batch_succeed(batch_id=batch.pk, attempt=batch.attempt, result=result)
+    assert sink_rows(spark, sink) == expected_rows(range(2))
 
 
 def test_ids_committing_out_of_order_in_a_meta_table_are_not_lost():
