@@ -36,6 +36,10 @@ class Connector(models.Model):
         max_length=20, choices=ConnectorState.choices, default=ConnectorState.ACTIVE
     )
     start_after = models.CharField(max_length=100, blank=True, default="")
+    # Where discovery got to in the source (kind-specific: the last registered column value of a
+    # table, the next offset per Kafka partition, the last listed key of a prefix, the snapshot
+    # bound), written under the connector's row lock with the items it registered.
+    cursor = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -53,6 +57,24 @@ class Connector(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ConnectorEvent(models.Model):
+    """A connector's state change (orchestration, pause/resume, snapshot completed), with why."""
+
+    connector = models.ForeignKey(Connector, on_delete=models.CASCADE, related_name="events")
+    old_state = models.CharField(max_length=20, choices=ConnectorState.choices)
+    new_state = models.CharField(max_length=20, choices=ConnectorState.choices)
+    actor = models.CharField(max_length=150, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["connector", "-id"], name="connector_event_history_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.connector_id}: {self.old_state} -> {self.new_state}"
 
 
 class Asset(models.Model):
@@ -114,6 +136,12 @@ class Job(models.Model):
     max_concurrency = models.PositiveSmallIntegerField(default=1)
     executor = models.CharField(max_length=20, default="warm")
     start_position = models.BigIntegerField(default=0, help_text="first item id this job considers")
+    lookback = models.BigIntegerField(
+        default=0,
+        help_text="late data: every batch of a table source also re-reads this much before its "
+        "range (seconds for a timestamp column, values for an integer column); the sink's upsert "
+        "removes the duplicates",
+    )
     paused = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -259,6 +287,10 @@ class Batch(models.Model):
     published_attempt = models.PositiveSmallIntegerField(
         null=True, blank=True, help_text="the attempt whose output is in the sink"
     )
+    # The order in which this job's batches committed (1, 2, ...), assigned by tidemark_succeed
+    # under the job's watermark row lock: a downstream `job_output` connector reads the job's
+    # commits in this order (invariant 5: visible order = id order).
+    commit_seq = models.BigIntegerField(null=True, blank=True)
     replaced_by = models.ForeignKey(
         "self",
         on_delete=models.SET_NULL,
@@ -281,6 +313,12 @@ class Batch(models.Model):
                 name="batch_backfill_matches_kind",
             ),
             models.CheckConstraint(condition=Q(span__isempty=False), name="batch_span_not_empty"),
+            # also the index of a downstream job's planning: "commits of job J after sequence S"
+            models.UniqueConstraint(
+                fields=["job", "commit_seq"],
+                name="batch_commit_seq_unique",
+                condition=Q(commit_seq__isnull=False),
+            ),
             models.CheckConstraint(condition=Q(weight__gte=0), name="batch_weight_non_negative"),
             models.CheckConstraint(
                 condition=~Q(status=BatchStatus.RUNNING) | Q(lease_expires_at__isnull=False),

@@ -29,9 +29,9 @@ from inventory.models import (
     Job,
 )
 from inventory.roles import ADMIN, OPERATOR, VIEWER, actor_name, has_role
-from inventory.services import assets as asset_services
 from inventory.services import backfills as backfill_services
 from inventory.services import connectors as connector_services
+from inventory.services import discovery
 from inventory.services import gaps as gap_services
 from inventory.services import jobs as job_services
 from inventory.services import lifecycle as batch_services
@@ -315,7 +315,7 @@ def connector_action(request, name, action):
         "pause": (connector_services.connector_pause, f"paused {name}"),
         "resume": (connector_services.connector_resume, f"resumed {name}"),
         "discover": (
-            asset_services.connector_discover_now,
+            discovery.connector_discover_now,
             lambda new: f"scanned {name}: {new} new file(s) registered",
         ),
     }

@@ -28,7 +28,7 @@ from inventory.roles import actor_name
 from inventory.services import assets as asset_services
 from inventory.services import backfills as backfill_services
 from inventory.services import connectors as connector_services
-from inventory.services import corrections
+from inventory.services import corrections, discovery
 from inventory.services import jobs as job_services
 from inventory.services import lifecycle as batch_services
 from inventory.services import scheduling as scheduling_services
@@ -191,7 +191,7 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     @action(detail=True, methods=["post"])
     def discover(self, request, name=None):
         connector = self.get_object()
-        registered = asset_services.connector_discover_now(connector=connector)
+        registered = discovery.connector_discover_now(connector=connector)
         return Response({"connector": connector.name, "registered": registered})
 
     @extend_schema(

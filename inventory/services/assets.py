@@ -293,14 +293,6 @@ def assets_announce(*, connector: Connector, items) -> Announced:
     )
 
 
-def connector_discover_now(*, connector: Connector) -> int:
-    """An operator's "look now": scan the connector's directory and register new files."""
-    _registrable(connector)
-    if connector.state == ConnectorState.PAUSED:
-        raise Conflict(f"connector {connector.name} is paused; resume it first")
-    return assets_discover(connector=connector)
-
-
 def assets_discover(*, connector: Connector) -> int:
     """Scan a `files` connector's directory and register the complete files not seen before.
 

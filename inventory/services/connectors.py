@@ -19,6 +19,7 @@ from inventory.services.assets import check_completion_config
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.items import check_meta_table, quote_table
 from inventory.services.secrets import check_no_secrets
+from inventory.services.source_kinds import source_module
 from inventory.services.sources import (
     check_local_directory,
     identity_changes,
@@ -34,7 +35,10 @@ def validate_config(kind: str, config: dict) -> dict:
     if not isinstance(config, dict):
         raise InvalidInput("config", "must be an object")
     check_no_secrets(config, "config")
-    if "table" in config:
+    source = source_module(kind, config)
+    if source is not None:
+        config = source.validate(config)
+    elif "table" in config:
         relation = quote_table(config["table"], field_name="config.table")
         source_table_check(relation, field="config.table")
     if "meta_table" in config:
@@ -46,14 +50,14 @@ def validate_config(kind: str, config: dict) -> dict:
                 "through a connection of its own is not supported yet",
             )
         check_meta_table(config["meta_table"])
-    elif kind in (ConnectorKind.KAFKA, ConnectorKind.JOB_OUTPUT):
-        # refused rather than accepted and never planned
-        raise InvalidInput("kind", f"{kind} connectors are not supported yet")
+    elif source is not None:
+        pass
     elif kind == ConnectorKind.TABLE:
         raise InvalidInput(
-            "config.meta_table",
-            "a table connector reads its table by an integer column: give meta_table "
-            "{table, uid_column, item_column, weight_column (or null for weight 1)}",
+            "config.dsn_env",
+            "a table connector reads a table of another PostgreSQL database: give dsn_env (the "
+            "environment variable holding its DSN), table and column; or a meta_table "
+            "{table, uid_column, item_column, weight_column} in Tidemark's database",
         )
     elif kind == ConnectorKind.FILES:
         if not config.get("path"):

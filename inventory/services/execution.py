@@ -27,6 +27,7 @@ from inventory.models import Batch, BatchStatus, ConnectorKind, WatermarkType
 from inventory.services import dispatch, lifecycle, outputs
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.items import source_for_connector
+from inventory.services.source_kinds import connector_source
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +53,18 @@ def batch_spec(*, batch: Batch) -> dict:
     connector = job.connector
     config = connector.config or {}
     snapshot = batch.config_snapshot or {}
-    source = source_for_connector(connector)
-    sql, params = source.select(lower=batch.span.lower, upper=batch.span.upper, limit=None)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        items = [row[2] for row in cursor.fetchall()]
+    module = connector_source(connector)
+    if module is not None:
+        # object stores, tables, topics, upstream jobs: the source module says what to read
+        read = module.read_spec(connector=connector, batch=batch)
+        items = read["items"]
+    else:
+        source = source_for_connector(connector)
+        sql, params = source.select(lower=batch.span.lower, upper=batch.span.upper, limit=None)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            items = [row[2] for row in cursor.fetchall()]
+        read = {}
     return {
         "job": job.name,
         "batch_id": batch.pk,
@@ -76,6 +84,7 @@ def batch_spec(*, batch: Batch) -> dict:
         "watermark_type": job.watermark_type,
         # the sink publishes only through the fence, which names the outputs this one replaces
         "fence": outputs.fence_spec(),
+        **({"source": read["source"]} if "source" in read else {}),
     }
 
 

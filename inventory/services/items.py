@@ -205,6 +205,11 @@ def _filter_clause(flt: dict, field_name: str) -> tuple[str, list]:
 
 
 def source_for_connector(connector) -> ItemSource:
+    from inventory.services.source_kinds import connector_source
+
+    module = connector_source(connector)
+    if module is not None and hasattr(module, "item_source"):
+        return module.item_source(connector)
     spec = (connector.config or {}).get("meta_table")
     if spec is not None:
         source = meta_table_source(spec)

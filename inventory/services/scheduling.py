@@ -14,9 +14,9 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
-from inventory.models import Connector, ConnectorKind, ConnectorState, Job, MaintenanceRun
-from inventory.services import assets
+from inventory.models import Connector, ConnectorState, Job, MaintenanceRun
 from inventory.services.connectors import connectors_release_waiting
+from inventory.services.discovery import discover, discovers
 from inventory.services.dispatch import RunOutcome, batches_dispatch_due, job_run
 from inventory.services.errors import InvalidInput
 from inventory.services.lifecycle import batches_reap_expired
@@ -142,8 +142,8 @@ def schedules_sync() -> SyncReport:
         )
         wanted_names.add(name)
 
-    for connector in Connector.objects.filter(kind=ConnectorKind.FILES).order_by("pk"):
-        if not scans_directory(connector):
+    for connector in Connector.objects.order_by("pk"):
+        if not discovers(connector):
             continue
         config = connector.config or {}
         every = int(config.get("discover_seconds") or DEFAULT_DISCOVER_SECONDS)
@@ -165,25 +165,15 @@ def schedules_sync() -> SyncReport:
     return report
 
 
-def scans_directory(connector: Connector) -> bool:
-    """A `files` connector whose items Tidemark discovers itself (not a meta table)."""
-    config = connector.config or {}
-    return (
-        connector.kind == ConnectorKind.FILES
-        and "meta_table" not in config
-        and bool(config.get("path"))
-    )
-
-
 def job_run_now(*, job: Job) -> RunOutcome:
     """An operator's "run now": discover the connector's new files first, then plan and enqueue,
     so files that landed since the last discovery timer are in this run. A failed discovery
     (directory gone) does not stop the run of what is registered; `reason` names it."""
     connector = job.connector
     discovery_error = ""
-    if scans_directory(connector):
+    if discovers(connector):
         try:
-            connector_discover(connector=connector)
+            discover(connector)
         except InvalidInput as exc:
             # the items registered before are still worth running; say why nothing new came
             discovery_error = f"discovery failed: {exc}"
@@ -194,10 +184,15 @@ def job_run_now(*, job: Job) -> RunOutcome:
 
 
 def connector_discover(*, connector: Connector) -> int:
-    """Discovery step of one connector: register new files (paused/completed ones are skipped)."""
+    """Discovery step of one connector (beat): register what is new (paused and completed
+    connectors are skipped), then give the connector's jobs a run at once when something was."""
     if connector.state in (ConnectorState.PAUSED, ConnectorState.COMPLETED):
         return 0
-    return assets.assets_discover(connector=connector)
+    registered = discover(connector)
+    if registered:
+        for job in Job.objects.filter(connector=connector, paused=False).order_by("pk"):
+            job_run(job=job)
+    return registered
 
 
 REAPER = f"{PREFIX}reap-leases"

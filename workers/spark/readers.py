@@ -61,17 +61,19 @@ def read_items(
     return df
 
 
-def add_lineage(df: DataFrame, lineage: dict) -> DataFrame:
+def add_lineage(df: DataFrame, lineage: dict, *, source_file: bool = True) -> DataFrame:
+    """Lineage columns; `_tm_source_file` only for rows read from files (Spark's `_metadata`)."""
     missing = [k for k in ("batch_id", "job", "processed_at") if k not in lineage]
     if missing:
         raise ReadError(f"lineage needs {missing}")
-    return df.select(
-        "*",
+    columns = [
         F.lit(int(lineage["batch_id"])).cast("bigint").alias("_tm_batch_id"),
         F.lit(str(lineage["job"])).alias("_tm_job"),
         F.lit(str(lineage["processed_at"])).cast("timestamp").alias("_tm_processed_at"),
-        F.col("_metadata.file_path").alias("_tm_source_file"),
-    )
+    ]
+    if source_file:
+        columns.append(F.col("_metadata.file_path").alias("_tm_source_file"))
+    return df.select("*", *columns)
 
 
 def _reader_options(fmt: str, options: dict | None) -> dict[str, str]:

@@ -41,7 +41,8 @@ from workers.spark.processors import (
     get_processor,
     load_processor_modules,
 )
-from workers.spark.readers import FORMATS, read_items
+from workers.spark.readers import FORMATS, add_lineage, read_items
+from workers.spark.source_readers import covered_watermark, read_source
 from workers.spark.sinks import check_sink, write_sink
 
 _OWN_ERRORS = (ReadError, SinkError, ProcessorError)
@@ -66,18 +67,24 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
                 "job": spec["job"],
                 "processed_at": spec.get("processed_at") or datetime.now(UTC).isoformat(),
             }
-        df = read_items(
-            spark,
-            spec["items"],
-            spec["format"],
-            options=spec.get("read_options"),
-            schema=spec.get("schema"),
-            lineage=lineage,
-        )
+        if spec.get("source") is not None:
+            # a table, a topic, an object store or an upstream job's output
+            df = read_source(spark, spec)
+            if lineage is not None:
+                df = add_lineage(df, lineage, source_file=False)
+        else:
+            df = read_items(
+                spark,
+                spec["items"],
+                spec["format"],
+                options=spec.get("read_options"),
+                schema=spec.get("schema"),
+                lineage=lineage,
+            )
         # what the batch reports about its input (rows, the watermark column's maximum) is
         # observed while the write runs: no Spark job of its own
         known_rows = None
-        if spec["format"] == "parquet" and not watermark_column:
+        if spec["format"] == "parquet" and not watermark_column and "source" not in spec:
             known_rows = parquet_footer_rows(spec["items"])
         profile = InputProfile(df, watermark_column, known_rows=known_rows)
     except Exception as exc:
@@ -132,6 +139,10 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
     }
     if watermark_column:
         result["watermark"] = watermark
+    elif spec.get("source") is not None:
+        covered = covered_watermark(spec)
+        if covered is not None:
+            result["watermark"] = covered
     return result
 
 

@@ -104,9 +104,10 @@ CREATE OR REPLACE FUNCTION tidemark_succeed(
 DECLARE
     watermark_id bigint;
     v_backfill bigint;
+    v_job bigint;
     done inventory_batch%ROWTYPE;
 BEGIN
-    SELECT w.id, b.backfill_id INTO watermark_id, v_backfill
+    SELECT w.id, b.backfill_id, b.job_id INTO watermark_id, v_backfill, v_job
     FROM inventory_watermark AS w JOIN inventory_batch AS b ON b.job_id = w.job_id
     WHERE b.id = p_batch
     FOR UPDATE OF w;
@@ -118,7 +119,13 @@ BEGIN
     END IF;
     UPDATE inventory_batch
     SET status = 'succeeded', result = p_result, watermark_value = p_value,
-        finished_at = statement_timestamp(), lease_expires_at = NULL, error = '{}'
+        finished_at = statement_timestamp(), lease_expires_at = NULL, error = '{}',
+        -- commit order, serialized by the watermark row lock held until this transaction ends:
+        -- a downstream job_output reader never sees sequence n+1 before n (invariant 5)
+        commit_seq = (
+            SELECT coalesce(max(c.commit_seq), 0) + 1 FROM inventory_batch AS c
+            WHERE c.job_id = v_job AND c.commit_seq IS NOT NULL
+        )
     WHERE id = p_batch AND status = 'running' AND attempt = p_attempt
       AND lease_expires_at > clock_timestamp()
     RETURNING * INTO done;

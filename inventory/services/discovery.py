@@ -1,0 +1,49 @@
+"""Discovery of every connector kind: which connectors discover their own items, and one look.
+
+A local directory is scanned by `assets.py`; object stores, tables and topics by their source
+module (`source_kinds.py`). A look that registered new items nudges the connector's jobs at once
+instead of leaving them to their next timer.
+"""
+
+from inventory.models import Connector, ConnectorKind, ConnectorState
+from inventory.services import assets
+from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.source_kinds import connector_source
+
+
+def discovers(connector: Connector) -> bool:
+    """Whether Tidemark finds this connector's items itself (not a meta table, not announced)."""
+    module = connector_source(connector)
+    if module is not None:
+        return hasattr(module, "discover")
+    config = connector.config or {}
+    return (
+        connector.kind == ConnectorKind.FILES
+        and "meta_table" not in config
+        and bool(config.get("path"))
+    )
+
+
+def discover(connector: Connector) -> int:
+    """One look at the source: register what became visible since the last one."""
+    module = connector_source(connector)
+    if module is not None:
+        if not hasattr(module, "discover"):
+            raise InvalidInput("kind", f"connector {connector.name} has nothing to discover")
+        return module.discover(connector)
+    return assets.assets_discover(connector=connector)
+
+
+def connector_discover_now(*, connector: Connector) -> int:
+    """An operator's "look now" (API, dashboard): refused for paused and completed connectors."""
+    if not discovers(connector):
+        raise InvalidInput(
+            "kind",
+            f"connector {connector.name} does not discover its items (a meta table, or items "
+            "announced by a producer)",
+        )
+    if connector.state == ConnectorState.PAUSED:
+        raise Conflict(f"connector {connector.name} is paused; resume it first")
+    if connector.state == ConnectorState.COMPLETED:
+        raise Conflict(f"connector {connector.name} is completed: its item set is closed")
+    return discover(connector)
