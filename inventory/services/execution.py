@@ -322,6 +322,10 @@ def _continue(batch: Batch) -> None:
             dispatch.backfill_pace(backfill=batch.backfill)
     except Exception:
         log.exception("batch %s: planning the follow-up work failed", batch.pk)
+    # jobs reading this one's commits (job_output connectors) see the new commit at once
+    from inventory.services.source_job_output import downstream_run
+
+    downstream_run(job=batch.job)
 
 
 def _start_if_ours(*, batch_id: int, worker: str) -> Batch | ExecuteOutcome:

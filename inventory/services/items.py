@@ -62,6 +62,8 @@ class ItemSource:
     params: list = field(default_factory=list)
     # SQL that is false for a row planning must stop in front of (the visibility horizon)
     settled: str = "true"
+    # the config field named when reading the source fails (a missing table, a bad value)
+    config_field: str = "config.meta_table"
 
     def select(
         self, *, lower: int, upper: int | None, limit: int | None, with_item: bool = True

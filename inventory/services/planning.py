@@ -99,12 +99,12 @@ def _plan(
         message = str(exc).strip().splitlines()[0]
         if getattr(exc.__cause__, "pgcode", None) == BAD_WEIGHT_CODE:
             raise InvalidInput("weight", message) from None
-        raise InvalidInput("config.meta_table", message) from None
+        raise InvalidInput(source.config_field, message) from None
     except ProgrammingError as exc:
         if getattr(exc.__cause__, "pgcode", None) not in MISSING_SOURCE_CODES:
             raise
         # the meta table or one of its columns changed after the connector was created
-        raise InvalidInput("config.meta_table", str(exc).strip().splitlines()[0]) from None
+        raise InvalidInput(source.config_field, str(exc).strip().splitlines()[0]) from None
     return [PlannedRange(*row) for row in rows]
 
 
