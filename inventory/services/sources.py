@@ -125,18 +125,15 @@ def _resolve(relation: str) -> tuple[str, bool]:
 def check_local_directory(path, *, field: str = "config.path") -> None:
     """A files connector's local directory must exist, be a directory and be readable now, so a
     typo is a 400 when the connector is saved rather than a discovery failure out of sight.
-    Object-store URLs (`s3://bucket/prefix`) are refused: neither discovery nor the workers'
-    readers handle them yet, so such a connector would only fail later, out of sight."""
+    Object-store URLs (`s3://bucket/prefix`, any fsspec URL) are not local directories: their
+    connectors are checked by `source_object_store.validate` instead."""
     if not isinstance(path, str) or not path.strip():
         raise InvalidInput(field, "must be a directory path")
     scheme = urlparse(path).scheme
     if scheme == "file":
         path = urlparse(path).path
     elif len(scheme) > 1:  # one letter: a Windows drive, not a scheme
-        raise InvalidInput(
-            field,
-            f"{scheme}:// paths (object stores) are not supported yet; give a local directory",
-        )
+        raise InvalidInput(field, f"{scheme}:// is an object-store URL, not a local directory")
     root = Path(path)
     if not root.is_absolute():
         raise InvalidInput(field, f"{path} is not an absolute path")

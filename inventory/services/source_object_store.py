@@ -1,0 +1,351 @@
+"""`files` connectors over an object store: `s3://bucket/prefix` (s3fs) or any fsspec URL.
+
+Config: `path` (the URL), `endpoint_url`, `region`, `key_env` / `secret_env` / `session_token_env`
+(names of environment variables holding the credentials, never the values), `listing`
+(`start_after` or `full`), `spark_native`, and the files connector's `format`, `patterns`,
+`read_options`, `schema`, `lineage`, `watermark_column`, `marker_suffix`, `settle_seconds`.
+
+Discovery cost follows what is new, not what was ever registered: an S3 prefix is listed with
+ListObjectsV2 `StartAfter` the last key discovery has decided on, kept in `Connector.cursor`
+(`{"path": ..., "start_after": key}`) and saved in the transaction that registers the new objects,
+under the connector's row lock. The price: an object whose key sorts at or before the cursor when
+it lands is never seen. Producers must write keys in increasing order (date-partitioned prefixes,
+sequence-numbered names); where they cannot, `listing: "full"` lists the whole prefix on every look
+and compares it, in memory, with the registered locations (as a local directory is scanned).
+Any other fsspec filesystem is always listed in full.
+
+Objects are immutable once written, so an object is complete when listed: `settle_seconds`
+(default 0) waits until its LastModified is that old, `marker_suffix` until `<key><suffix>`
+exists. The cursor never passes an object that is still waiting for either.
+"""
+
+import logging
+import os
+import time
+from urllib.parse import urlparse
+
+from django.db import transaction
+
+from inventory.models import Asset, Batch, Connector
+from inventory.services import assets
+from inventory.services.errors import InvalidInput
+
+log = logging.getLogger(__name__)
+
+S3_SCHEMES = ("s3", "s3a")
+LISTINGS = ("start_after", "full")
+FORMATS = ("parquet", "json", "csv")
+CREDENTIAL_KEYS = ("key_env", "secret_env", "session_token_env")
+PAGE_SIZE = 1000
+# a bucket that does not answer fails the connector's save in seconds, not minutes
+_CONNECT = {"connect_timeout": 5, "read_timeout": 20, "retries": {"max_attempts": 2}}
+
+
+# ---- config ------------------------------------------------------------------------------------
+
+
+def validate(config: dict) -> dict:
+    """The config checked, and the bucket reached with it (InvalidInput naming `config.<key>`)."""
+    path = config.get("path")
+    scheme = urlparse(path).scheme if isinstance(path, str) else ""
+    _check_keys(config, scheme)
+    assets.check_completion_config(config)
+    if scheme in S3_SCHEMES:
+        _probe_s3(config)
+    else:
+        _probe_fsspec(config)
+    return config
+
+
+def _check_keys(config: dict, scheme: str) -> None:
+    import fsspec
+
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except (ValueError, ImportError) as exc:
+        raise InvalidInput("config.path", f"no filesystem for {scheme}:// URLs: {exc}") from exc
+    for key in ("endpoint_url", "region"):
+        value = config.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise InvalidInput(f"config.{key}", "must be a non-empty string")
+    endpoint = config.get("endpoint_url")
+    if endpoint is not None and urlparse(endpoint).scheme not in ("http", "https"):
+        raise InvalidInput("config.endpoint_url", "must be an http:// or https:// URL")
+    listing = config.get("listing", "start_after" if scheme in S3_SCHEMES else "full")
+    if listing not in LISTINGS:
+        raise InvalidInput("config.listing", f"must be one of {', '.join(LISTINGS)}")
+    if listing == "start_after" and scheme not in S3_SCHEMES:
+        raise InvalidInput("config.listing", "start_after listing needs an s3:// path; use full")
+    if not isinstance(config.get("spark_native", False), bool):
+        raise InvalidInput("config.spark_native", "must be true or false")
+    fmt = config.get("format")
+    if fmt is not None and fmt not in FORMATS:
+        raise InvalidInput("config.format", f"must be one of {', '.join(FORMATS)}")
+    if scheme not in S3_SCHEMES:
+        given = [key for key in (*CREDENTIAL_KEYS, "endpoint_url", "region") if key in config]
+        if given:
+            raise InvalidInput(f"config.{given[0]}", f"only used with s3:// paths, not {scheme}://")
+        return
+    if ("key_env" in config) != ("secret_env" in config):
+        missing = "secret_env" if "key_env" in config else "key_env"
+        raise InvalidInput(f"config.{missing}", "key_env and secret_env are given together")
+    for key in CREDENTIAL_KEYS:
+        name = config.get(key)
+        if name is not None and not os.environ.get(name):
+            raise InvalidInput(
+                f"config.{key}",
+                f"environment variable {name} is not set in the Tidemark process; set it there "
+                "(and on the workers) before saving the connector",
+            )
+
+
+def s3_location(path: str) -> tuple[str, str]:
+    """(bucket, key prefix) of an `s3://bucket/prefix` URL; a prefix ends with `/` unless empty."""
+    parsed = urlparse(path)
+    prefix = parsed.path.lstrip("/")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return parsed.netloc, prefix
+
+
+def s3_filesystem(config: dict):
+    """An s3fs filesystem for the config, credentials read from the named environment variables
+    (none named: botocore's usual chain, e.g. an instance role)."""
+    import s3fs
+
+    options = {}
+    if config.get("key_env"):
+        options["key"] = os.environ.get(config["key_env"])
+        options["secret"] = os.environ.get(config["secret_env"])
+    if config.get("session_token_env"):
+        options["token"] = os.environ.get(config["session_token_env"])
+    client = {"region_name": config["region"]} if config.get("region") else {}
+    return s3fs.S3FileSystem(
+        endpoint_url=config.get("endpoint_url"),
+        client_kwargs=client,
+        config_kwargs=_CONNECT,
+        skip_instance_cache=True,
+        **options,
+    )
+
+
+def _probe_s3(config: dict) -> None:
+    bucket, prefix = s3_location(config["path"])
+    if not bucket:
+        raise InvalidInput("config.path", "must name a bucket: s3://bucket/prefix/")
+    fs = s3_filesystem(config)
+    where = config.get("endpoint_url") or "AWS S3"
+    try:
+        fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
+    except FileNotFoundError as exc:
+        raise InvalidInput("config.path", f"bucket {bucket} does not exist at {where}") from exc
+    except PermissionError as exc:
+        raise InvalidInput(
+            "config.path", f"access to s3://{bucket}/{prefix} is denied with the given credentials"
+        ) from exc
+    except Exception as exc:  # unreachable endpoint, bad region, TLS: botocore's own words
+        raise InvalidInput("config.path", f"cannot list s3://{bucket}/{prefix}: {exc}") from exc
+
+
+def _probe_fsspec(config: dict) -> None:
+    fs, root = _fsspec_root(config["path"])
+    try:
+        found = fs.isdir(root)
+    except Exception as exc:
+        raise InvalidInput("config.path", f"cannot reach {config['path']}: {exc}") from exc
+    if not found:
+        raise InvalidInput("config.path", f"{config['path']} is not a directory")
+
+
+def _fsspec_root(path: str):
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path)
+    return fs, root.rstrip("/")
+
+
+# ---- discovery ---------------------------------------------------------------------------------
+
+
+def discover(connector: Connector) -> int:
+    """One look at the prefix: register the complete objects not registered yet."""
+    config = connector.config or {}
+    scheme = urlparse(config["path"]).scheme
+    if scheme in S3_SCHEMES and config.get("listing", "start_after") == "start_after":
+        return _discover_after_cursor(connector, config)
+    return _discover_full(connector, config, scheme)
+
+
+def list_s3(fs, *, bucket: str, prefix: str, start_after: str = ""):
+    """Every object under `prefix` whose key sorts after `start_after`, in key order, one
+    ListObjectsV2 page at a time: {"Key", "Size", "ETag", "LastModified"}."""
+    request = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": PAGE_SIZE}
+    if start_after:
+        request["StartAfter"] = start_after
+    while True:
+        page = fs.call_s3("list_objects_v2", **request)
+        yield from page.get("Contents", ())
+        if not page.get("IsTruncated"):
+            return
+        request.pop("StartAfter", None)
+        request["ContinuationToken"] = page["NextContinuationToken"]
+
+
+def _stored_cursor(connector: Connector, path: str) -> str:
+    """The connector's start-after key for this path ("" before the first look, or after the
+    path changed: a cursor belongs to the prefix it was taken on)."""
+    cursor = Connector.objects.filter(pk=connector.pk).values_list("cursor", flat=True).first()
+    cursor = cursor or {}
+    return cursor.get("start_after", "") if cursor.get("path") == path else ""
+
+
+def _discover_after_cursor(connector: Connector, config: dict) -> int:
+    path = config["path"]
+    bucket, prefix = s3_location(path)
+    fs = s3_filesystem(config)
+    start_after = _stored_cursor(connector, path)
+    listed = [
+        (f"s3://{bucket}/{obj['Key']}", obj["Key"][len(prefix) :], obj)
+        for obj in list_s3(fs, bucket=bucket, prefix=prefix, start_after=start_after)
+    ]
+    items, decided = _decide(listed, config)
+    log.info(
+        "connector %s: %d objects listed after %r, %d complete",
+        connector.name,
+        len(listed),
+        start_after,
+        len(items),
+    )
+    cursor = listed[decided][2]["Key"] if decided >= 0 else ""
+    with transaction.atomic():
+        registered = assets.assets_register(connector=connector, items=items)
+        # under the connector's row lock (taken by assets_register): a slower concurrent look
+        # that listed less never moves the cursor back
+        if cursor > _stored_cursor(connector, path):
+            Connector.objects.filter(pk=connector.pk).update(
+                cursor={"path": path, "start_after": cursor}
+            )
+    return registered
+
+
+def _decide(listed: list[tuple[str, str, dict]], config: dict):
+    """(complete objects to register, in listing order; the index of the last object of the
+    decided run, -1 if none) for `listed` = [(location, path relative to the prefix, object)].
+
+    An object is decided when it is registered now or never will be (not matched, a marker);
+    the cursor stops before the first object still waiting to be complete, so that one is
+    listed again next time."""
+    wanted = assets._Patterns(config.get("patterns"))
+    marker = config.get("marker_suffix")
+    locations = {location for location, _relative, _obj in listed}
+    settle = float(config.get("settle_seconds", 0))
+    now = time.time()
+    items, decided, waiting = [], -1, False
+    for index, (location, relative, obj) in enumerate(listed):
+        if not _matches(wanted, relative) or (marker and location.endswith(marker)):
+            decided = decided if waiting else index
+            continue
+        complete = (not marker or location + marker in locations) and (
+            settle <= 0 or now - obj["LastModified"].timestamp() >= settle
+        )
+        if not complete:
+            waiting = True
+            continue
+        items.append((location, int(obj["Size"]), _extra(obj)))
+        decided = decided if waiting else index
+    return items, decided
+
+
+def _matches(wanted, relative: str) -> bool:
+    parts = relative.split("/")
+    # Spark's `_temporary/`, `_SUCCESS`, hidden files: never data
+    if any(part.startswith((".", "_")) for part in parts) or not parts[-1]:
+        return False
+    return wanted.match(relative, parts[-1])
+
+
+def _extra(obj: dict) -> dict:
+    modified = obj["LastModified"]
+    return {
+        "etag": str(obj.get("ETag") or "").strip('"'),
+        "last_modified": modified.isoformat(),
+        "mtime_ns": int(modified.timestamp() * 1_000_000_000),
+    }
+
+
+def _discover_full(connector: Connector, config: dict, scheme: str) -> int:
+    """List everything under the path; only names not registered yet are considered (compared
+    with this process's copy of the registered locations, as for a local directory)."""
+    if scheme in S3_SCHEMES:
+        bucket, prefix = s3_location(config["path"])
+        fs = s3_filesystem(config)
+        listed = [
+            (f"s3://{bucket}/{obj['Key']}", obj["Key"][len(prefix) :], obj)
+            for obj in list_s3(fs, bucket=bucket, prefix=prefix)
+        ]
+    else:
+        fs, root = _fsspec_root(config["path"])
+        listed = [
+            (fs.unstrip_protocol(name), name[len(root) + 1 :], _as_listed(info))
+            for name, info in sorted(fs.find(root, detail=True).items())
+            if info.get("type") == "file"
+        ]
+    known = assets._known_files(connector, recheck_seconds=0)
+    unseen = []
+    for entry in listed:
+        directory, _, name = entry[0].rpartition("/")
+        if name not in known.by_directory.get(directory, ()):
+            unseen.append(entry)
+    items, _decided = _decide(unseen, config)
+    return assets.assets_register(connector=connector, items=items)
+
+
+def _as_listed(info: dict) -> dict:
+    """An fsspec `info` entry in ListObjectsV2's shape."""
+    from datetime import UTC, datetime
+
+    modified = info.get("mtime") or info.get("LastModified") or info.get("created")
+    if isinstance(modified, int | float):
+        modified = datetime.fromtimestamp(modified, UTC)
+    if not isinstance(modified, datetime):
+        modified = datetime.fromtimestamp(0, UTC)
+    if modified.tzinfo is None:
+        modified = modified.replace(tzinfo=UTC)
+    return {"Size": info.get("size") or 0, "ETag": info.get("ETag", ""), "LastModified": modified}
+
+
+# ---- what the worker reads ---------------------------------------------------------------------
+
+
+def read_spec(connector: Connector, batch: Batch) -> dict:
+    """The batch's objects (in id order) and how to reach them; credentials only by name."""
+    config = connector.config or {}
+    rows = list(
+        Asset.objects.filter(connector=connector, id__gte=batch.span.lower, id__lt=batch.span.upper)
+        .order_by("id")
+        .values_list("location", "weight", "extra")
+    )
+    locations = [location for location, _weight, _extra in rows]
+    source = {
+        "kind": "object_store",
+        "objects": [
+            {"location": location, "size": weight, "etag": (extra or {}).get("etag", "")}
+            for location, weight, extra in rows
+        ],
+        "format": config.get("format") or _format_of(locations),
+        "spark_native": bool(config.get("spark_native", False)),
+    }
+    for key in ("endpoint_url", "region", *CREDENTIAL_KEYS):
+        if config.get(key):
+            source[key] = config[key]
+    return {"items": locations, "source": source}
+
+
+def _format_of(locations: list[str]) -> str:
+    for location in locations:
+        lowered = location.lower()
+        if lowered.endswith((".json", ".jsonl", ".ndjson")):
+            return "json"
+        if lowered.endswith(".csv"):
+            return "csv"
+    return "parquet"
