@@ -178,7 +178,6 @@ def test_deleting_a_connector_in_use_is_a_409_and_unused_is_204(role_users, tmp_
     "kind, config, field",
     [
         ("kafka", {"topic": "orders"}, "config.bootstrap_servers"),
-        ("job_output", {"job": "x"}, "kind"),
         ("table", {"table": "events"}, "config.meta_table"),
     ],
 )

@@ -14,7 +14,7 @@ from inventory.models import (
     Job,
     WatermarkSource,
 )
-from inventory.services import lifecycle, watermarks
+from inventory.services import lifecycle, source_job_output, watermarks
 from inventory.services.assets import check_completion_config
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.items import check_meta_table, quote_table
@@ -157,6 +157,7 @@ def connector_update(
     fields = []
     if config is not _UNSET:
         config = validate_config(connector.kind, config or {})
+        source_job_output.check_connector(connector=connector, config=config)
         changed = identity_changes(connector.config, config)
         jobs = list(connector.jobs.order_by("name").values_list("name", flat=True)[:5])
         if changed and jobs:
@@ -221,6 +222,7 @@ def connector_reset(
         raise InvalidInput("reason", "resetting a connector needs a reason")
     connector = Connector.objects.select_for_update().get(pk=connector.pk)
     config = validate_config(connector.kind, config or {})
+    source_job_output.check_connector(connector=connector, config=config)
     changed = identity_changes(connector.config, config)
     jobs = list(Job.objects.select_for_update().filter(connector=connector).order_by("pk"))
     running = (

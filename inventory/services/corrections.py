@@ -19,7 +19,7 @@ from inventory.models import (
     WatermarkSource,
     WatermarkType,
 )
-from inventory.services import lifecycle, watermarks
+from inventory.services import lifecycle, source_job_output, watermarks
 from inventory.services.errors import Conflict, InvalidInput
 
 
@@ -72,6 +72,8 @@ def watermark_correct(
             + "); confirm it as a replay",
         )
     if new_position < watermark.position:
+        # a job_output job replays only from a commit its upstream still retains
+        source_job_output.check_replay(job=job, position=new_position)
         _supersede_after(job, new_position)
     elif new_position > watermark.position:
         _skip_up_to(job, watermark.position, new_position, reason=reason, actor=actor)
