@@ -120,7 +120,7 @@ def consume_ranges(source: dict, ranges: dict[int, tuple[int, int]], *, timeout:
 
 
 def _consume(consumer, topic: str, ranges: dict, timeout: float) -> pa.Table:
-    keys, values, partitions, offsets, stamps, stamp_types = [], [], [], [], [], []
+    kept: list = []
     pending = {partition: end for partition, (_start, end) in ranges.items()}
     position = {partition: start for partition, (start, _end) in ranges.items()}
     consumer.assign([TopicPartition(topic, p, start) for p, (start, _end) in ranges.items()])
@@ -142,41 +142,42 @@ def _consume(consumer, topic: str, ranges: dict, timeout: float) -> pa.Table:
             )
         for message in consumer.consume(_POLL_MESSAGES, 0.5):
             partition = message.partition()
-            if partition not in pending:
+            end = pending.get(partition)
+            if end is None:
                 continue  # fetched before the partition was paused, or past its slice
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     # the broker's end: enough only if it is at or past the slice's end (a
                     # compacted or transactional tail has no message at end - 1)
-                    if message.offset() >= pending[partition]:
+                    if message.offset() >= end:
                         finish(partition)
                     continue
                 raise ReadError(f"topic {topic}, partition {partition}: {error.str()}")
             offset = message.offset()
-            end = pending[partition]
             if offset >= end:
                 finish(partition)
                 continue
-            kind, stamp = message.timestamp()
-            keys.append(message.key())
-            values.append(message.value())
-            partitions.append(partition)
-            offsets.append(offset)
-            stamps.append(stamp if kind in _TIMESTAMP_TYPES else None)
-            stamp_types.append(_TIMESTAMP_TYPES.get(kind))
+            kept.append(message)
             position[partition] = offset + 1
             if offset >= end - 1:
                 finish(partition)
+    return _table(topic, kept)
+
+
+def _table(topic: str, messages: list) -> pa.Table:
+    stamps = [message.timestamp() for message in messages]
     return pa.Table.from_arrays(
         [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array([topic] * len(offsets), pa.string()),
-            pa.array(partitions, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array(stamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
-            pa.array(stamp_types, pa.int32()),
+            pa.array([message.key() for message in messages], pa.binary()),
+            pa.array([message.value() for message in messages], pa.binary()),
+            pa.array([topic] * len(messages), pa.string()),
+            pa.array([message.partition() for message in messages], pa.int32()),
+            pa.array([message.offset() for message in messages], pa.int64()),
+            pa.array(
+                [stamp if kind in _TIMESTAMP_TYPES else None for kind, stamp in stamps], pa.int64()
+            ).cast(pa.timestamp("ms", tz="UTC")),
+            pa.array([_TIMESTAMP_TYPES.get(kind) for kind, _stamp in stamps], pa.int32()),
         ],
         schema=SCHEMA,
     )
