@@ -6,6 +6,7 @@ from inventory.models import BatchStatus, Connector, Job, WatermarkType
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.job_config import job_validate_runtime
 from inventory.services.secrets import check_no_secrets
+from inventory.services.source_kinds import connector_source
 from inventory.services.watermarks import watermark_create
 
 
@@ -37,6 +38,9 @@ def job_create(
     if Job.objects.filter(name=name).exists():
         raise Conflict(f"a job named {name!r} already exists")
     check_watermark_source(connector=connector, watermark_type=watermark_type)
+    check_lookback(
+        connector=connector, lookback=options.get("lookback", 0), sink=options.get("sink")
+    )
     unknown = set(options) - {f.name for f in Job._meta.get_fields()}
     if unknown:
         raise InvalidInput(sorted(unknown)[0], "is not a job setting")
@@ -64,12 +68,39 @@ def check_watermark_source(*, connector: Connector, watermark_type: str) -> None
     """A connector's `watermark_column` reports one maximum per batch: an int or datetime
     watermark can hold it, a key_value or file_set watermark cannot (the worker also checks the
     column's type against the job's before it writes anything: workers/spark/run.py)."""
+    source = connector_source(connector)
+    if hasattr(source, "check_watermark_type"):
+        source.check_watermark_type(watermark_type)  # e.g. a topic's jobs need key_value
     column = (connector.config or {}).get("watermark_column")
     if column and watermark_type in (WatermarkType.KEY_VALUE, WatermarkType.FILE_SET):
         raise InvalidInput(
             "watermark_type",
             f"connector {connector.name} reads watermark_column {column!r}, one value per batch; "
             f"a {watermark_type} watermark cannot hold it (use int or datetime)",
+        )
+
+
+def check_lookback(*, connector: Connector, lookback, sink) -> None:
+    """`lookback` re-reads rows before each batch's range (late data in a table source), so the
+    duplicates it reads must meet a sink that removes them: an upsert or coalesce table sink."""
+    if isinstance(lookback, bool) or not isinstance(lookback, int) or lookback < 0:
+        raise InvalidInput("lookback", f"must be a non-negative integer, got {lookback!r}")
+    if not lookback:
+        return
+    from inventory.services.source_kinds import source_name
+
+    if source_name(connector.kind, connector.config) != "table":
+        raise InvalidInput(
+            "lookback",
+            f"connector {connector.name} is not a table read by a column; only those re-read a "
+            "window before each batch",
+        )
+    sink = sink or {}
+    if sink.get("kind") != "postgres" or sink.get("mode", "upsert") == "append":
+        raise InvalidInput(
+            "lookback",
+            "re-read rows must be de-duplicated by key: use a postgres sink in upsert or "
+            "coalesce mode with the table's key",
         )
 
 
@@ -89,6 +120,7 @@ JOB_SETTINGS = (
     "schedule_cron",
     "max_concurrency",
     "executor",
+    "lookback",
     "paused",
 )
 
@@ -111,6 +143,12 @@ def job_update(*, job: Job, **changes) -> Job:
     )
     for field in ("params", "sink"):
         check_no_secrets(changes.get(field), field)
+    if "lookback" in changes or "sink" in changes:
+        check_lookback(
+            connector=job.connector,
+            lookback=changes.get("lookback", job.lookback),
+            sink=changes.get("sink", job.sink),
+        )
     if "processor" in changes or "params" in changes:
         job_validate_runtime(
             processor=changes.get("processor", job.processor),

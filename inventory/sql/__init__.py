@@ -5,6 +5,8 @@
 - `migrations/NNNN_*.sql`: the numbered changes, applied by Django migrations through
   `migrations_utils.RunSQLFile`; never edited once a migration applies them.
 - `queries.sql`: the statements the services send, each under `-- name: <name>`, read with `query()`.
+- `source_table.sql`: statements sent to a `table` connector's own database (templates whose
+  `{table}`/`{column}` are filled with checked, quoted identifiers), read with `source_query()`.
 """
 
 import re
@@ -25,14 +27,14 @@ def schema_sql() -> str:
 
 
 @cache
-def _queries() -> dict[str, str]:
-    text = (SQL_DIR / "queries.sql").read_text()
+def _queries(filename: str = "queries.sql") -> dict[str, str]:
+    text = (SQL_DIR / filename).read_text()
     parts = _NAME.split(text)
     queries = {}
     # parts: [preamble, name, body, name, body, ...]
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
-            raise ValueError(f"queries.sql names {name!r} twice")
+            raise ValueError(f"{filename} names {name!r} twice")
         queries[name] = body.strip().rstrip(";").strip()
     return queries
 
@@ -41,3 +43,8 @@ def query(name: str) -> str:
     """The statement named `name` in queries.sql (a KeyError names a missing one at import time
     of the module that asks for it)."""
     return _queries()[name]
+
+
+def source_query(name: str) -> str:
+    """The template named `name` in source_table.sql (run on a table connector's database)."""
+    return _queries("source_table.sql")[name]

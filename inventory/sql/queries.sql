@@ -4,7 +4,7 @@
 -- ---- the batch lifecycle (inventory/services/lifecycle.py) -------------------------------------
 
 -- name: batch_acquire
-SELECT * FROM tidemark_acquire(%s, %s, %s, %s, %s::jsonb);
+SELECT * FROM tidemark_acquire(%s, %s, %s, %s, %s::jsonb, %s);
 
 -- name: batch_insert_incremental
 -- A planned incremental batch and, when it starts at once, its first attempt, in one statement.
@@ -128,3 +128,7 @@ ORDER BY id;
 UPDATE inventory_asset
 SET extra = extra || jsonb_build_object('changed_after_registration', %s::jsonb)
 WHERE id = %s AND NOT extra ? 'changed_after_registration';
+
+-- name: asset_slices
+-- a table connector's slices (column ranges) in id order: backfills given by column values
+SELECT id, extra->'lower', extra->'upper' FROM inventory_asset WHERE connector_id = %s ORDER BY id;

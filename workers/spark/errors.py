@@ -159,3 +159,20 @@ def input_failure_detail(exc: BaseException) -> str:
     if root is exc:
         return getattr(exc, "detail", "") or ""
     return spark_error_detail(root)
+
+
+def scrub_dsn(error, dsn: str) -> str:
+    """An error's text with the DSN and its password removed."""
+    text = str(getattr(error, "pgerror", None) or error).strip()
+    secrets = [dsn]
+    try:
+        from psycopg2.extensions import parse_dsn
+
+        password = parse_dsn(dsn).get("password")
+        if password:
+            secrets.append(password)
+    except Exception:  # an unparseable DSN is scrubbed as a whole above
+        pass
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text

@@ -36,7 +36,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from workers.spark.errors import SinkError, spark_error_detail, spark_error_summary
+from workers.spark.errors import SinkError, scrub_dsn, spark_error_detail, spark_error_summary
 from workers.spark.fence import Publish, static_publish
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def write_postgres(
     try:
         conn = psycopg2.connect(dsn)
     except psycopg2.Error as exc:
-        raise SinkError(f"cannot connect to the sink database: {_scrub(exc, dsn)}") from None
+        raise SinkError(f"cannot connect to the sink database: {scrub_dsn(exc, dsn)}") from None
     try:
         try:
             with conn, conn.cursor() as cur:
@@ -118,16 +118,16 @@ def write_postgres(
                     f"FROM {target} WITH NO DATA"
                 )
         except psycopg2.Error as exc:
-            raise SinkError(f"preparing {schema}.{table} failed: {_scrub(exc, dsn)}") from None
+            raise SinkError(f"preparing {schema}.{table} failed: {scrub_dsn(exc, dsn)}") from None
         try:
             _as_text(df).foreachPartition(_partition_copier(dsn, stage, columns))
         except Exception as exc:
             error = SinkError(
                 f"copying rows into staging for {schema}.{table} failed: "
-                f"{_scrub(spark_error_summary(exc), dsn)}"
+                f"{scrub_dsn(spark_error_summary(exc), dsn)}"
             )
             # executors' errors travel through Spark's text: keep the DSN out of it
-            error.detail = _scrub(spark_error_detail(exc), dsn)
+            error.detail = scrub_dsn(spark_error_detail(exc), dsn)
             raise error from None
         try:
             with publish() as replaced, conn, conn.cursor() as cur:
@@ -160,7 +160,9 @@ def write_postgres(
                     replaced=replaced,
                 )
         except psycopg2.Error as exc:
-            raise SinkError(f"merging into {schema}.{table} failed: {_scrub(exc, dsn)}") from None
+            raise SinkError(
+                f"merging into {schema}.{table} failed: {scrub_dsn(exc, dsn)}"
+            ) from None
     finally:
         try:
             with conn, conn.cursor() as cur:
@@ -237,23 +239,6 @@ def _dsn(sink: dict) -> str:
     if isinstance(dsn, str) and dsn:
         return dsn
     raise SinkError("sink needs 'dsn_env': the name of an environment variable holding the DSN")
-
-
-def _scrub(error, dsn: str) -> str:
-    """An error's text with the DSN and its password removed."""
-    text = str(getattr(error, "pgerror", None) or error).strip()
-    secrets = [dsn]
-    try:
-        from psycopg2.extensions import parse_dsn
-
-        password = parse_dsn(dsn).get("password")
-        if password:
-            secrets.append(password)
-    except Exception:  # an unparseable DSN is scrubbed as a whole above
-        pass
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
 
 
 # ---- target table --------------------------------------------------------------------------------

@@ -1,0 +1,346 @@
+"""`table` connectors: a table of another PostgreSQL database, read by an integer or timestamp column.
+
+    {"dsn_env": "SALES_DB_URL", "table": "public.orders", "column": "updated_at",
+     "slice_rows": 10000, "lag": 0, "snapshot": false}
+
+The DSN lives in the environment variable `dsn_env` names (of the control plane and the workers),
+never in the config. Discovery cuts the column's values from where it stopped up to the source's
+current maximum (read from the source when it looks, never from a local clock) minus `lag` into
+slices of at most `slice_rows` rows, and registers each slice as an asset (location
+`table:<table>:<lower>..<upper>`, weight = its rows, extra {"lower", "upper"}: the half-open column
+range). Batches are then weight-bounded runs of slices, planned like any other items: exact and
+gap-free, and the rows of a batch are those with lower <= column < upper of its slices.
+
+A row that commits later with a value below what is registered (a timestamp that went backwards, a
+long transaction) is late data: a job's `lookback` re-reads that much before each batch's range and
+its upsert sink removes the duplicates. `snapshot: true` registers only up to the maximum seen on
+the first look; the connector is completed once its jobs committed all of it (orchestration).
+"""
+
+import os
+import re
+from datetime import datetime, timedelta
+
+import psycopg2
+from django.db import connection, transaction
+from psycopg2 import sql
+
+from inventory.models import Asset, Batch, Connector
+from inventory.services.assets import assets_register
+from inventory.services.errors import InvalidInput
+from inventory.services.items import quote_identifier
+from inventory.services.secrets import mask_text
+from inventory.services.sources import source_table_check
+from inventory.sql import query, source_query
+
+ALLOWED_KEYS = {
+    "dsn_env",
+    "table",
+    "column",
+    "column_type",
+    "slice_rows",
+    "lag",
+    "snapshot",
+    "start_value",
+    "watermark_column",
+    "discover_seconds",
+    "lineage",
+}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+DEFAULT_SLICE_ROWS = 10_000
+MAX_SLICES_PER_LOOK = 1_000
+_INT_TYPES = {"int2", "int4", "int8"}
+_TIME_TYPES = {"timestamp": "timestamp", "timestamptz": "timestamptz"}
+CONNECT_TIMEOUT = 5
+
+
+def validate(config: dict) -> dict:
+    unknown = sorted(set(config) - ALLOWED_KEYS)
+    if unknown:
+        raise InvalidInput(
+            f"config.{unknown[0]}",
+            f"unknown key for a table connector; known: {', '.join(sorted(ALLOWED_KEYS))}",
+        )
+    name = config.get("dsn_env")
+    if not isinstance(name, str) or not _ENV_NAME.match(name):
+        raise InvalidInput(
+            "config.dsn_env", "must name the environment variable that holds the source's DSN"
+        )
+    _relation(config)
+    quote_identifier(config.get("column"), field_name="config.column")
+    slice_rows = config.get("slice_rows", DEFAULT_SLICE_ROWS)
+    if isinstance(slice_rows, bool) or not isinstance(slice_rows, int) or not 1 <= slice_rows:
+        raise InvalidInput("config.slice_rows", "must be a positive integer of rows")
+    lag = config.get("lag", 0)
+    if isinstance(lag, bool) or not isinstance(lag, int | float) or lag < 0:
+        raise InvalidInput(
+            "config.lag", "must be a non-negative number (seconds for a timestamp column)"
+        )
+    if not isinstance(config.get("snapshot", False), bool):
+        raise InvalidInput("config.snapshot", "must be true or false")
+    checked = dict(config)
+    with source_connection(checked, field="config.dsn_env") as conn:
+        checked["column_type"] = _column_type(conn, checked)
+        _refuse_own_tables(conn, checked)
+    if "start_value" in checked:
+        checked["start_value"] = to_json(
+            from_json(checked["start_value"], checked["column_type"], field="config.start_value")
+        )
+    checked.setdefault("watermark_column", checked["column"])
+    return checked
+
+
+def _relation(config: dict) -> sql.Composable:
+    table = config.get("table")
+    parts = table.split(".") if isinstance(table, str) else [None]
+    if len(parts) > 2:
+        raise InvalidInput("config.table", f"{table!r}: expected 'table' or 'schema.table'")
+    for part in parts:
+        quote_identifier(part, field_name="config.table")
+    return sql.SQL(".").join(sql.Identifier(part) for part in parts)
+
+
+class source_connection:  # noqa: N801 - a context manager used as a function
+    """A read-only connection to the source named by `dsn_env`; InvalidInput(field) when the
+    variable is unset or the database cannot be reached (the message never holds the DSN)."""
+
+    def __init__(self, config: dict, *, field: str):
+        self.config, self.field, self.conn = config, field, None
+
+    def __enter__(self):
+        name = self.config["dsn_env"]
+        dsn = os.environ.get(name)
+        if not dsn:
+            raise InvalidInput(
+                self.field, f"environment variable {name} is not set in the control plane"
+            )
+        try:
+            self.conn = psycopg2.connect(
+                dsn, connect_timeout=CONNECT_TIMEOUT, application_name="tidemark-source"
+            )
+            self.conn.set_session(readonly=True, autocommit=True)
+            with self.conn.cursor() as cursor:
+                cursor.execute("SET statement_timeout = '60s'")
+        except psycopg2.Error as exc:
+            if self.conn is not None:
+                self.conn.close()
+            raise InvalidInput(
+                self.field, f"cannot connect to the database in ${name}: {_first_line(exc)}"
+            ) from None
+        return self.conn
+
+    def __exit__(self, *exc_info):
+        if self.conn is not None:
+            self.conn.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    return mask_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+
+def _column_type(conn, config: dict) -> str:
+    relation = ".".join(f'"{part}"' for part in config["table"].split("."))
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [relation])
+        if not cursor.fetchone()[0]:
+            raise InvalidInput("config.table", f"{config['table']} does not exist in the source")
+        cursor.execute(
+            source_query("table_column_type"), {"relation": relation, "column": config["column"]}
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise InvalidInput("config.column", f"{config['table']} has no column {config['column']}")
+    shown, typname = row
+    if typname in _INT_TYPES:
+        return "int"
+    if typname in _TIME_TYPES:
+        return _TIME_TYPES[typname]
+    raise InvalidInput(
+        "config.column",
+        f"{config['column']} is {shown}; a table is read by an integer or timestamp column",
+    )
+
+
+def _refuse_own_tables(conn, config: dict) -> None:
+    """A DSN that points at Tidemark's own database may name no Tidemark table (invariant 10)."""
+    with conn.cursor() as cursor:
+        cursor.execute(source_query("table_identity"))
+        theirs = tuple(cursor.fetchone())
+    with connection.cursor() as cursor:
+        cursor.execute(source_query("table_identity"))
+        ours = tuple(cursor.fetchone())
+    if theirs == ours:
+        relation = ".".join(f'"{part}"' for part in config["table"].split("."))
+        source_table_check(relation, field="config.table")
+
+
+# ---- values of the column: Python <-> JSON ----------------------------------------------------
+
+
+def from_json(value, column_type: str, *, field: str):
+    if column_type == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidInput(field, f"must be an integer for an integer column, got {value!r}")
+        return value
+    try:
+        parsed = datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise InvalidInput(field, f"must be an ISO 8601 timestamp, got {value!r}") from None
+    if column_type == "timestamptz" and parsed.tzinfo is None:
+        raise InvalidInput(field, f"{value!r} needs a time zone offset (the column has one)")
+    if column_type == "timestamp" and parsed.tzinfo is not None:
+        raise InvalidInput(field, f"{value!r} has a time zone; the column has none")
+    return parsed
+
+
+def to_json(value):
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _step(column_type: str):
+    """The smallest step of the column: the exclusive end just past a value."""
+    return 1 if column_type == "int" else timedelta(microseconds=1)
+
+
+def _lag(config: dict):
+    lag = config.get("lag", 0)
+    return int(lag) if config["column_type"] == "int" else timedelta(seconds=lag)
+
+
+# ---- discovery ---------------------------------------------------------------------------------
+
+
+def discover(connector: Connector) -> int:
+    """Register the slices between where the last look stopped and the source's maximum now."""
+    config = connector.config
+    column_type = config["column_type"]
+    cursor_state = dict(connector.cursor or {})
+    start = cursor_state.get("next", config.get("start_value"))
+    with source_connection(config, field="config.dsn_env") as conn:
+        statements = _statements(config)
+        with conn.cursor() as cursor:
+            cursor.execute(statements["bounds"])
+            low, high = cursor.fetchone()
+        if high is None:
+            return 0  # an empty table: nothing yet
+        horizon = high - _lag(config)
+        if config.get("snapshot"):
+            if "snapshot_until" not in cursor_state:
+                cursor_state["snapshot_until"] = to_json(horizon)
+            horizon = min(horizon, from_json(cursor_state["snapshot_until"], column_type, field=""))
+        lower = low if start is None else from_json(start, column_type, field="config.start_value")
+        slices = _slices(conn, statements, config, lower=lower, horizon=horizon)
+    if slices:
+        cursor_state["next"] = to_json(slices[-1][1])
+    if config.get("snapshot") and (not slices or slices[-1][1] > horizon):
+        cursor_state["snapshot_closed"] = True
+    items = [
+        (
+            f"table:{config['table']}:{to_json(lower)}..{to_json(upper)}",
+            rows,
+            {"lower": to_json(lower), "upper": to_json(upper)},
+        )
+        for lower, upper, rows in slices
+    ]
+    with transaction.atomic():
+        locked = Connector.objects.select_for_update().get(pk=connector.pk)
+        if (locked.cursor or {}).get("next") != (connector.cursor or {}).get("next"):
+            return 0  # another look registered these meanwhile
+        registered = assets_register(connector=locked, items=items)
+        locked.cursor = cursor_state
+        locked.save(update_fields=["cursor", "updated_at"])
+    connector.cursor = cursor_state
+    return registered
+
+
+def _statements(config: dict) -> dict[str, sql.Composed]:
+    names = {
+        "table": _relation(config),
+        "column": sql.Identifier(config["column"]),
+    }
+    return {
+        "bounds": sql.SQL(source_query("table_bounds")).format(**names),
+        "next_slice": sql.SQL(source_query("table_next_slice")).format(**names),
+        "next_value": sql.SQL(source_query("table_next_value")).format(**names),
+    }
+
+
+def _slices(conn, statements, config: dict, *, lower, horizon) -> list[tuple]:
+    """(lower, upper, rows) slices covering [lower, horizon] in column order, each of at most
+    `slice_rows` rows unless one value alone has more; the last one ends just past `horizon`."""
+    rows_per_slice = int(config.get("slice_rows", DEFAULT_SLICE_ROWS))
+    step = _step(config["column_type"])
+    slices = []
+    with conn.cursor() as cursor:
+        while lower <= horizon and len(slices) < MAX_SLICES_PER_LOOK:
+            cursor.execute(
+                statements["next_slice"],
+                {"lower": lower, "horizon": horizon, "rows": rows_per_slice},
+            )
+            boundary, rows = cursor.fetchone()
+            if boundary is None:
+                if rows:
+                    slices.append((lower, horizon + step, rows))
+                break
+            if boundary == lower:
+                # more than slice_rows rows share one value: that value is one slice
+                cursor.execute(statements["next_value"], {"value": lower, "horizon": horizon})
+                following = cursor.fetchone()[0]
+                upper = following if following is not None else horizon + step
+                cursor.execute(
+                    sql.SQL(source_query("table_count_range")).format(
+                        table=_relation(config), column=sql.Identifier(config["column"])
+                    ),
+                    {"lower": lower, "upper": upper},
+                )
+                slices.append((lower, upper, cursor.fetchone()[0]))
+                lower = upper
+                continue
+            slices.append((lower, boundary, rows))
+            lower = boundary
+    return slices
+
+
+# ---- what the worker reads ---------------------------------------------------------------------
+
+
+def read_spec(*, connector: Connector, batch: Batch) -> dict:
+    config = connector.config
+    slices = list(
+        Asset.objects.filter(connector=connector, id__gte=batch.span.lower, id__lt=batch.span.upper)
+        .order_by("id")
+        .values_list("location", "extra")
+    )
+    lookback = int((batch.config_snapshot or {}).get("lookback", batch.job.lookback) or 0)
+    return {
+        "items": [location for location, _extra in slices],
+        "source": {
+            "kind": "table",
+            "dsn_env": config["dsn_env"],
+            "table": config["table"],
+            "column": config["column"],
+            "column_type": config["column_type"],
+            "slices": [[extra["lower"], extra["upper"]] for _location, extra in slices],
+            # seconds for a timestamp column, values for an integer one
+            "lookback": lookback,
+        },
+    }
+
+
+def time_range_to_ids(connector: Connector, first, last) -> tuple[int, int] | None:
+    """The asset ids of the slices that hold column values in [first, last] (a backfill given by
+    values instead of ids), or None when no slice does."""
+    column_type = connector.config["column_type"]
+    first = from_json(first, column_type, field="range_start")
+    last = from_json(last, column_type, field="range_end")
+    if last < first:
+        raise InvalidInput("range_end", "must not be before range_start")
+    with connection.cursor() as cursor:
+        cursor.execute(query("asset_slices"), [connector.pk])
+        ids = [
+            pk
+            for pk, lower, upper in cursor.fetchall()
+            if from_json(upper, column_type, field="") > first
+            and from_json(lower, column_type, field="") <= last
+        ]
+    return (min(ids), max(ids)) if ids else None

@@ -1,0 +1,41 @@
+-- Statements Tidemark sends to a `table` connector's own PostgreSQL database (never its own).
+-- `{table}` and `{column}` are filled with checked, quoted identifiers (psycopg2.sql.Identifier);
+-- every value is a bound parameter.
+
+-- name: table_column_type
+-- the column's type, or no row when the table or the column does not exist
+SELECT format_type(a.atttypid, a.atttypmod), t.typname
+FROM pg_attribute AS a JOIN pg_type AS t ON t.oid = a.atttypid
+WHERE a.attrelid = to_regclass(%(relation)s) AND a.attname = %(column)s
+  AND a.attnum > 0 AND NOT a.attisdropped;
+
+-- name: table_identity
+-- which server and database this is: the same pair as Tidemark's own means Tidemark's database
+SELECT (SELECT system_identifier FROM pg_control_system())::text, current_database();
+
+-- name: table_bounds
+-- the smallest and largest value of the column, read at planning time (the source's clock)
+SELECT min({column}), max({column}) FROM {table};
+
+-- name: table_next_slice
+-- the next slice from lower (inclusive) up to horizon (inclusive): at most `rows` rows in
+-- column order; `boundary` is the first value past the slice (none: the rest fits), `rows_in`
+-- the rows before it. An index on the column makes this cost O(rows), whatever the table's size.
+WITH head AS (
+    SELECT {column} AS v FROM {table}
+    WHERE {column} >= %(lower)s AND {column} <= %(horizon)s
+    ORDER BY {column} LIMIT %(rows)s + 1
+), boundary AS (
+    SELECT v FROM head ORDER BY v OFFSET %(rows)s LIMIT 1
+)
+SELECT (SELECT v FROM boundary),
+       count(*) FILTER (WHERE (SELECT v FROM boundary) IS NULL OR v < (SELECT v FROM boundary))
+FROM head;
+
+-- name: table_next_value
+-- the first value above `value` up to horizon: ends a slice of rows that all share one value
+SELECT min({column}) FROM {table} WHERE {column} > %(value)s AND {column} <= %(horizon)s;
+
+-- name: table_count_range
+-- rows with lower <= column < upper
+SELECT count(*) FROM {table} WHERE {column} >= %(lower)s AND {column} < %(upper)s;
