@@ -327,3 +327,58 @@ def test_the_batch_spec_names_credentials_by_variable_only(role_users, s3_server
     for url in ("/api/v1/connectors/s3-spec/", f"/api/v1/jobs/{job.name}/", "/api/v1/batches/"):
         shown = api.get(url).content.decode()
         assert SECRET_VALUE not in shown, url
+
+
+# ---- the worker's reader on its own ------------------------------------------------------------
+
+
+def _source(s3_server, bucket, keys, **extra) -> dict:
+    return {
+        "format": "parquet",
+        "source": {
+            "kind": "object_store",
+            "objects": [{"location": f"s3://{bucket}/{key}", "size": None} for key in keys],
+            "endpoint_url": s3_server.endpoint_url,
+            "region": "us-east-1",
+            "key_env": KEY_ENV,
+            "secret_env": SECRET_ENV,
+            **extra,
+        },
+    }
+
+
+def test_the_reader_reads_csv_objects_and_names_a_malformed_one(spark, s3_server, s3_bucket):
+    from workers.spark.errors import ReadError
+    from workers.spark.read_object_store import read
+
+    _put(s3_server, s3_bucket, "in/a.csv", b"order_id,amount\n1,2.5\n2,3.5\n")
+    _put(s3_server, s3_bucket, "in/b.csv", b"order_id,amount\n3,4.5\n")
+    spec = _source(s3_server, s3_bucket, ["in/a.csv", "in/b.csv"], format="csv")
+    rows = read(spark, {**spec, "schema": "order_id BIGINT, amount DOUBLE"}).collect()
+    assert sorted((r.order_id, r.amount) for r in rows) == [(1, 2.5), (2, 3.5), (3, 4.5)]
+
+    _put(s3_server, s3_bucket, "in/bad.parquet", b"not parquet at all" * 4)
+    with pytest.raises(ReadError, match=f"cannot read parquet object s3://{s3_bucket}/in/bad"):
+        read(spark, _source(s3_server, s3_bucket, ["in/bad.parquet"]))
+
+
+def test_the_reader_refuses_a_credential_variable_missing_on_the_worker(
+    spark, s3_server, s3_bucket
+):
+    from workers.spark.errors import ReadError
+    from workers.spark.read_object_store import read
+
+    spec = _source(s3_server, s3_bucket, ["in/a.parquet"], secret_env="TIDEMARK_TEST_UNSET_VAR")
+    with pytest.raises(ReadError, match="TIDEMARK_TEST_UNSET_VAR .*secret_env.* not set"):
+        read(spark, spec)
+
+
+def test_spark_native_hands_s3a_paths_to_spark(spark, s3_server, s3_bucket):
+    """This Spark has no hadoop-aws: the s3a path reaching spark.read is what fails."""
+    from workers.spark.errors import ReadError
+    from workers.spark.read_object_store import read
+
+    spec = _source(s3_server, s3_bucket, ["in/a.parquet"], spark_native=True)
+    with pytest.raises(ReadError) as failed:
+        read(spark, spec)
+    assert "s3a" in str(failed.value)
