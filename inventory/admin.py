@@ -214,7 +214,9 @@ class ConnectorAdmin(RoleActionsMixin, admin.ModelAdmin):
             request,
             queryset,
             "paused",
-            lambda c: connector_services.connector_pause(connector=c),
+            lambda c: connector_services.connector_pause(
+                connector=c, actor=request.user.get_username()
+            ),
         )
 
     @service_action("connector.resume", "Resume selected connectors")
@@ -223,7 +225,9 @@ class ConnectorAdmin(RoleActionsMixin, admin.ModelAdmin):
             request,
             queryset,
             "resumed",
-            lambda c: connector_services.connector_resume(connector=c),
+            lambda c: connector_services.connector_resume(
+                connector=c, actor=request.user.get_username()
+            ),
         )
 
 

@@ -29,6 +29,7 @@ from inventory.models import (
     BatchKind,
     BatchStatus,
     Connector,
+    ConnectorEvent,
     Job,
     MaintenanceRun,
     WatermarkEvent,
@@ -104,6 +105,11 @@ def backfills_with_progress(queryset: QuerySet[Backfill] | None = None) -> Query
         weight_total=Coalesce(Sum("batches__weight"), Value(0)),
         weight_done=Coalesce(Sum("batches__weight", filter=done), Value(0)),
     )
+
+
+def connector_history(*, connector: Connector) -> QuerySet[ConnectorEvent]:
+    """The connector's state changes (orchestration, pause/resume), newest first."""
+    return ConnectorEvent.objects.filter(connector=connector)
 
 
 def watermark_history(*, job: Job) -> QuerySet[WatermarkEvent]:

@@ -6,7 +6,7 @@ with a CSRF token, and redirects after it.
 """
 
 from datetime import timedelta
-from functools import wraps
+from functools import partial, wraps
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -311,9 +311,10 @@ def connectors(request):
 @login_required
 def connector_action(request, name, action):
     connector = get_object_or_404(Connector, name=name)
+    actor = request.user.get_username()
     actions = {
-        "pause": (connector_services.connector_pause, f"paused {name}"),
-        "resume": (connector_services.connector_resume, f"resumed {name}"),
+        "pause": (partial(connector_services.connector_pause, actor=actor), f"paused {name}"),
+        "resume": (partial(connector_services.connector_resume, actor=actor), f"resumed {name}"),
         "discover": (
             discovery.connector_discover_now,
             lambda new: f"scanned {name}: {new} new file(s) registered",

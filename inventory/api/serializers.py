@@ -14,6 +14,7 @@ from inventory.models import (
     Batch,
     BatchAttempt,
     Connector,
+    ConnectorEvent,
     ConnectorKind,
     Job,
     Watermark,
@@ -59,6 +60,11 @@ class ConnectorSerializer(serializers.ModelSerializer):
         help_text="the connector's config; `*_env` values are environment-variable names"
     )
     jobs = serializers.SlugRelatedField(many=True, read_only=True, slug_field="name")
+    cursor = AnyJSONField(
+        read_only=True,
+        help_text="where discovery got to in the source (a table's next column value, the next "
+        "offset per Kafka partition, the last listed key, the snapshot bound)",
+    )
 
     class Meta:
         model = Connector
@@ -69,6 +75,7 @@ class ConnectorSerializer(serializers.ModelSerializer):
             "config",
             "state",
             "start_after",
+            "cursor",
             "jobs",
             "created_at",
             "updated_at",
@@ -157,6 +164,13 @@ class WatermarkCorrectionSerializer(serializers.Serializer):
     replay = serializers.BooleanField(
         default=False, help_text="confirm moving the watermark backwards (items are reprocessed)"
     )
+
+
+class ConnectorEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ConnectorEvent
+        fields = ["id", "old_state", "new_state", "actor", "reason", "created_at"]
+        read_only_fields = fields
 
 
 class WatermarkEventSerializer(serializers.ModelSerializer):

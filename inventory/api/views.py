@@ -170,7 +170,9 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     )
     @action(detail=True, methods=["post"])
     def pause(self, request, name=None):
-        connector = connector_services.connector_pause(connector=self.get_object())
+        connector = connector_services.connector_pause(
+            connector=self.get_object(), actor=actor_name(request.user)
+        )
         return Response(s.ConnectorSerializer(connector).data)
 
     @extend_schema(
@@ -180,11 +182,24 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     )
     @action(detail=True, methods=["post"])
     def resume(self, request, name=None):
-        connector = connector_services.connector_resume(connector=self.get_object())
+        connector = connector_services.connector_resume(
+            connector=self.get_object(), actor=actor_name(request.user)
+        )
         return Response(s.ConnectorSerializer(connector).data)
 
     @extend_schema(
-        summary="Scan a files connector's directory now and register new files (operator)",
+        summary="The connector's state changes, newest first (waiting -> active -> completed, "
+        "pause/resume), with who or what made them and why",
+        responses=_responses({200: s.ConnectorEventSerializer(many=True)}, 404),
+    )
+    @action(detail=True, methods=["get"], pagination_class=NewestFirst, filter_backends=[])
+    def events(self, request, name=None):
+        events = selectors.connector_history(connector=self.get_object())
+        page = self.paginate_queryset(events)
+        return self.get_paginated_response(s.ConnectorEventSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Look at a connector's source now and register what is new (operator)",
         request=None,
         responses=_responses({200: s.DiscoverResultSerializer}, 400, 404, 409),
     )

@@ -7,53 +7,90 @@ from inventory.sql.migrations_utils import RunSQLFile
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0013_asset_index_no_jit'),
+        ("inventory", "0013_asset_index_no_jit"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ConnectorEvent',
+            name="ConnectorEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('old_state', models.CharField(choices=[('active', 'active'), ('paused', 'paused'), ('waiting', 'waiting'), ('completed', 'completed')], max_length=20)),
-                ('new_state', models.CharField(choices=[('active', 'active'), ('paused', 'paused'), ('waiting', 'waiting'), ('completed', 'completed')], max_length=20)),
-                ('actor', models.CharField(blank=True, default='', max_length=150)),
-                ('reason', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "old_state",
+                    models.CharField(
+                        choices=[
+                            ("active", "active"),
+                            ("paused", "paused"),
+                            ("waiting", "waiting"),
+                            ("completed", "completed"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "new_state",
+                    models.CharField(
+                        choices=[
+                            ("active", "active"),
+                            ("paused", "paused"),
+                            ("waiting", "waiting"),
+                            ("completed", "completed"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("actor", models.CharField(blank=True, default="", max_length=150)),
+                ("reason", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['-id'],
+                "ordering": ["-id"],
             },
         ),
         migrations.AddField(
-            model_name='batch',
-            name='commit_seq',
+            model_name="batch",
+            name="commit_seq",
             field=models.BigIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='connector',
-            name='cursor',
+            model_name="connector",
+            name="cursor",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AddField(
-            model_name='job',
-            name='lookback',
-            field=models.BigIntegerField(default=0, help_text="late data: every batch of a table source also re-reads this much before its range (seconds for a timestamp column, values for an integer column); the sink's upsert removes the duplicates"),
+            model_name="job",
+            name="lookback",
+            field=models.BigIntegerField(
+                default=0,
+                help_text="late data: every batch of a table source also re-reads this much before its range (seconds for a timestamp column, values for an integer column); the sink's upsert removes the duplicates",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='batch',
-            constraint=models.UniqueConstraint(condition=models.Q(('commit_seq__isnull', False)), fields=('job', 'commit_seq'), name='batch_commit_seq_unique'),
+            model_name="batch",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("commit_seq__isnull", False)),
+                fields=("job", "commit_seq"),
+                name="batch_commit_seq_unique",
+            ),
         ),
         migrations.AddField(
-            model_name='connectorevent',
-            name='connector',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='inventory.connector'),
+            model_name="connectorevent",
+            name="connector",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="events",
+                to="inventory.connector",
+            ),
         ),
         migrations.AddIndex(
-            model_name='connectorevent',
-            index=models.Index(fields=['connector', '-id'], name='connector_event_history_idx'),
+            model_name="connectorevent",
+            index=models.Index(fields=["connector", "-id"], name="connector_event_history_idx"),
         ),
         # tidemark_succeed numbers each job's commits in commit order (Batch.commit_seq)
         RunSQLFile("0014_sources_core.sql", reverse="noop"),

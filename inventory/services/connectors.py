@@ -1,7 +1,6 @@
 """Connectors: create with validated config, pause/resume, orchestration by `start_after`."""
 
 from django.db import transaction
-from django.db.models import Q
 
 from inventory.models import (
     Backfill,
@@ -18,6 +17,7 @@ from inventory.services import lifecycle, source_job_output, watermarks
 from inventory.services.assets import check_completion_config
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.items import check_meta_table, quote_table
+from inventory.services.orchestration import connector_transition, predecessors_completed
 from inventory.services.secrets import check_no_secrets
 from inventory.services.source_kinds import source_module
 from inventory.services.sources import (
@@ -87,7 +87,7 @@ def connector_create(
         raise Conflict(f"a connector named {name!r} already exists")
     state = ConnectorState.ACTIVE
     if start_after:
-        state = ConnectorState.WAITING if not _predecessor_completed(start_after) else state
+        state = ConnectorState.WAITING if not predecessors_completed(start_after) else state
     return Connector.objects.create(
         name=name,
         kind=kind,
@@ -98,50 +98,26 @@ def connector_create(
     )
 
 
-def _predecessors(start_after: str):
-    return Connector.objects.filter(Q(name=start_after) | Q(labels__contains=[start_after]))
-
-
-def _predecessor_completed(start_after: str) -> bool:
-    predecessors = _predecessors(start_after)
-    return (
-        predecessors.exists() and not predecessors.exclude(state=ConnectorState.COMPLETED).exists()
-    )
-
-
 @transaction.atomic
-def connector_pause(*, connector: Connector) -> Connector:
+def connector_pause(*, connector: Connector, actor: str = "") -> Connector:
     connector = Connector.objects.select_for_update().get(pk=connector.pk)
     if connector.state == ConnectorState.COMPLETED:
         raise Conflict(f"connector {connector.name} is completed; there is nothing to pause")
-    connector.state = ConnectorState.PAUSED
-    connector.save(update_fields=["state", "updated_at"])
+    connector_transition(connector, ConnectorState.PAUSED, actor=actor, reason="paused")
     return connector
 
 
 @transaction.atomic
-def connector_resume(*, connector: Connector) -> Connector:
+def connector_resume(*, connector: Connector, actor: str = "") -> Connector:
     connector = Connector.objects.select_for_update().get(pk=connector.pk)
     if connector.state == ConnectorState.COMPLETED:
         raise Conflict(f"connector {connector.name} is completed; it cannot be resumed")
-    if connector.start_after and not _predecessor_completed(connector.start_after):
-        connector.state = ConnectorState.WAITING
+    if connector.start_after and not predecessors_completed(connector.start_after):
+        reason = f"resumed; waits for {connector.start_after!r} to complete"
+        connector_transition(connector, ConnectorState.WAITING, actor=actor, reason=reason)
     else:
-        connector.state = ConnectorState.ACTIVE
-    connector.save(update_fields=["state", "updated_at"])
+        connector_transition(connector, ConnectorState.ACTIVE, actor=actor, reason="resumed")
     return connector
-
-
-def connectors_release_waiting() -> list[str]:
-    """Activate waiting connectors whose `start_after` predecessors have all completed."""
-    released = []
-    for connector in Connector.objects.filter(state=ConnectorState.WAITING):
-        if _predecessor_completed(connector.start_after):
-            Connector.objects.filter(pk=connector.pk, state=ConnectorState.WAITING).update(
-                state=ConnectorState.ACTIVE
-            )
-            released.append(connector.name)
-    return released
 
 
 _UNSET = object()
@@ -222,7 +198,7 @@ def connector_reset(
         raise InvalidInput("reason", "resetting a connector needs a reason")
     connector = Connector.objects.select_for_update().get(pk=connector.pk)
     config = validate_config(connector.kind, config or {})
-    source_job_output.check_connector(connector=connector, config=config)
+    source_job_output.check_connector(connector=connector, config=config, reset=True)
     changed = identity_changes(connector.config, config)
     jobs = list(Job.objects.select_for_update().filter(connector=connector).order_by("pk"))
     running = (

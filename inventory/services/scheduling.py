@@ -15,12 +15,12 @@ from django.db.models.functions import Now
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from inventory.models import Connector, ConnectorState, Job, MaintenanceRun
-from inventory.services.connectors import connectors_release_waiting
 from inventory.services.discovery import discover, discovers
 from inventory.services.dispatch import RunOutcome, batches_dispatch_due, job_run
 from inventory.services.errors import InvalidInput
 from inventory.services.lifecycle import batches_reap_expired
 from inventory.services.metrics_rollup import attempt_rollup_advance
+from inventory.services.orchestration import orchestrate
 
 PREFIX = "tidemark:"
 JOB_PREFIX = f"{PREFIX}run-job:"
@@ -221,8 +221,10 @@ def step_overdue_after(name: str) -> int:
 
 
 def connectors_orchestrate() -> list[str]:
-    """Orchestration step: release waiting connectors and give their jobs a run straight away."""
-    released = connectors_release_waiting()
-    for job in Job.objects.filter(connector__name__in=released, paused=False):
+    """Orchestration step: complete finished snapshots, release the connectors waiting for them
+    and give their jobs a run straight away; returns the released connectors' names."""
+    outcome = orchestrate()
+    released = outcome["released"]
+    for job in Job.objects.filter(connector__name__in=released, paused=False).order_by("pk"):
         job_run(job=job)
     return released

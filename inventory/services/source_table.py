@@ -344,3 +344,25 @@ def time_range_to_ids(connector: Connector, first, last) -> tuple[int, int] | No
             and from_json(lower, column_type, field="") <= last
         ]
     return (min(ids), max(ids)) if ids else None
+
+
+def synced_offsets(connector: Connector, partition_column: str, offset_column: str) -> dict:
+    """{partition: next offset} of a topic this table was synced from: the largest offset each
+    partition's rows carry + 1, over what the connector registered (history then live)."""
+    config = connector.config
+    field = "config.handover"
+    names = {
+        "table": _relation(config),
+        "column": sql.Identifier(config["column"]),
+        "partition": sql.Identifier(quote_identifier(partition_column, field_name=field)[1:-1]),
+        "offset": sql.Identifier(quote_identifier(offset_column, field_name=field)[1:-1]),
+    }
+    upper = (connector.cursor or {}).get("next")
+    if upper is None:
+        return {}
+    with source_connection(config, field=field) as conn, conn.cursor() as cursor:
+        cursor.execute(
+            sql.SQL(source_query("table_synced_offsets")).format(**names),
+            {"upper": from_json(upper, config["column_type"], field=field)},
+        )
+        return {int(partition): int(offset) + 1 for partition, offset in cursor.fetchall()}

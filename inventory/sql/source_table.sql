@@ -39,3 +39,10 @@ SELECT min({column}) FROM {table} WHERE {column} > %(value)s AND {column} <= %(h
 -- name: table_count_range
 -- rows with lower <= column < upper
 SELECT count(*) FROM {table} WHERE {column} >= %(lower)s AND {column} < %(upper)s;
+
+-- name: table_synced_offsets
+-- history-then-live: the largest topic offset each partition's rows were synced from, over the
+-- rows the connector registered (column < upper)
+SELECT {partition}, max({offset}) FROM {table}
+WHERE {column} < %(upper)s AND {partition} IS NOT NULL AND {offset} IS NOT NULL
+GROUP BY {partition};

@@ -1,0 +1,140 @@
+"""Connector orchestration: snapshots that complete, connectors that wait for them, and hand-over.
+
+- A connector in snapshot mode (`config.snapshot: true`: a table, a directory or a prefix up to the
+  point captured on its first look) becomes `completed` once discovery has registered everything
+  up to that point and every job of the connector has committed all of it.
+- A connector with `start_after` (a connector's name or label) waits until every connector it
+  names is completed, then becomes `active`.
+- History then live: a `kafka` connector that follows a `table` connector can take its starting
+  offsets from the history's data (`config.handover: {"partition_column", "offset_column"}`: the
+  topic position each history row was synced from). Its first offset per partition is the
+  history's largest synced offset + 1, so no message is read twice and none is skipped.
+
+Every state change is a ConnectorEvent (old state, new state, actor, reason), shown in the API, the
+admin and the dashboard. Locks: one connector row at a time.
+"""
+
+from django.db import transaction
+from django.db.models import Max, Q
+
+from inventory.models import Asset, Connector, ConnectorEvent, ConnectorKind, ConnectorState, Job
+
+SYSTEM = "orchestration"
+
+
+@transaction.atomic
+def connector_transition(
+    connector: Connector, new_state: str, *, actor: str, reason: str, expect: str | None = None
+) -> bool:
+    """Move a connector to `new_state` (only from `expect`, when given) and record why."""
+    locked = Connector.objects.select_for_update().get(pk=connector.pk)
+    if locked.state == new_state or (expect is not None and locked.state != expect):
+        return False
+    ConnectorEvent.objects.create(
+        connector=locked, old_state=locked.state, new_state=new_state, actor=actor, reason=reason
+    )
+    locked.state = new_state
+    locked.save(update_fields=["state", "updated_at"])
+    connector.state = new_state
+    return True
+
+
+def predecessors(start_after: str):
+    return Connector.objects.filter(Q(name=start_after) | Q(labels__contains=[start_after]))
+
+
+def predecessors_completed(start_after: str) -> bool:
+    found = predecessors(start_after)
+    return found.exists() and not found.exclude(state=ConnectorState.COMPLETED).exists()
+
+
+def snapshot_committed(connector: Connector) -> str | None:
+    """Why a snapshot connector is complete (None: not yet): all of its snapshot is registered
+    and every one of its jobs committed every registered item."""
+    if not (connector.config or {}).get("snapshot"):
+        return None
+    if not (connector.cursor or {}).get("snapshot_closed"):
+        return None
+    jobs = list(Job.objects.filter(connector=connector).select_related("watermark"))
+    if not jobs:
+        return None
+    last = Asset.objects.filter(connector=connector).aggregate(last=Max("id"))["last"]
+    if last is None:
+        return "its snapshot holds no items"
+    behind = [job.name for job in jobs if job.watermark.position <= last]
+    if behind:
+        return None
+    return f"every item of its snapshot (up to asset {last}) is committed by {len(jobs)} job(s)"
+
+
+def snapshots_complete() -> list[str]:
+    completed = []
+    for connector in Connector.objects.filter(state=ConnectorState.ACTIVE).order_by("pk"):
+        reason = snapshot_committed(connector)
+        if reason and connector_transition(
+            connector,
+            ConnectorState.COMPLETED,
+            actor=SYSTEM,
+            reason=f"snapshot completed: {reason}",
+            expect=ConnectorState.ACTIVE,
+        ):
+            completed.append(connector.name)
+    return completed
+
+
+def waiting_release() -> list[str]:
+    """Activate waiting connectors whose predecessors all completed (taking a hand-over position
+    first, so the connector's first look already starts there)."""
+    released = []
+    for connector in Connector.objects.filter(state=ConnectorState.WAITING).order_by("pk"):
+        if not predecessors_completed(connector.start_after):
+            continue
+        reason = f"every connector named by start_after {connector.start_after!r} is completed"
+        handover = _handover(connector)
+        if handover:
+            reason += f"; {handover}"
+        if connector_transition(
+            connector,
+            ConnectorState.ACTIVE,
+            actor=SYSTEM,
+            reason=reason,
+            expect=ConnectorState.WAITING,
+        ):
+            released.append(connector.name)
+    return released
+
+
+def _handover(connector: Connector) -> str:
+    """Set a following kafka connector's first offsets from its history's data; says what it set."""
+    spec = (connector.config or {}).get("handover")
+    if connector.kind != ConnectorKind.KAFKA or not spec or connector.cursor:
+        return ""
+    from inventory.services import source_kafka, source_table
+
+    history = [
+        c
+        for c in predecessors(connector.start_after).order_by("pk")
+        if source_table_kind(c) and c.config.get("snapshot")
+    ]
+    if len(history) != 1:
+        return ""
+    offsets = source_table.synced_offsets(
+        history[0], spec["partition_column"], spec["offset_column"]
+    )
+    source_kafka.handover_set(connector, offsets)
+    shown = ", ".join(f"{p}: {o}" for p, o in sorted(offsets.items()))
+    return f"starts after the offsets {history[0].name} was synced to ({shown or 'none'})"
+
+
+def source_table_kind(connector: Connector) -> bool:
+    from inventory.services.source_kinds import connector_source
+
+    module = connector_source(connector)
+    return module is not None and module.__name__.endswith("source_table")
+
+
+def orchestrate() -> dict:
+    """The orchestration step (beat): complete snapshots, then release what waited for them."""
+    completed = snapshots_complete()
+    released = waiting_release()
+    return {"completed": completed, "released": released}

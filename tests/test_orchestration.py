@@ -1,0 +1,119 @@
+"""Orchestration: a snapshot connector completes once its jobs committed all of it, the connectors
+that start after it go from waiting to active, and every state change is recorded and shown."""
+
+import pytest
+
+from inventory.models import ConnectorEvent, ConnectorState
+from inventory.services import lifecycle, scheduling
+from inventory.services.connectors import connector_create
+from inventory.services.discovery import discover
+from inventory.services.jobs import job_create
+from tests.api_support import token_client
+from tests.test_source_table import SOURCE_ENV, insert, source_dsn  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _commit_all(job) -> int:
+    done = 0
+    while (batch := lifecycle.batch_acquire(job=job, worker="t")) is not None:
+        lifecycle.batch_succeed(batch_id=batch.pk, attempt=batch.attempt, result={})
+        done += 1
+    return done
+
+
+def test_a_snapshot_completes_when_committed_and_releases_what_starts_after_it(
+    source_dsn,  # noqa: F811
+    tmp_path,
+    role_users,
+):
+    insert(source_dsn, range(1, 21))
+    history = connector_create(
+        name="orders-history",
+        kind="table",
+        labels=["history"],
+        config={
+            "dsn_env": SOURCE_ENV,
+            "table": "orders",
+            "column": "id",
+            "slice_rows": 5,
+            "snapshot": True,
+        },
+    )
+    (tmp_path / "live").mkdir()
+    live = connector_create(
+        name="orders-live",
+        kind="files",
+        config={"path": str(tmp_path / "live")},
+        start_after="history",
+    )
+    assert live.state == ConnectorState.WAITING
+    job = job_create(name="history-load", connector=history, batch_weight=10, max_items=10)
+
+    assert discover(history) == 4
+    insert(source_dsn, range(21, 31))  # after the snapshot was taken: never part of it
+    assert discover(history) == 0
+    assert history.cursor["snapshot_closed"] is True
+
+    _commit_all(job)
+    assert scheduling.connectors_orchestrate() == ["orders-live"]
+    history.refresh_from_db()
+    live.refresh_from_db()
+    assert history.state == ConnectorState.COMPLETED
+    assert live.state == ConnectorState.ACTIVE
+    assert scheduling.connectors_orchestrate() == []  # nothing changes twice
+
+    completed = ConnectorEvent.objects.get(connector=history)
+    assert (completed.old_state, completed.new_state) == ("active", "completed")
+    assert "snapshot completed" in completed.reason and completed.actor == "orchestration"
+    released = ConnectorEvent.objects.get(connector=live)
+    assert (released.old_state, released.new_state) == ("waiting", "active")
+
+    api = token_client(role_users["viewer"])
+    events = api.get("/api/v1/connectors/orders-live/events/").json()["results"]
+    assert [(e["old_state"], e["new_state"]) for e in events] == [("waiting", "active")]
+    shown = api.get("/api/v1/connectors/orders-history/").json()
+    assert shown["state"] == "completed" and shown["cursor"]["snapshot_closed"] is True
+
+
+def test_a_snapshot_is_not_completed_while_a_job_has_not_committed_all_of_it(
+    source_dsn,  # noqa: F811
+):
+    insert(source_dsn, range(1, 11))
+    history = connector_create(
+        name="partial-history",
+        kind="table",
+        config={
+            "dsn_env": SOURCE_ENV,
+            "table": "orders",
+            "column": "id",
+            "slice_rows": 5,
+            "snapshot": True,
+        },
+    )
+    fast = job_create(name="fast", connector=history, batch_weight=100, max_items=10)
+    slow = job_create(name="slow", connector=history, batch_weight=5, max_items=1)
+    discover(history)
+    _commit_all(fast)
+    first = lifecycle.batch_acquire(job=slow, worker="t")
+    lifecycle.batch_succeed(batch_id=first.pk, attempt=first.attempt, result={})
+    scheduling.connectors_orchestrate()
+    history.refresh_from_db()
+    assert history.state == ConnectorState.ACTIVE  # slow has one slice to go
+    _commit_all(slow)
+    scheduling.connectors_orchestrate()
+    history.refresh_from_db()
+    assert history.state == ConnectorState.COMPLETED
+
+
+def test_pause_and_resume_are_recorded_with_the_actor(tmp_path, role_users):
+    (tmp_path / "in").mkdir()
+    connector_create(name="landing", kind="files", config={"path": str(tmp_path / "in")})
+    api = token_client(role_users["operator"])
+    assert api.post("/api/v1/connectors/landing/pause/").status_code == 200
+    assert api.post("/api/v1/connectors/landing/resume/").status_code == 200
+    events = token_client(role_users["viewer"]).get("/api/v1/connectors/landing/events/").json()
+    assert [(e["new_state"], e["actor"]) for e in events["results"]] == [
+        ("active", role_users["operator"].username),
+        ("paused", role_users["operator"].username),
+    ]
