@@ -178,10 +178,10 @@ def test_a_canary_secret_never_leaves_its_environment_variable(
 ):
     caplog.set_level(logging.DEBUG)
     sent = []
-    from workers.tasks import run_batch
+    from workers.tasks import run_job
 
     monkeypatch.setattr(
-        run_batch, "apply_async", lambda *args, **kwargs: sent.append(repr((args, kwargs)))
+        run_job, "apply_async", lambda *args, **kwargs: sent.append(repr((args, kwargs)))
     )
     admin_api = token_client(role_users["admin"])
     created = admin_api.post(

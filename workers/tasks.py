@@ -4,61 +4,41 @@ import logging
 
 from celery import current_app, shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
 
-from inventory.models import Connector, Job
+from inventory.models import Connector
 from inventory.services import dispatch, execution, scheduling
-from workers import executors, threads_pool
-from workers.warm_session import install as _install_warm_session
+from workers import executors, threads_pool, warm_session
 
 log = logging.getLogger(__name__)
 
-_install_warm_session()
+warm_session.install()
 threads_pool.install(current_app)
 
 _LIMIT = settings.TIDEMARK_BATCH_TIME_LIMIT
-# a little past the backoff, so the retry finds its batch due
-_RETRY_SLACK_SECONDS = 0.5
+# a nudge takes batches for up to execution.WORK_SECONDS, the last of which may run its whole limit
+_WORK_LIMIT = int(execution.WORK_SECONDS) + _LIMIT
 
 
 @shared_task(
-    name="tidemark.run_batch",
+    name="tidemark.run_job",
     acks_late=True,
     reject_on_worker_lost=True,
-    soft_time_limit=max(_LIMIT - 30, 5),
-    time_limit=_LIMIT,
+    soft_time_limit=_WORK_LIMIT,
+    time_limit=_WORK_LIMIT + 30,
     ignore_result=True,
 )
-def run_batch(batch_id: int) -> dict:
-    """Run one batch if it is queued (or a due retry); anything else is left as it is."""
-    try:
-        outcome = execution.batch_execute(batch_id=batch_id, executor_for=executors.executor_for)
-    except (OperationalError, InterfaceError) as exc:
-        # batch_execute retries its own database calls; should one still fail, the message must
-        # not be lost with it (the database keeps the batch's state: a second send is harmless)
-        log.warning("batch %s: database unavailable (%s); sent again", batch_id, exc)
-        dispatch.send(run_batch, batch_id, countdown=execution.DEFERRED_RETRY_SECONDS)
-        return {"batch": batch_id, "status": "deferred", "attempt": 0}
-    if outcome.retry_in is not None:
-        dispatch.send(run_batch, batch_id, countdown=outcome.retry_in + _RETRY_SLACK_SECONDS)
-    log.info(
-        "batch %s attempt %s: %s %s",
-        batch_id,
-        outcome.attempt,
-        outcome.status,
-        outcome.detail[:200],
-    )
-    return {"batch": batch_id, "status": outcome.status, "attempt": outcome.attempt}
-
-
-@shared_task(name="tidemark.run_job", acks_late=True, time_limit=300, ignore_result=True)
 def run_job(job_id: int) -> dict:
-    """A scheduled incremental run: plan what is new and enqueue it (no new items, no work)."""
-    job = Job.objects.select_related("connector").filter(pk=job_id).first()
-    if job is None:
-        return {"job": job_id, "planned": [], "reason": "no such job"}
-    outcome = dispatch.job_run(job=job)
-    return {"job": outcome.job, "planned": outcome.planned, "reason": outcome.reason}
+    """A nudge: job `job_id` may have work. Take its batches through acquire and run them (no
+    new items: no batch, and Spark is not touched). Idempotent: a nudge too many finds nothing."""
+    outcomes = execution.job_work(
+        job_id=job_id, executor_for=executors.executor_for, has_room=_slot_free
+    )
+    return {"job": job_id, "batches": {o.batch_id: o.status for o in outcomes}}
+
+
+def _slot_free() -> bool:
+    slots = warm_session.batch_slots()
+    return slots.running() < slots.limit
 
 
 @shared_task(name="tidemark.discover_assets", acks_late=True, time_limit=600, ignore_result=True)

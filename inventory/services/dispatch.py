@@ -1,18 +1,21 @@
-"""Dispatch: plan a job's work now and hand it to Celery; keep backfills and retries moving.
+"""Dispatch: plan a job's work now and nudge Celery workers to take it.
 
-The beat steps (scheduled runs, retry requeue, backfill pacing) and the operator's "run now" end
-here. Tasks are sent by name (`send`), so nothing in inventory/ imports workers/: the worker side
-(workers/tasks.py) calls execution.batch_execute for each batch it receives.
+Workers take work in one place only, the acquire path (`lifecycle.batch_acquire`, SQL
+`tidemark_acquire`), as API clients do. A Celery message is a nudge, `tidemark.run_job` with a job
+id ("job J may have work"): idempotent, and cheap to lose, since the database holds every batch's
+state and beat's steps nudge again (a lost nudge costs at most one step's interval, never a batch
+left waiting). The beat steps (retry requeue with its sweep, backfill pacing) and the operator's
+"run now" end here. Tasks are sent by name (`send`), so nothing in inventory/ imports workers/:
+the worker side (workers/tasks.py) calls execution.job_work for each nudge it receives.
 """
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
 
 from celery import current_app
-from django.db import transaction
-from django.db.models import Q
-from django.db.models.functions import Now
+from django.db import connection, transaction
+from django.db.models import Count, Exists, F, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 
 from inventory.models import (
     OPEN_STATUSES,
@@ -24,27 +27,29 @@ from inventory.models import (
     ConnectorState,
     Job,
 )
-from inventory.services import lifecycle, throttle
+from inventory.services import lifecycle
 
 log = logging.getLogger(__name__)
 
-RUN_BATCH = "tidemark.run_batch"
-
-# How long a queued batch may wait for a worker before a scheduled run sends its task again.
-# Sending twice is harmless (only one start wins); never sending would leave it queued forever.
-REDISPATCH_AFTER = timedelta(seconds=60)
+RUN_JOB = "tidemark.run_job"
 
 
-def dispatch(batch_ids: list[int]) -> None:
-    """Enqueue run_batch for each id once the current transaction commits (ids only)."""
-    if not batch_ids:
+def dispatch(job_ids: list[int]) -> None:
+    """Nudge the worker side once per entry of `job_ids` (a job may be named several times, one
+    per batch it may start at once), after the current transaction commits."""
+    if not job_ids:
         return
-    ids = list(batch_ids)
-    transaction.on_commit(lambda: [send(RUN_BATCH, batch_id) for batch_id in ids])
+    ids = list(job_ids)
+    transaction.on_commit(lambda: [nudge(job_id) for job_id in ids])
+
+
+def nudge(job_id: int, *, countdown: float | None = None) -> None:
+    """Tell the workers that job `job_id` may have work (now, or after `countdown` seconds)."""
+    send(RUN_JOB, job_id, countdown=countdown)
 
 
 def send(task, *args, countdown: float | None = None) -> None:
-    """Enqueue a task by name ("tidemark.run_batch"; a task object is accepted too) on the
+    """Enqueue a task by name ("tidemark.run_job"; a task object is accepted too) on the
     configured queue, read at send time (tests point the app at their own). A signature by name:
     the task object is used when this process has it registered, else the message goes by name."""
     name = task if isinstance(task, str) else task.name
@@ -64,11 +69,12 @@ class RunOutcome:
 
 
 def job_run(*, job: Job) -> RunOutcome:
-    """Plan the job's new items now (up to `max_concurrency` batches in flight) and enqueue them.
+    """Plan the job's new items now (up to `max_concurrency` batches in flight) and nudge the
+    workers once per planned batch; they start them through acquire.
 
-    Nothing new means no batch and no task: Spark is not touched. Queued incremental batches that
-    have waited longer than REDISPATCH_AFTER (their task was lost, or the job was paused) are sent
-    again. An urgent backfill (priority > 0) of the job holds incremental work back until it ends.
+    Nothing new means no batch and no nudge: Spark is not touched. Batches already waiting are
+    the sweep's (`batches_dispatch_due`). An urgent backfill (priority > 0) of the job holds new
+    incremental planning back until it ends; its batches are acquire's (nudged by pacing).
     """
     with transaction.atomic():
         job = Job.objects.select_for_update().select_related("connector").get(pk=job.pk)
@@ -83,27 +89,19 @@ def job_run(*, job: Job) -> RunOutcome:
                 dispatched=[],
                 reason=f"backfill {urgent.pk} (priority {urgent.priority}) runs first",
             )
-        requeued = lifecycle.batches_requeue_due(job_id=job.pk)
-        incremental = Batch.objects.filter(job=job, kind=BatchKind.INCREMENTAL)
-        in_flight = incremental.filter(status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING]).count()
-        stale = list(
-            incremental.filter(lifecycle.batch_due(), status=BatchStatus.QUEUED)
-            .filter(
-                Q(pk__in=requeued)
-                | Q(created_at__lt=Now() - REDISPATCH_AFTER)
-                | Q(finished_at__lt=Now() - REDISPATCH_AFTER)
-            )
-            .order_by("span")
-            .values_list("id", flat=True)
-        )
+        in_flight = Batch.objects.filter(
+            job=job,
+            kind=BatchKind.INCREMENTAL,
+            status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING],
+        ).count()
         planned = []
         for _ in range(max(job.max_concurrency - in_flight, 0)):
             batch = lifecycle.batch_plan_next(job=job)
             if batch is None:
                 break
             planned.append(batch.pk)
-        dispatch(stale + planned)
-    return RunOutcome(job=job.name, planned=planned, dispatched=stale + planned)
+        dispatch([job.pk] * len(planned))
+    return RunOutcome(job=job.name, planned=planned, dispatched=planned)
 
 
 def _urgent_backfill(job: Job) -> Backfill | None:
@@ -116,9 +114,11 @@ def _urgent_backfill(job: Job) -> Backfill | None:
 
 
 def batches_dispatch_due() -> list[int]:
-    """Retries whose backoff has passed: failed -> queued, and their tasks sent (a beat step).
+    """Retries whose backoff has passed become queued, and every job with a due incremental
+    batch and room for it under `max_concurrency` is nudged (a beat step, also the reaper's).
 
-    Incremental retries of paused jobs wait; backfill retries are left to the pacing step.
+    The sweep is what makes a lost nudge harmless: whatever waits is nudged again here. Returns
+    the requeued incremental batches of runnable jobs; backfill retries are pacing's to nudge.
     """
     with transaction.atomic():
         ids = lifecycle.batches_requeue_due()
@@ -130,16 +130,41 @@ def batches_dispatch_due() -> list[int]:
                 job__connector__state=ConnectorState.ACTIVE,
             ).values_list("id", flat=True)
         )
-        dispatch(runnable)
+        dispatch(jobs_waiting())
     return runnable
 
 
-def backfills_pace() -> dict[int, list[int]]:
-    """Keep at most `max_concurrency` batches of each running backfill in flight (a beat step).
+def jobs_waiting() -> list[int]:
+    """Active jobs with a due incremental batch (queued, or a retry whose backoff is over) and
+    fewer than `max_concurrency` incremental batches running."""
+    running = (
+        Batch.objects.filter(
+            job=OuterRef("pk"), kind=BatchKind.INCREMENTAL, status=BatchStatus.RUNNING
+        )
+        .values("job")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    due = Batch.objects.filter(
+        lifecycle.batch_due(), job=OuterRef("pk"), kind=BatchKind.INCREMENTAL
+    )
+    return list(
+        Job.objects.filter(Exists(due), paused=False, connector__state=ConnectorState.ACTIVE)
+        .annotate(running=Coalesce(Subquery(running), 0))
+        .filter(running__lt=F("max_concurrency"))
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
 
-    A backfill with priority above 0 goes ahead of the job's incremental work; one at or below 0
-    waits while the job has incremental batches queued or running. Sends are bounded by the free
-    slots; `batch_execute` re-checks the limit under the backfill's row lock when a batch starts.
+
+def backfills_pace() -> dict[int, list[int]]:
+    """Nudge the jobs of running backfills once per batch the backfill may start now (a beat
+    step); returns those batches by backfill.
+
+    Which batches may start is SQL's one rule (tidemark_backfill_admissible: `max_concurrency`
+    and the shared throttle), the rule acquire claims by. A backfill with priority above 0 goes
+    ahead of the job's incremental work; one at or below 0 waits while a due incremental batch of
+    the job does, as acquire hands that one out first.
     """
     sent = {}
     running = Backfill.objects.filter(status=BackfillStatus.RUNNING).select_related(
@@ -150,9 +175,7 @@ def backfills_pace() -> dict[int, list[int]]:
             continue
         if backfill.priority <= 0 and (
             Batch.objects.filter(
-                job_id=backfill.job_id,
-                kind=BatchKind.INCREMENTAL,
-                status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING],
+                lifecycle.batch_due(), job_id=backfill.job_id, kind=BatchKind.INCREMENTAL
             ).exists()
         ):
             continue
@@ -161,21 +184,12 @@ def backfills_pace() -> dict[int, list[int]]:
 
 
 def backfill_pace(*, backfill: Backfill) -> list[int]:
+    """The batches of `backfill` that may start now (in range order), with one nudge of its
+    job for each; the workers then claim them through acquire."""
     with transaction.atomic():
-        backfill = Backfill.objects.select_for_update().get(pk=backfill.pk)
-        if backfill.status != BackfillStatus.RUNNING:
-            return []
         lifecycle.batches_requeue_due(backfill_id=backfill.pk)
-        in_flight = backfill.batches.filter(status=BatchStatus.RUNNING).count()
-        free = backfill.max_concurrency - in_flight
-        if free <= 0:
-            return []
-        candidates = list(
-            backfill.batches.filter(lifecycle.batch_due(), status=BatchStatus.QUEUED)
-            .order_by("span")
-            .values_list("id", "weight")[:free]
-        )
-        # the shared weight-per-minute budget of all backfills (services/throttle.py)
-        ids = throttle.throttle_admit(backfill=backfill, candidates=candidates)
-        dispatch(ids)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT tidemark_backfill_admissible(%s)", [backfill.pk])
+            ids = [row[0] for row in cursor.fetchall()]
+        dispatch([backfill.job_id] * len(ids))
     return ids

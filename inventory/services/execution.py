@@ -1,8 +1,9 @@
-"""Executing one batch on a worker: start it if it is this call's to run, keep its lease alive
-while Spark works, then commit or fail it through the lifecycle.
+"""Executing batches on a worker: take them through the one acquire path, keep each lease alive
+while Spark works, then commit or fail each through the lifecycle.
 
-The Celery task (workers/tasks.py) only calls `batch_execute`; the executors (workers/executors.py)
-run the Spark side on the plain-dict spec that `batch_spec` builds.
+The Celery task (workers/tasks.py), a nudge for one job, only calls `job_work`; the executors
+(workers/executors.py) run the Spark side on the plain-dict spec that `batch_spec` builds.
+`batch_execute` runs one named batch, if it may start, the same way.
 """
 
 import logging
@@ -23,7 +24,7 @@ from django.db import (
     transaction,
 )
 
-from inventory.models import Batch, BatchStatus, ConnectorKind, WatermarkType
+from inventory.models import Batch, BatchStatus, ConnectorKind, Job, WatermarkType
 from inventory.services import dispatch, lifecycle, outputs
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.items import source_for_connector
@@ -167,7 +168,7 @@ Executor = Callable[[dict, threading.Event], dict]
 def batch_execute(
     *, batch_id: int, executor_for: Callable[[str], Executor], worker: str | None = None
 ) -> ExecuteOutcome:
-    """Run one batch end to end, if it is this call's to run.
+    """Run one named batch end to end, if it may start now.
 
     Idempotent: a batch that is not queued (already running elsewhere, finished, cancelled) is left
     alone; a failed batch whose backoff has passed is taken back first. A backfill batch waits
@@ -188,7 +189,75 @@ def batch_execute(
         )
     if isinstance(started, ExecuteOutcome):
         return started
-    batch = started
+    return _run_started(started, executor_for=executor_for)
+
+
+# A nudge's worker stops taking the job's batches after this long, and nudges the job again so
+# that other jobs' nudges, queued behind this one, get the worker's thread in turn.
+WORK_SECONDS = 60.0
+
+
+def job_work(
+    *,
+    job_id: int,
+    executor_for: Callable[[str], Executor],
+    worker: str | None = None,
+    has_room: Callable[[], bool] = lambda: True,
+) -> list[ExecuteOutcome]:
+    """Take the job's batches through acquire, with the job's `max_concurrency` as the limit,
+    and run them one after another while acquire hands one out and `has_room()` (a free batch
+    slot in this process): after each commit or failure the next acquire plans or claims the
+    next piece of work, so a backlog keeps moving without a message per batch.
+
+    The first batch taken also nudges the job once more when it may run several at once, so one
+    nudge fills the job's `max_concurrency`. A retry after a backoff is nudged with that delay;
+    a lost nudge is made good by beat's sweep (dispatch.batches_dispatch_due).
+    """
+    worker = worker or worker_name()
+    job = Job.objects.select_related("connector").filter(pk=job_id).first()
+    if job is None:
+        return []
+    deadline = time.monotonic() + WORK_SECONDS
+    outcomes = []
+    while has_room():
+        try:
+            batch = _with_db_retries(
+                lambda: lifecycle.batch_acquire(job=job, worker=worker, limit=job.max_concurrency),
+                what="acquire",
+                job_id=job_id,
+                budget=START_RETRY_SECONDS,
+            )
+        except (Conflict, NotFound, InvalidInput) as exc:  # paused, inactive, gone, misconfigured
+            log.info("job %s: nothing acquired (%s)", job_id, exc)
+            break
+        except (OperationalError, InterfaceError) as exc:
+            log.warning("job %s: acquire failed (%s); nudged again", job_id, _first_line(exc))
+            dispatch.nudge(job_id, countdown=DEFERRED_RETRY_SECONDS)
+            break
+        if batch is None:
+            break
+        if not outcomes and job.max_concurrency > 1:
+            dispatch.nudge(job_id)
+        outcome = _run_started(batch, executor_for=executor_for)
+        log.info(
+            "batch %s attempt %s: %s %s",
+            outcome.batch_id,
+            outcome.attempt,
+            outcome.status,
+            outcome.detail[:200],
+        )
+        outcomes.append(outcome)
+        if outcome.retry_in is not None:
+            dispatch.nudge(job_id, countdown=outcome.retry_in + RETRY_SLACK_SECONDS)
+        if time.monotonic() > deadline:
+            dispatch.nudge(job_id)
+            break
+    return outcomes
+
+
+def _run_started(batch: Batch, *, executor_for: Callable[[str], Executor]) -> ExecuteOutcome:
+    """A batch this worker started (its attempt and lease are ours): run it, then commit or fail
+    it. Database errors never escape (see _with_db_retries)."""
     job = batch.job
     lease = job.lease_seconds
     cancel = threading.Event()
@@ -215,7 +284,7 @@ def batch_execute(
         watermark_value = None
         if job.watermark_type != WatermarkType.INT:
             watermark_value = result.get("watermark")
-        outcome = _commit(
+        return _commit(
             batch,
             result=result,
             watermark_value=watermark_value,
@@ -223,9 +292,6 @@ def batch_execute(
         )
     finally:
         heartbeat.stop()
-    if outcome.status == BatchStatus.SUCCEEDED:
-        _continue(batch)
-    return outcome
 
 
 # Database errors in the worker's own calls (start, commit, fail) are retried when a retry can cure
@@ -235,9 +301,11 @@ def batch_execute(
 START_RETRY_SECONDS = 10.0
 COMMIT_RETRY_MAX_SECONDS = 120.0
 DEFERRED_RETRY_SECONDS = 5.0
+# a retry's nudge comes a little past its backoff, so that acquire finds the batch due
+RETRY_SLACK_SECONDS = 0.5
 
 
-def _with_db_retries(call, *, what: str, batch_id: int, budget: float):
+def _with_db_retries(call, *, what: str, budget: float, batch_id: int = 0, job_id: int = 0):
     """`call()`, tried again with backoff after a transient database error until `budget` seconds
     have passed; then the last error is raised. Inside a caller's transaction nothing is retried
     (that transaction is broken and belongs to the caller)."""
@@ -250,8 +318,9 @@ def _with_db_retries(call, *, what: str, batch_id: int, budget: float):
             if connection.in_atomic_block or time.monotonic() + delay > deadline:
                 raise
             log.warning(
-                "batch %s: %s failed (%s); retrying in %.1f s",
-                batch_id,
+                "%s %s: %s failed (%s); retrying in %.1f s",
+                "batch" if batch_id else "job",
+                batch_id or job_id,
                 what,
                 _first_line(exc),
                 delay,
@@ -310,22 +379,6 @@ def _commit(batch: Batch, *, result: dict, watermark_value, budget: float) -> Ex
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
-
-
-def _continue(batch: Batch) -> None:
-    """Keep a backlog moving without waiting for the next beat: plan the job's next batches, or
-    send the backfill's next ones. A failure here only delays work until the next beat step."""
-    try:
-        if batch.backfill_id is None:
-            dispatch.job_run(job=batch.job)
-        else:
-            dispatch.backfill_pace(backfill=batch.backfill)
-    except Exception:
-        log.exception("batch %s: planning the follow-up work failed", batch.pk)
-    # jobs reading this one's commits (job_output connectors) see the new commit at once
-    from inventory.services.source_job_output import downstream_run
-
-    downstream_run(job=batch.job)
 
 
 def _start_if_ours(*, batch_id: int, worker: str) -> Batch | ExecuteOutcome:

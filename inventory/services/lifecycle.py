@@ -135,15 +135,20 @@ def batches_plan(*, job: Job, limit: int) -> list[Batch]:
     return planned
 
 
-def batch_acquire(*, job: Job, worker: str, lease_seconds: int | None = None) -> Batch | None:
+def batch_acquire(
+    *, job: Job, worker: str, lease_seconds: int | None = None, limit: int | None = None
+) -> Batch | None:
     """Take the next batch of `job` and start it, or None when there is no work.
 
     In order: a waiting batch of an urgent backfill (priority > 0), a due retry or queued
     incremental batch, a newly planned incremental batch, a waiting batch of another backfill;
     no backfill ever has more than its `max_concurrency` batches running (counted under the
-    backfill's row lock, as the worker start counts them). All of it is one call to
-    tidemark_acquire (migrations 0002, 0007) under the job's row lock: this is every worker's hot
-    path, and outside an atomic block that one call is the whole transaction.
+    backfill's row lock, as the worker start counts them), nor starts one the shared throttle
+    refuses. With `limit` (a Celery worker passes the job's `max_concurrency`) no incremental
+    batch starts while `limit` of them run; API clients set none. All of it is one call to
+    tidemark_acquire (inventory/sql/schema/acquire.sql) under the job's row lock: every worker
+    and API client takes work there, and outside an atomic block that one call is the whole
+    transaction.
     """
     if not worker:
         raise InvalidInput("worker", "name the worker taking the batch")
@@ -159,6 +164,7 @@ def batch_acquire(*, job: Job, worker: str, lease_seconds: int | None = None) ->
                         worker,
                         lease_seconds or job.lease_seconds,
                         json.dumps(config_snapshot(job)),
+                        limit,
                     ],
                 )
             )

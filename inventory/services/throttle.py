@@ -1,14 +1,11 @@
 """The shared backfill throttle: a weight-per-minute budget, global or per connector, that all
-running backfills draw from. Backfill pacing asks `throttle_admit` before it sends batches."""
-
-from datetime import timedelta
+running backfills draw from. The rule is SQL's (tidemark_throttle_admits, in
+inventory/sql/schema/acquire.sql): acquire applies it to every backfill batch it starts."""
 
 from django.db import connection, transaction
 
 from inventory.models import Backfill, BackfillThrottle, Connector
 from inventory.services.errors import InvalidInput
-
-WINDOW = timedelta(minutes=1)
 
 
 def throttle_set(*, connector: Connector | None, weight_per_minute: int | None) -> None:
@@ -32,9 +29,9 @@ def throttle_usage() -> dict[int | None, int]:
         cursor.execute(
             "SELECT j.connector_id, coalesce(sum(b.weight), 0) FROM inventory_batch AS b "
             "JOIN inventory_job AS j ON j.id = b.job_id "
-            "WHERE b.backfill_id IS NOT NULL AND b.started_at >= statement_timestamp() - %s "
-            "GROUP BY j.connector_id",
-            [WINDOW],
+            "WHERE b.backfill_id IS NOT NULL "
+            "AND b.started_at >= statement_timestamp() - tidemark_throttle_window() "
+            "GROUP BY j.connector_id"
         )
         used = {connector: int(weight) for connector, weight in cursor.fetchall()}
     used[None] = sum(used.values())
@@ -42,27 +39,13 @@ def throttle_usage() -> dict[int | None, int]:
 
 
 def throttle_admit(*, backfill: Backfill, candidates: list[tuple[int, int]]) -> list[int]:
-    """Of (batch id, weight) candidates in order, the ids the budgets leave room for now.
-
-    A batch heavier than a whole budget still runs when nothing else used that budget this
-    minute, so no backfill waits forever."""
-    connector_id = backfill.job.connector_id
-    budgets = {
-        throttle.connector_id: throttle.weight_per_minute
-        for throttle in BackfillThrottle.objects.filter(connector_id__in=[connector_id])
-        | BackfillThrottle.objects.filter(connector__isnull=True)
-    }
-    if not budgets:
-        return [pk for pk, _ in candidates]
-    used = throttle_usage()
-    admitted = []
-    spent = {scope: used.get(scope, 0) for scope in budgets}
-    for pk, weight in candidates:
-        if any(
-            spent[scope] > 0 and spent[scope] + weight > budget for scope, budget in budgets.items()
-        ):
-            break
-        admitted.append(pk)
-        for scope in spent:
-            spent[scope] += weight
-    return admitted
+    """Of (batch id, weight) candidates in order, the ids the budgets leave room for now
+    (tidemark_throttle_admits: the rule acquire applies)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tidemark_throttle_admits(connector_id, %s::bigint[]) FROM inventory_job "
+            "WHERE id = %s",
+            [[weight for _, weight in candidates], backfill.job_id],
+        )
+        (admitted,) = cursor.fetchone()
+    return [pk for pk, _ in candidates[:admitted]]

@@ -1,0 +1,220 @@
+-- 0015: one dispatch policy. tidemark_acquire takes a limit (Celery workers pass the job's
+-- max_concurrency); the shared backfill throttle is SQL's (tidemark_throttle_admits) and, with a
+-- backfill's max_concurrency, one rule (tidemark_backfill_admissible) that acquire claims by and
+-- beat's pacing nudges by.
+
+DROP FUNCTION tidemark_acquire(bigint, text, text, integer, jsonb);
+
+-- How long a backfill batch's weight counts against the shared backfill throttle after it started.
+CREATE OR REPLACE FUNCTION tidemark_throttle_window() RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT interval '1 minute'
+$$;
+
+-- How many of `p_weights` (batches of connector `p_connector`, in order) the shared backfill
+-- throttle admits now: the weight of backfill batches started within the window, global and for
+-- the connector, stays within each budget set (BackfillThrottle). A batch heavier than a whole
+-- budget still runs when nothing else used that budget in the window, so no backfill waits forever.
+CREATE OR REPLACE FUNCTION tidemark_throttle_admits(p_connector bigint, p_weights bigint[])
+RETURNS integer LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    budget_all bigint;
+    budget_own bigint;
+    used_all bigint;
+    used_own bigint;
+    admitted integer := 0;
+    w bigint;
+BEGIN
+    SELECT weight_per_minute INTO budget_all FROM inventory_backfillthrottle
+    WHERE connector_id IS NULL;
+    SELECT weight_per_minute INTO budget_own FROM inventory_backfillthrottle
+    WHERE connector_id = p_connector;
+    IF budget_all IS NULL AND budget_own IS NULL THEN
+        RETURN coalesce(cardinality(p_weights), 0);
+    END IF;
+    SELECT coalesce(sum(b.weight), 0),
+           coalesce(sum(b.weight) FILTER (WHERE j.connector_id = p_connector), 0)
+    INTO used_all, used_own
+    FROM inventory_batch AS b JOIN inventory_job AS j ON j.id = b.job_id
+    WHERE b.backfill_id IS NOT NULL
+      AND b.started_at >= statement_timestamp() - tidemark_throttle_window();
+    FOREACH w IN ARRAY p_weights LOOP
+        EXIT WHEN budget_all IS NOT NULL AND used_all > 0 AND used_all + w > budget_all;
+        EXIT WHEN budget_own IS NOT NULL AND used_own > 0 AND used_own + w > budget_own;
+        used_all := used_all + w;
+        used_own := used_own + w;
+        admitted := admitted + 1;
+    END LOOP;
+    RETURN admitted;
+END
+$$;
+
+-- The batches of a backfill that may start now, in range order: the backfill is running, its due
+-- batches fill the slots its max_concurrency leaves free, and the shared throttle admits them.
+-- The one rule for a backfill's pace: acquire claims from it, beat's pacing step nudges by it.
+-- To count running batches that cannot change meanwhile, the caller holds the backfill's row.
+CREATE OR REPLACE FUNCTION tidemark_backfill_admissible(p_backfill bigint)
+RETURNS SETOF bigint LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    f inventory_backfill%ROWTYPE;
+    v_connector bigint;
+    free integer;
+    ids bigint[];
+    weights bigint[];
+BEGIN
+    SELECT * INTO f FROM inventory_backfill WHERE id = p_backfill;
+    IF NOT FOUND OR f.status <> 'running' THEN
+        RETURN;
+    END IF;
+    free := f.max_concurrency - (
+        SELECT count(*) FROM inventory_batch WHERE backfill_id = p_backfill AND status = 'running'
+    );
+    IF free <= 0 THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(d.id ORDER BY d.lo), array_agg(d.weight ORDER BY d.lo) INTO ids, weights
+    FROM (
+        SELECT b.id, b.weight, lower(b.span) AS lo FROM inventory_batch AS b
+        WHERE b.backfill_id = p_backfill AND tidemark_batch_due(b.status, b.next_attempt_at)
+        ORDER BY lower(b.span)
+        LIMIT free
+    ) AS d;
+    IF ids IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT connector_id INTO v_connector FROM inventory_job WHERE id = f.job_id;
+    RETURN QUERY SELECT unnest(ids[1:tidemark_throttle_admits(v_connector, weights)]);
+END
+$$;
+
+-- A batch that tidemark_backfill_admissible admits, of a running backfill of the job, claimed
+-- (locked); NULL when none. Each backfill's row is locked before its running batches are counted,
+-- exactly as the worker start does (lifecycle.batch_lock_for_start): the two paths count under the
+-- same lock, so together they cannot exceed max_concurrency. The throttle's rows are locked next,
+-- so two acquirers cannot both spend the last of a budget. The caller holds the job's row.
+CREATE OR REPLACE FUNCTION tidemark_claim_backfill(p_job bigint, p_urgent boolean)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    candidate bigint;
+    v_connector bigint;
+    claimed bigint;
+BEGIN
+    SELECT connector_id INTO v_connector FROM inventory_job WHERE id = p_job;
+    -- urgent backfills (priority > 0) go before incremental work, the others after it; only a
+    -- backfill with a waiting batch is locked, so the hot path locks nothing it does not use
+    FOR candidate IN
+        SELECT f.id FROM inventory_backfill AS f
+        WHERE f.job_id = p_job AND f.status = 'running' AND (f.priority > 0) = p_urgent
+          AND EXISTS (
+              SELECT 1 FROM inventory_batch AS w
+              WHERE w.backfill_id = f.id
+                AND tidemark_batch_due(w.status, w.next_attempt_at)
+          )
+        ORDER BY f.priority DESC, f.id
+    LOOP
+        PERFORM 1 FROM inventory_backfill WHERE id = candidate AND status = 'running' FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;  -- paused or cancelled meanwhile
+        PERFORM 1 FROM inventory_backfillthrottle
+        WHERE connector_id IS NULL OR connector_id = v_connector
+        ORDER BY id
+        FOR UPDATE;
+        SELECT b.id INTO claimed FROM inventory_batch AS b
+        WHERE b.id IN (SELECT tidemark_backfill_admissible(candidate))
+          AND tidemark_batch_due(b.status, b.next_attempt_at)
+        ORDER BY lower(b.span)
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        IF claimed IS NOT NULL THEN
+            RETURN claimed;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- Take the next batch of a job and start it, under the job's row lock, in this order: a due batch
+-- of an urgent backfill (priority > 0), a due incremental batch (queued or a retry), a newly
+-- planned incremental batch, a due batch of another backfill (tidemark_claim_backfill: within its
+-- max_concurrency and the shared throttle). With `p_limit` (Celery workers pass the job's
+-- max_concurrency) no incremental batch starts while `p_limit` of them run; NULL (API clients)
+-- sets no limit. Returns the started batch, or nothing when there is no work; TM404/TM409 when
+-- the job is missing, paused or not active. Every worker and API client takes work here.
+CREATE OR REPLACE FUNCTION tidemark_acquire(
+    p_job bigint, p_items_sql text, p_worker text, p_lease_seconds integer, p_snapshot jsonb,
+    p_limit integer
+) RETURNS SETOF inventory_batch
+LANGUAGE plpgsql AS $$
+DECLARE
+    j inventory_job%ROWTYPE;
+    connector_state text;
+    claimed bigint;
+    start_lo bigint;
+    start_hi bigint;
+    planned record;
+BEGIN
+    SELECT * INTO j FROM inventory_job WHERE id = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % does not exist', p_job USING ERRCODE = 'TM404';
+    END IF;
+    SELECT state INTO connector_state FROM inventory_connector WHERE id = j.connector_id;
+    IF j.paused THEN
+        RAISE EXCEPTION 'job % is paused', j.name USING ERRCODE = 'TM409';
+    ELSIF connector_state <> 'active' THEN
+        RAISE EXCEPTION 'the connector of job % is %', j.name, connector_state
+            USING ERRCODE = 'TM409';
+    END IF;
+
+    claimed := tidemark_claim_backfill(p_job, true);
+    IF claimed IS NULL AND p_limit IS NOT NULL AND (
+        SELECT count(*) FROM inventory_batch
+        WHERE job_id = p_job AND backfill_id IS NULL AND status = 'running'
+    ) >= p_limit THEN
+        -- the incremental lane is full: only another backfill's batch may start
+        claimed := tidemark_claim_backfill(p_job, false);
+        IF claimed IS NULL THEN
+            RETURN;
+        END IF;
+    END IF;
+    IF claimed IS NULL THEN
+        SELECT id INTO claimed FROM inventory_batch
+        WHERE job_id = p_job AND backfill_id IS NULL
+          AND tidemark_batch_due(status, next_attempt_at)
+        ORDER BY lower(span) LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+    END IF;
+    IF claimed IS NULL THEN
+        SELECT n.lo, n.hi INTO start_lo, start_hi FROM tidemark_incremental_next(p_job, p_items_sql) AS n;
+        SELECT * INTO planned
+        FROM tidemark_plan_incremental(p_job, p_items_sql, start_lo, start_hi, j.batch_weight, j.max_items);
+        IF planned.lower IS NOT NULL THEN
+            INSERT INTO inventory_batch (
+                job_id, kind, status, span, item_count, weight, attempt, max_attempts,
+                lease_expires_at, worker, created_at, started_at, result, error, skip_reason,
+                config_snapshot
+            ) VALUES (
+                p_job, 'incremental', 'running', int8range(planned.lower, planned.upper),
+                planned.item_count, planned.weight, 1, j.max_attempts,
+                statement_timestamp() + make_interval(secs => p_lease_seconds), p_worker, statement_timestamp(), statement_timestamp(),
+                '{}', '{}', '', p_snapshot
+            ) RETURNING id INTO claimed;
+            INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
+            VALUES (claimed, 1, p_worker, statement_timestamp(), '', '{}');
+            RETURN QUERY SELECT * FROM inventory_batch WHERE id = claimed;
+            RETURN;
+        END IF;
+        claimed := tidemark_claim_backfill(p_job, false);
+        IF claimed IS NULL THEN
+            RETURN;
+        END IF;
+    END IF;
+
+    UPDATE inventory_batch
+    SET status = 'running', attempt = attempt + 1, worker = p_worker,
+        lease_expires_at = statement_timestamp() + make_interval(secs => p_lease_seconds), started_at = statement_timestamp(),
+        finished_at = NULL, next_attempt_at = NULL
+    WHERE id = claimed;
+    INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
+    SELECT id, attempt, worker, started_at, '', '{}' FROM inventory_batch WHERE id = claimed;
+    RETURN QUERY SELECT * FROM inventory_batch WHERE id = claimed;
+END
+$$;
