@@ -410,6 +410,20 @@ def test_a_job_reading_its_own_output_is_refused_directly_and_indirectly(tmp_pat
     assert b.connector.__class__.objects.get(pk=b.connector.pk).config == {"job": "up-cycle"}
 
 
+def test_the_upstream_job_changes_under_existing_jobs_only_by_a_reset(tmp_path):
+    up = upstream_job(tmp_path, "up-ident", items=1)
+    other = upstream_job(tmp_path, "up-other", items=1)
+    down = downstream_job("down-ident", up, {"kind": "files", "path": str(tmp_path / "i")})
+    with pytest.raises(InvalidInput) as moved:
+        connector_update(connector=down.connector, config={"job": other.name})
+    assert moved.value.field == "config.job" and "reset" in moved.value.message
+    connector_update(connector=down.connector, config={"job": up.name, "retention_commits": 9})
+    reset = connector_reset(
+        connector=down.connector, config={"job": other.name}, actor="a", reason="new upstream"
+    )
+    assert reset.config == {"job": other.name}
+
+
 # ---- end to end ------------------------------------------------------------------------------------
 
 
@@ -435,7 +449,14 @@ def test_a_chain_flows_through_a_real_worker_without_waiting_for_beat(tmp_path, 
         done = Watermark.objects.get(job=down).position == 4
         return done and not busy.filter(job__in=[up, down]).exists()
 
-    wait_until(settled, timeout=120, message="the downstream job to read all three commits")
+    try:
+        wait_until(settled, timeout=120, message="the downstream job to read all three commits")
+    except BaseException:
+        states = Batch.objects.filter(job__in=[up, down]).values_list(
+            "job__name", "span", "status", "commit_seq", "error"
+        )
+        print(list(states), celery_worker.log()[-6000:])
+        raise
     import pyarrow.dataset as ds
 
     rows = ds.dataset(down_sink, format="parquet", partitioning="hive").to_table().to_pylist()

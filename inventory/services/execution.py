@@ -247,6 +247,11 @@ def job_work(
             outcome.detail[:200],
         )
         outcomes.append(outcome)
+        if outcome.status == BatchStatus.SUCCEEDED:
+            # jobs reading this one's commits (job_output connectors) see the new commit at once
+            from inventory.services.source_job_output import downstream_nudge
+
+            downstream_nudge(job=job)
         if outcome.retry_in is not None:
             dispatch.nudge(job_id, countdown=outcome.retry_in + RETRY_SLACK_SECONDS)
         if time.monotonic() > deadline:

@@ -177,8 +177,10 @@ def batch_acquire(
             raise NotFound(message) from None
         if code == BAD_WEIGHT_CODE:
             raise InvalidInput("weight", message) from None
-        if code in MISSING_SOURCE_CODES:  # the meta table or a column changed after creation
-            raise InvalidInput("config.meta_table", message) from None
+        # the meta table or a column changed after creation; a source's value that cannot be
+        # read (22P02: invalid_text_representation, how a job_output's expired commit surfaces)
+        if code in MISSING_SOURCE_CODES or code == "22P02":
+            raise InvalidInput(source.config_field, message) from None
         raise
 
 

@@ -22,7 +22,7 @@ import logging
 
 from django.db import connection
 
-from inventory.models import Batch, ConnectorKind, Job
+from inventory.models import Batch, ConnectorKind, ConnectorState, Job
 from inventory.services.errors import InvalidInput
 from inventory.services.items import ItemSource
 
@@ -119,6 +119,29 @@ def check_new_job(*, name: str, connector) -> None:
     if name in chain:
         loop = " -> ".join([name, *chain[: chain.index(name) + 1]])
         raise InvalidInput("connector", f"jobs would read their own output in a cycle: {loop}")
+
+
+def check_connector(*, connector, config: dict, reset: bool = False) -> None:
+    """A job_output connector given a new config may not make its own jobs read themselves (none
+    of them may be upstream of the job it is to read); outside a reset (connector_reset, which
+    starts the jobs over) the upstream job is its source identity and stays while jobs read it:
+    their watermarks count that job's commits."""
+    if connector.kind != ConnectorKind.JOB_OUTPUT:
+        return
+    mine = set(Job.objects.filter(connector=connector).values_list("name", flat=True))
+    old = (connector.config or {}).get("job")
+    chain = upstream_chain(config["job"], field="config.job")
+    for index, name in enumerate(chain):
+        if name in mine:
+            loop = " -> ".join([name, *chain[: index + 1]])
+            raise InvalidInput("config.job", f"jobs would read their own output in a cycle: {loop}")
+    if mine and not reset and config["job"] != old:
+        raise InvalidInput(
+            "config.job",
+            f"job(s) {', '.join(sorted(mine)[:5])} count the commits of job {old}; re-pointing "
+            "them at another job's commits needs a reset (POST connectors/{name}/reset/ with the "
+            "new config and a reason: their watermarks start over)",
+        )
 
 
 def downstream_connectors(job: Job):
@@ -362,22 +385,24 @@ def _newest_output(upstream: Job) -> dict | None:
 # ---- chains flow without waiting for beat --------------------------------------------------------
 
 
-def downstream_run(*, job: Job) -> list[str]:
-    """Run the jobs whose connector reads `job` (after one of its batches committed), so a chain
-    moves on at once. Each is a normal run (dispatch.job_run: paused jobs and connectors plan
-    nothing); a failure only leaves that job to its next beat step. Returns the jobs run."""
+def downstream_nudge(*, job: Job) -> list[str]:
+    """Nudge the jobs whose connector reads `job` (one of its batches just committed), so a chain
+    moves on at once instead of at the next beat step; their workers plan through acquire, which
+    skips paused jobs and inactive connectors. A failure only leaves them to beat's sweep.
+    Returns the jobs nudged."""
     from inventory.services import dispatch
 
-    ran = []
+    nudged = []
     try:
-        followers = list(downstream_jobs(job).select_related("connector").order_by("pk"))
+        followers = list(
+            downstream_jobs(job)
+            .filter(paused=False, connector__state=ConnectorState.ACTIVE)
+            .order_by("pk")
+            .values_list("pk", "name")
+        )
+        for pk, name in followers:
+            dispatch.nudge(pk)
+            nudged.append(name)
     except Exception:
-        log.exception("job %s: finding its downstream jobs failed", job.name)
-        return ran
-    for downstream in followers:
-        try:
-            dispatch.job_run(job=downstream)
-            ran.append(downstream.name)
-        except Exception:
-            log.exception("job %s: running downstream job %s failed", job.name, downstream.name)
-    return ran
+        log.exception("job %s: nudging the jobs that read its commits failed", job.name)
+    return nudged
