@@ -2,11 +2,12 @@
 Only active when BENCH_TIMING_FILE is set: then every step of a batch on this worker is timed and
 one JSON line per batch is appended to that file.
 
-Steps (seconds, perf_counter): start (the start transaction), spec (building the spec), executor
-(everything on the Spark side), publish (the fence's transaction around the sink's swap), swap
-(the renames alone), commit (the commit transaction), next_plan (planning the job's next work);
-wall-clock times (time.time) of the task's start and of the end of the commit, which the bench
-compares with the moment it made the batch due.
+Steps (seconds, perf_counter): start (the acquire that took the batch: claim or plan, and start),
+spec (building the spec), executor (everything on the Spark side), publish (the fence's
+transaction around the sink's swap), swap (the renames alone), commit (the commit transaction);
+wall-clock times (time.time) of that acquire and of the end of the commit, which the bench
+compares with the moment it made the batch due. (A nudge's next acquire plans the job's next
+work: it is the next batch's start, so there is no separate next_plan step any more.)
 """
 
 import json
@@ -37,8 +38,6 @@ def _timed(step: str, call):
 
 
 def _install(path: str) -> None:
-    from celery import signals
-
     from inventory.services import execution
     from workers import executors
     from workers.spark import fence, run, sinks
@@ -47,29 +46,36 @@ def _install(path: str) -> None:
         return
     execution._bench_timed = True
 
-    def on_prerun(task_id=None, task=None, args=None, **_kwargs):
-        if task is not None and task.name == "tidemark.run_batch":
-            _current.timings = {"task_start_wall": time.time(), "batch": args[0] if args else None}
+    # a nudge (tidemark.run_job) runs its job's batches one after another: each batch's timings
+    # start with the acquire that took it and end when its commit returned
+    real_acquire = execution.lifecycle.batch_acquire
 
-    def on_postrun(task_id=None, task=None, **_kwargs):
-        timings = getattr(_current, "timings", None)
-        if task is None or task.name != "tidemark.run_batch" or timings is None:
-            return
-        _current.timings = None
-        if "commit" not in timings:
-            return  # a task that found nothing to run
-        timings["task_end_wall"] = time.time()
-        with _lock, open(path, "a") as out:
-            out.write(json.dumps(timings) + "\n")
+    def acquire(*args, **kwargs):
+        started_wall, started = time.time(), time.perf_counter()
+        batch = real_acquire(*args, **kwargs)
+        if batch is not None:
+            _current.timings = {"task_start_wall": started_wall, "batch": batch.pk}
+            _record("start", time.perf_counter() - started)
+        return batch
 
-    signals.task_prerun.connect(on_prerun, weak=False)
-    signals.task_postrun.connect(on_postrun, weak=False)
+    real_run_started = execution._run_started
 
-    execution._start_if_ours = _timed("start", execution._start_if_ours)
+    def run_started(*args, **kwargs):
+        try:
+            return real_run_started(*args, **kwargs)
+        finally:
+            timings = getattr(_current, "timings", None)
+            _current.timings = None
+            if timings is not None and "commit" in timings:
+                timings["task_end_wall"] = time.time()
+                with _lock, open(path, "a") as out:
+                    out.write(json.dumps(timings) + "\n")
+
+    execution.lifecycle.batch_acquire = acquire
+    execution._run_started = run_started
     execution.batch_spec = _timed("spec", execution.batch_spec)
     executors.run_warm = _timed("executor", executors.run_warm)
     sinks._swap_in = _timed("swap", sinks._swap_in)
-    execution._continue = _timed("next_plan", execution._continue)
 
     real_commit = execution._commit
 

