@@ -16,7 +16,7 @@ from inventory.services import dispatch
 from inventory.services.connectors import connector_create
 from inventory.services.discovery import discover
 from inventory.services.errors import InvalidInput
-from inventory.services.source_kafka import next_offsets, plan_slices
+from inventory.services.source_kafka import handover_set, next_offsets, plan_slices
 from tests.api_support import token_client
 from tests.factories import make_job
 from tests.worker_fixtures import read_sink, wait_until
@@ -193,6 +193,36 @@ def test_a_producers_batches_under_report_the_end_yet_nothing_is_lost(
     assert set(counts) == _everything({0: 15}) and set(counts.values()) == {1}
 
 
+@on_worker
+def test_a_connector_handed_over_from_its_history_starts_at_the_synced_offsets(kafka_broker):
+    topic = kafka_broker.create_topic(partitions=2)
+    _produce(kafka_broker, topic, {0: 5, 1: 2})
+    connector = connector_create(
+        name="kafka-live",
+        kind="kafka",
+        config={
+            "bootstrap_servers": kafka_broker.bootstrap,
+            "topic": topic,
+            "handover": {"partition_column": "part", "offset_column": "off"},
+        },
+        start_after="kafka-history",
+    )
+    assert connector.state == "waiting"
+    assert discover(connector) == 0  # waiting: the history decides where it starts
+    connector.refresh_from_db()
+    assert connector.cursor == {}
+
+    assert handover_set(connector, {0: 3}) is True
+    assert handover_set(connector, {0: 1}) is False  # set once, never moved back
+    Connector.objects.filter(pk=connector.pk).update(state="active")
+    connector.refresh_from_db()
+    assert discover(connector) == 2
+    assert sorted(
+        (a.extra["partition"], a.extra["start"], a.extra["end"])
+        for a in Asset.objects.filter(connector=connector)
+    ) == [(0, 3, 5), (1, 0, 2)]
+
+
 # ---- errors ------------------------------------------------------------------------------------
 
 
@@ -222,6 +252,7 @@ def test_bad_configs_are_400s_naming_the_field_and_create_nothing(kafka_broker, 
         ({**good, "start_from": "newest"}, "config.start_from", "earliest"),
         ({**good, "slice_messages": 0}, "config.slice_messages", "integer"),
         ({**good, "sasl_password": "hunter2"}, "config", ""),
+        ({**good, "handover": {"offset_column": "off"}}, "config.handover", "partition_column"),
     ]
     for config, field, reason in cases:
         response = _create(role_users, config)

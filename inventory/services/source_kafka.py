@@ -18,7 +18,7 @@ import re
 
 from django.db import transaction
 
-from inventory.models import Asset, Batch, Connector, WatermarkType
+from inventory.models import Asset, Batch, Connector, ConnectorState, WatermarkType
 from inventory.services import assets
 from inventory.services.errors import InvalidInput
 from workers.spark.kafka_client import (
@@ -47,6 +47,7 @@ KEYS = {
     "timeout_seconds",
     "read_timeout_seconds",
     "lineage",
+    "handover",
 }
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _SERVER = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
@@ -123,6 +124,17 @@ def _check_offline(config: dict) -> None:
         name = config.get(key)
         if name is not None and not (isinstance(name, str) and _ENV_NAME.match(name)):
             raise InvalidInput(f"config.{key}", "must be the name of an environment variable")
+    handover = config.get("handover")
+    if handover is not None and not (
+        isinstance(handover, dict)
+        and set(handover) == {"partition_column", "offset_column"}
+        and all(isinstance(value, str) and value for value in handover.values())
+    ):
+        raise InvalidInput(
+            "config.handover",
+            'must be {"partition_column": ..., "offset_column": ...}: the columns of the history '
+            "table that hold each row's topic partition and offset",
+        )
     for key in ("spark_native", "lineage"):
         if key in config and not isinstance(config[key], bool):
             raise InvalidInput(f"config.{key}", "must be true or false")
@@ -177,8 +189,13 @@ def check_watermark_type(watermark_type: str) -> None:
 
 
 def discover(connector: Connector) -> int:
-    """Register the slices that became readable since the last look; returns how many."""
+    """Register the slices that became readable since the last look; returns how many.
+
+    A connector that takes its first offsets from a history table (`handover`) registers nothing
+    while it waits for that history: its release sets the cursor (`handover_set`)."""
     config = connector.config or {}
+    if config.get("handover") and connector.state == ConnectorState.WAITING:
+        return 0
     try:
         bounds = topic_bounds(config, timeout=_timeout(config))  # broker I/O, outside the lock
     except KafkaSourceError as exc:
@@ -209,6 +226,20 @@ def discover(connector: Connector) -> int:
             Connector.objects.filter(pk=locked.pk).update(cursor=stored)
             connector.cursor = stored
     return registered
+
+
+def handover_set(connector: Connector, offsets: dict) -> bool:
+    """Start a connector that has not registered anything yet at `offsets` ({partition: next
+    offset}, from the history it follows); partitions the history never saw start at their
+    earliest offset. Returns whether it set them (False once the connector has a cursor)."""
+    with transaction.atomic():
+        locked = Connector.objects.select_for_update().get(pk=connector.pk)
+        if locked.cursor or not offsets:
+            return False
+        cursor = {str(partition): int(offset) for partition, offset in sorted(offsets.items())}
+        Connector.objects.filter(pk=locked.pk).update(cursor=cursor)
+        connector.cursor = cursor
+    return True
 
 
 def next_offsets(stored: dict, config: dict, bounds: dict) -> dict[int, int]:
