@@ -16,13 +16,14 @@ from inventory.models import (
 from inventory.services import lifecycle, source_job_output, watermarks
 from inventory.services.assets import check_completion_config
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.services.items import check_meta_table
+from inventory.services.items import check_meta_table, quote_table
 from inventory.services.orchestration import connector_transition, predecessors_completed
 from inventory.services.secrets import check_no_secrets
 from inventory.services.source_kinds import source_module
 from inventory.services.sources import (
     check_local_directory,
     identity_changes,
+    source_table_check,
 )
 
 
@@ -38,6 +39,11 @@ def validate_config(kind: str, config: dict) -> dict:
     if source is not None:
         # object stores, tables and meta tables of other databases, topics, upstream jobs
         config = source.validate(config)
+    elif "table" in config:
+        relation = quote_table(config["table"], field_name="config.table")
+        source_table_check(relation, field="config.table")
+    if source is not None:
+        pass
     elif "meta_table" in config:
         check_meta_table(config["meta_table"])
     elif kind == ConnectorKind.TABLE:

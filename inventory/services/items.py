@@ -210,8 +210,11 @@ def source_for_connector(connector) -> ItemSource:
     from inventory.services.source_kinds import connector_source
 
     module = connector_source(connector)
-    if module is not None and hasattr(module, "item_source"):
-        return module.item_source(connector)
+    if module is not None:
+        # a source of its own kind: its items are its registered assets unless it says otherwise
+        if hasattr(module, "item_source"):
+            return module.item_source(connector)
+        return assets_source(connector.pk)
     spec = (connector.config or {}).get("meta_table")
     if spec is not None:
         source = meta_table_source(spec)

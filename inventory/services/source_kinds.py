@@ -13,7 +13,8 @@ work the same for all kinds. A source module answers:
   reader for that kind needs; never a secret, only environment-variable names);
 - optionally `item_source(connector) -> ItemSource` when its items are not assets.
 
-A local directory and a meta table are served by `assets.py` and `items.py` themselves (None).
+A local directory and a meta table in Tidemark's database are served by `assets.py` and
+`items.py` themselves (None).
 """
 
 from importlib import import_module
@@ -23,6 +24,7 @@ from urllib.parse import urlparse
 from inventory.models import Connector, ConnectorKind
 
 _MODULES = {
+    "meta_table": "inventory.services.source_meta_table",
     "object_store": "inventory.services.source_object_store",
     "table": "inventory.services.source_table",
     "kafka": "inventory.services.source_kafka",
@@ -43,7 +45,8 @@ def source_name(kind: str, config: dict | None) -> str | None:
     local directory and meta table."""
     config = config or {}
     if "meta_table" in config:
-        return None
+        # in Tidemark's database: planned over it directly (items.py); elsewhere: mirrored
+        return "meta_table" if "dsn_env" in config else None
     if kind == ConnectorKind.FILES:
         return "object_store" if is_object_store_path(config.get("path")) else None
     if kind == ConnectorKind.TABLE and "dsn_env" not in config:

@@ -81,7 +81,8 @@ def validate(config: dict) -> dict:
     checked = dict(config)
     with source_connection(checked, field="config.dsn_env") as conn:
         checked["column_type"] = _column_type(conn, checked)
-        _refuse_own_tables(conn, checked)
+        relation = ".".join(f'"{part}"' for part in checked["table"].split("."))
+        refuse_own_tables(conn, relation, field="config.table")
     if "start_value" in checked:
         checked["start_value"] = to_json(
             from_json(checked["start_value"], checked["column_type"], field="config.start_value")
@@ -161,8 +162,9 @@ def _column_type(conn, config: dict) -> str:
     )
 
 
-def _refuse_own_tables(conn, config: dict) -> None:
-    """A DSN that points at Tidemark's own database may name no Tidemark table (invariant 10)."""
+def refuse_own_tables(conn, relation: str, *, field: str) -> None:
+    """A DSN that points at Tidemark's own database may name no Tidemark table (invariant 10);
+    `relation` is quoted as for SQL ('"public"."orders"')."""
     with conn.cursor() as cursor:
         cursor.execute(source_query("table_identity"))
         theirs = tuple(cursor.fetchone())
@@ -170,8 +172,7 @@ def _refuse_own_tables(conn, config: dict) -> None:
         cursor.execute(source_query("table_identity"))
         ours = tuple(cursor.fetchone())
     if theirs == ours:
-        relation = ".".join(f'"{part}"' for part in config["table"].split("."))
-        source_table_check(relation, field="config.table")
+        source_table_check(relation, field=field)
 
 
 # ---- values of the column: Python <-> JSON ----------------------------------------------------
