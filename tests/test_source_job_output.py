@@ -17,12 +17,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from inventory.models import Asset, Batch, BatchStatus, Watermark
+from inventory.models import Asset, Batch, BatchStatus, Job, Watermark
 from inventory.services import assets, dispatch, execution, lifecycle, outputs
 from inventory.services.connectors import connector_create, connector_reset, connector_update
 from inventory.services.corrections import watermark_correct
-from inventory.services.errors import InvalidInput
-from inventory.services.jobs import job_create
+from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.jobs import job_create, job_delete
 from tests.api_support import token_client
 from tests.worker_fixtures import wait_until, write_orders
 from workers.spark.run import run_batch
@@ -408,6 +408,26 @@ def test_a_job_reading_its_own_output_is_refused_directly_and_indirectly(tmp_pat
     assert indirect.value.field == "config.job"
     assert "b-cycle -> d-cycle -> b-cycle" in indirect.value.message
     assert b.connector.__class__.objects.get(pk=b.connector.pk).config == {"job": "up-cycle"}
+
+
+def test_a_read_upstream_job_is_not_deleted_and_a_new_job_may_not_read_itself(tmp_path):
+    up = upstream_job(tmp_path, "up-del", items=1)
+    sink = {"kind": "files", "path": str(tmp_path / "x")}
+    down = downstream_job("down-del", up, sink)
+    with pytest.raises(Conflict) as refused:
+        job_delete(job=up)
+    assert "down-del-src" in str(refused.value)
+    # a job deleted before this check existed leaves its name free: a new job of that name on
+    # the connector reading it would read itself
+    Job.objects.filter(pk=up.pk).delete()
+    with pytest.raises(InvalidInput) as itself:
+        job_create(name="up-del", connector=down.connector, batch_weight=1, sink=sink)
+    assert itself.value.field == "connector" and "cannot read itself" in itself.value.message
+    # ... or, two hops down, read its own output through down-del
+    second = connector_create(name="reads-down", kind="job_output", config={"job": "down-del"})
+    with pytest.raises(InvalidInput) as indirect:
+        job_create(name="up-del", connector=second, batch_weight=1, sink=sink)
+    assert "up-del -> down-del -> up-del" in indirect.value.message
 
 
 def test_the_upstream_job_changes_under_existing_jobs_only_by_a_reset(tmp_path):

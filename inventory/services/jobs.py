@@ -3,6 +3,7 @@
 from django.db import transaction
 
 from inventory.models import BatchStatus, Connector, Job, WatermarkType
+from inventory.services import source_job_output
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.job_config import job_validate_runtime
 from inventory.services.secrets import check_no_secrets
@@ -38,6 +39,7 @@ def job_create(
     if Job.objects.filter(name=name).exists():
         raise Conflict(f"a job named {name!r} already exists")
     check_watermark_source(connector=connector, watermark_type=watermark_type)
+    source_job_output.check_new_job(name=name, connector=connector)
     check_lookback(
         connector=connector, lookback=options.get("lookback", 0), sink=options.get("sink")
     )
@@ -185,4 +187,5 @@ def job_delete(*, job: Job) -> None:
     running = job.batches.filter(status=BatchStatus.RUNNING).values_list("pk", flat=True).first()
     if running is not None:
         raise Conflict(f"batch {running} of job {job.name} is running; cancel it or wait")
+    source_job_output.check_job_delete(job=job)
     job.delete()

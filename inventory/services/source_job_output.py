@@ -23,7 +23,7 @@ import logging
 from django.db import connection
 
 from inventory.models import Batch, ConnectorKind, ConnectorState, Job
-from inventory.services.errors import InvalidInput
+from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.items import ItemSource
 
 RETENTION_KEYS = ("retention_commits", "retention_days")
@@ -141,6 +141,17 @@ def check_connector(*, connector, config: dict, reset: bool = False) -> None:
             f"job(s) {', '.join(sorted(mine)[:5])} count the commits of job {old}; re-pointing "
             "them at another job's commits needs a reset (POST connectors/{name}/reset/ with the "
             "new config and a reason: their watermarks start over)",
+        )
+
+
+def check_job_delete(*, job: Job) -> None:
+    """A job whose commits a job_output connector reads stays: a new job of the same name would
+    number its commits from 1 again under the readers' watermarks."""
+    readers = list(downstream_connectors(job).order_by("name").values_list("name", flat=True)[:5])
+    if readers:
+        raise Conflict(
+            f"job {job.name}'s commits are read by connector(s) {', '.join(readers)}; "
+            "delete them or reset them to another job first"
         )
 
 
