@@ -259,3 +259,24 @@ def test_a_missing_column_at_read_time_fails_the_batch_with_the_error_stored(spa
     with pytest.raises(BatchError) as failed:
         run_spark(spark, batch)
     assert "id" in failed.value.message and failed.value.stage == "read"
+
+
+def test_a_reset_forgets_the_slices_and_looks_again_from_the_start(source_dsn):
+    from inventory.services.connectors import connector_reset
+
+    insert(source_dsn, range(1, 21))
+    connector = table_connector(slice_rows=10)
+    job = job_create(name="orders-reset", connector=connector, batch_weight=100)
+    discover(connector)
+    batch = lifecycle.batch_acquire(job=job, worker="t")
+    lifecycle.batch_succeed(batch_id=batch.pk, attempt=batch.attempt, result={})
+    connector = connector_reset(
+        connector=connector,
+        config={**connector.config, "start_value": 11},
+        actor="alice",
+        reason="the first ten orders were a test load",
+    )
+    assert connector.cursor == {} and not Asset.objects.filter(connector=connector).exists()
+    assert discover(connector) == 1
+    assert slices(connector) == [(10, {"lower": 11, "upper": 21})]
+    assert Watermark.objects.get(job=job).position == job.start_position

@@ -184,7 +184,9 @@ def connector_reset(
     Every job of the connector goes back to its start position: its waiting batches and open
     backfills are cancelled, its finished batches superseded, and its watermark reset, recorded
     as a replay event with the actor and the reason. Assets registered from an old `path` are
-    forgotten. Output already written to sinks stays. Refused while a batch of these jobs runs.
+    forgotten, and so are those of a source read from a cursor (a table, a topic, a prefix, a
+    remote meta table), which is looked at again from its configured start. Output already
+    written to sinks stays. Refused while a batch of these jobs runs.
     Locks: connector, then jobs -> watermark -> backfill -> batch (the lock order of lifecycle.py).
     """
     reason = (reason or "").strip()
@@ -230,8 +232,15 @@ def connector_reset(
             reason=f"connector {connector.name} reset ({what}): {reason}",
             replay=True,
         )
-    if "config.path" in changed:
+    fields = ["config", "updated_at"]
+    if source_module(connector.kind, config) is not None and connector.cursor:
+        # a source read from a cursor (table values, topic offsets, listed keys, uids) is looked
+        # at again from its configured start: the items registered from the old cursor go
+        connector.assets.all().delete()
+        connector.cursor = {}
+        fields.append("cursor")
+    elif "config.path" in changed:
         connector.assets.all().delete()
     connector.config = config
-    connector.save(update_fields=["config", "updated_at"])
+    connector.save(update_fields=fields)
     return connector
