@@ -322,6 +322,9 @@ def test_planning_or_reading_an_expired_commit_is_an_error_naming_the_retention(
         dispatch.job_run(job=late)
     assert planning.value.field == "config.retention_commits"
     assert "commit 1 of job up-expired is expired" in planning.value.message
+    with pytest.raises(InvalidInput) as acquiring:  # an external client's acquire/ likewise
+        lifecycle.batch_acquire(job=late, worker="client")
+    assert acquiring.value.field == "config.retention_commits"
     assert not Batch.objects.filter(job=late).exists()
 
     # planned while retained, read after the upstream moved on: the batch's read is refused
