@@ -50,7 +50,8 @@ class Lag:
 
 def job_lag(*, job: Job) -> Lag | None:
     """None when the job's items cannot be read now (e.g. its external meta table is gone)."""
-    if "meta_table" not in (job.connector.config or {}):
+    # a job_output job's items are its upstream's commits, not assets: counted below
+    if "meta_table" not in (job.connector.config or {}) and job.connector.kind != "job_output":
         return jobs_lag([job])[job.pk]
     position = job.watermark.position
     try:
@@ -272,7 +273,8 @@ def jobs_lag_by_id(job_ids: list[int]) -> dict[int, Lag | None]:
             "CROSS JOIN LATERAL (SELECT count(*) AS n, coalesce(sum(a.weight), 0) AS w "
             "FROM inventory_asset AS a "
             "WHERE a.connector_id = j.connector_id AND a.id >= w.position) AS p "
-            "WHERE j.id = ANY(%s) AND NOT coalesce(c.config ? 'meta_table', false)",
+            "WHERE j.id = ANY(%s) AND NOT coalesce(c.config ? 'meta_table', false) "
+            "AND c.kind <> 'job_output'",
             [list(job_ids)],
         )
         lags.update({pk: Lag(int(n), int(w)) for pk, n, w in cursor.fetchall()})

@@ -17,6 +17,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from inventory import selectors
 from inventory.models import Asset, Batch, BatchStatus, Job, Watermark
 from inventory.services import assets, dispatch, execution, lifecycle, outputs
 from inventory.services.connectors import connector_create, connector_reset, connector_update
@@ -160,6 +161,16 @@ def test_a_chained_job_reads_each_upstream_commit_once_in_commit_order(spark, tm
     ]
     assert file_rows(spark, down_sink) == expected(range(3))
     assert Watermark.objects.get(job=down).value == 3
+
+
+def test_a_downstream_job_lags_by_the_upstream_commits_it_has_not_committed(spark, tmp_path):
+    up = upstream_job(tmp_path, "up-lag", items=3)
+    down = downstream_job("down-lag", up, {"kind": "files", "path": str(tmp_path / "lag")})
+    drain(spark, up, limit=2)
+    assert selectors.jobs_lag([down])[down.pk].items == 2
+    drain(spark, down)
+    drain(spark, up)
+    assert selectors.job_lag(job=Job.objects.get(pk=down.pk)).items == 1
 
 
 def test_planning_never_passes_an_upstream_commit_still_in_flight(tmp_path):
