@@ -117,3 +117,23 @@ def test_pause_and_resume_are_recorded_with_the_actor(tmp_path, role_users):
         ("active", role_users["operator"].username),
         ("paused", role_users["operator"].username),
     ]
+
+
+def test_a_files_snapshot_is_the_files_of_its_first_look(tmp_path):
+    landing = tmp_path / "history"
+    landing.mkdir()
+    for n in range(2):
+        (landing / f"{n}.json").write_text("{}\n")
+    connector = connector_create(
+        name="files-history",
+        kind="files",
+        config={"path": str(landing), "snapshot": True, "settle_seconds": 0},
+    )
+    job = job_create(name="files-history-load", connector=connector, batch_weight=10**6)
+    assert discover(connector) == 2
+    (landing / "late.json").write_text("{}\n")
+    assert discover(connector) == 0  # not part of the snapshot
+    _commit_all(job)
+    scheduling.connectors_orchestrate()
+    connector.refresh_from_db()
+    assert connector.state == ConnectorState.COMPLETED

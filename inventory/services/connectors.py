@@ -60,6 +60,8 @@ def validate_config(kind: str, config: dict) -> dict:
             )
         check_local_directory(config["path"], field="config.path")
         check_completion_config(config)
+    if not isinstance(config.get("snapshot", False), bool):
+        raise InvalidInput("config.snapshot", "must be true or false")
     patterns = config.get("patterns")
     if patterns is not None and not (
         isinstance(patterns, list) and all(isinstance(p, str) and p for p in patterns)

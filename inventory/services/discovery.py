@@ -5,6 +5,8 @@ module (`source_kinds.py`). A look that registered new items nudges the connecto
 instead of leaving them to their next timer.
 """
 
+from django.db import transaction
+
 from inventory.models import Connector, ConnectorKind, ConnectorState
 from inventory.services import assets
 from inventory.services.errors import Conflict, InvalidInput
@@ -25,13 +27,34 @@ def discovers(connector: Connector) -> bool:
 
 
 def discover(connector: Connector) -> int:
-    """One look at the source: register what became visible since the last one."""
+    """One look at the source: register what became visible since the last one.
+
+    A `files` connector in snapshot mode (`config.snapshot: true`) takes one look: the files
+    there then are its item set, closed afterwards (orchestration completes it once its jobs
+    committed them). A table in snapshot mode closes itself at the maximum of its first look."""
     module = connector_source(connector)
+    snapshot_files = connector.kind == ConnectorKind.FILES and (connector.config or {}).get(
+        "snapshot"
+    )
+    if snapshot_files and (connector.cursor or {}).get("snapshot_closed"):
+        return 0
     if module is not None:
         if not hasattr(module, "discover"):
             raise InvalidInput("kind", f"connector {connector.name} has nothing to discover")
-        return module.discover(connector)
-    return assets.assets_discover(connector=connector)
+        registered = module.discover(connector)
+    else:
+        registered = assets.assets_discover(connector=connector)
+    if snapshot_files:
+        snapshot_close(connector)
+    return registered
+
+
+@transaction.atomic
+def snapshot_close(connector: Connector) -> None:
+    locked = Connector.objects.select_for_update().get(pk=connector.pk)
+    locked.cursor = {**(locked.cursor or {}), "snapshot_closed": True}
+    locked.save(update_fields=["cursor", "updated_at"])
+    connector.cursor = locked.cursor
 
 
 def connector_discover_now(*, connector: Connector) -> int:
