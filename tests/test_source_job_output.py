@@ -349,6 +349,11 @@ def test_planning_or_reading_an_expired_commit_is_an_error_naming_the_retention(
         execution.batch_spec(batch=Batch.objects.get(pk=planned[0].pk))
     assert reading.value.field == "config.retention_commits"
     assert "commit 1 of job up-expired" in reading.value.message
+    # listing and counting expired commits is no error (the batch page, the lag)
+    assert [i["item"] for i in selectors.batch_items(batch=planned[0])] == [
+        str(Batch.objects.get(job=up, commit_seq=1).pk)
+    ]
+    assert selectors.job_lag(job=Job.objects.get(pk=keeps.pk)).items == 5
 
 
 def test_retention_by_days_expires_commits_by_their_commit_time(spark, tmp_path):

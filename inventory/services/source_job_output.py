@@ -221,17 +221,15 @@ def item_source(connector) -> ItemSource:
 
     Weight: the bytes of the upstream batch's output (what the downstream batch reads), else the
     upstream batch's own weight; a replaced output weighs nothing (it contributes no rows).
-    Reading an expired commit's weight raises (a failed cast carrying the message: plain SQL has
-    no RAISE), so every planner (incremental, acquire, backfill, preview) stops with an error
-    naming the retention and the commit instead of planning over it.
+    Planning over an expired commit raises (its `settled` is a failed cast carrying the message:
+    plain SQL has no RAISE), so every planner (incremental, acquire, backfill, preview) stops with
+    an error naming the retention and the commit instead of planning over it; reads that only
+    list or count commits (lag, coverage, a batch's items) never evaluate it.
     """
     config = connector.config or {}
     upstream = _upstream(connector)
-    weight = (
-        "CASE WHEN replaced_by_id IS NOT NULL THEN 0 "
-        "WHEN jsonb_typeof(result -> 'bytes') = 'number' "
-        "THEN greatest((result ->> 'bytes')::numeric, 0)::bigint ELSE weight END"
-    )
+    # commit_seq is numbered in commit order (module docstring): every visible commit is settled
+    settled = "true"
     expired = _expired_sql(upstream.pk, config)
     if expired != "false":
         prefix = _literal("commit ")
@@ -240,21 +238,21 @@ def item_source(connector) -> ItemSource:
             f"{connector.name}): it can no longer be read; correct the job's watermark past it "
             "or raise the retention"
         )
-        weight = (
-            f"CASE WHEN {expired} THEN ({prefix} || commit_seq || {suffix})::bigint "
-            f"ELSE {weight} END"
-        )
+        raised = f"({prefix} || commit_seq || {suffix})::bigint > 0"
+        settled = f"(CASE WHEN {expired} THEN {raised} ELSE true END)"
     retention = _retention(config)
     return ItemSource(
         relation="inventory_batch",
         uid="commit_seq",
-        weight=weight,
+        weight=(
+            "CASE WHEN replaced_by_id IS NOT NULL THEN 0 "
+            "WHEN jsonb_typeof(result -> 'bytes') = 'number' "
+            "THEN greatest((result ->> 'bytes')::numeric, 0)::bigint ELSE weight END"
+        ),
         item="id::text",
         where=["job_id = %s", "commit_seq IS NOT NULL"],
         params=[upstream.pk],
-        # commit_seq is numbered in commit order (module docstring): every visible commit is
-        # settled
-        settled="true",
+        settled=settled,
         config_field=f"config.{retention[0]}" if retention else "config.job",
     )
 
