@@ -64,10 +64,12 @@ def _require(request, key: str) -> None:
 
 def _page_context(request):
     return {
-        "can_operate": has_role(request.user, OPERATOR),
-        "can_admin": has_role(request.user, ADMIN),
-        # the actions this user may take ("batch.skip" in allowed_actions), from inventory/actions.py
+        # every action button asks this ("batch.skip" in allowed_actions, with
+        # data-action="batch.skip" on its form): the roles of inventory/actions.py, as _require
         "allowed_actions": allowed_keys(request.user),
+        "can_admin": has_role(request.user, ADMIN),  # the header's link to the admin site
+        # the backfill templates, until their forms ask allowed_actions too
+        "can_operate": has_role(request.user, OPERATOR),
     }
 
 
