@@ -227,6 +227,13 @@ class Backfill(models.Model):
         max_length=20, choices=BackfillStatus.choices, default=BackfillStatus.PENDING
     )
     reason = models.TextField(blank=True, default="")
+    # shown, never planned by: the ids above are what the backfill covers
+    requested = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="the time (or column value) range the ids were resolved from: "
+        '{"by", "basis", "start", "end"}; null when given by ids',
+    )
     created_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

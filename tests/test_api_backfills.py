@@ -1,10 +1,25 @@
-"""backfills/: preview without creating, create, list with progress, pause/resume/cancel."""
+"""backfills/: preview without creating, create, list with progress, pause/resume/cancel; ranges
+by item ids or by time."""
+
+import os
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from inventory.models import Backfill, BackfillStatus, Batch, BatchStatus
+from inventory.models import Asset, Backfill, BackfillStatus, Batch, BatchStatus
 from inventory.services import lifecycle as batches
+from inventory.services.connectors import connector_create
+from inventory.services.discovery import discover
+from inventory.services.jobs import job_create
 from tests.api_support import make_inventory, token_client
+from tests.factories import ConnectorFactory, make_job
+from tests.test_source_table import (
+    SOURCE_ENV,
+    insert,
+    source_dsn,  # noqa: F401 - a fixture (its database of orders)
+    table_connector,
+)
+from tests.test_source_table import T0 as TABLE_T0
 
 pytestmark = pytest.mark.django_db
 
@@ -120,3 +135,170 @@ def test_pause_resume_and_cancel(role_users):
         Batch.objects.filter(backfill_id=backfill["id"]).values_list("status", flat=True)
     ) == {BatchStatus.CANCELLED}
     assert api.post("/api/v1/backfills/999999/pause/").status_code == 404
+
+
+# ---- by time -----------------------------------------------------------------------------------
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def _preview(user, body):
+    return token_client(user).post("/api/v1/backfills/preview/", body, format="json")
+
+
+def test_files_are_backfilled_by_registration_time(role_users):
+    connector, job = make_inventory(weights=[10] * 6)
+    ids = list(connector.assets.order_by("id").values_list("id", flat=True))
+    for hours, pk in enumerate(ids):  # registered an hour apart
+        Asset.objects.filter(pk=pk).update(discovered_at=T0 + timedelta(hours=hours))
+    # 01:00 to 03:00 inclusive, in another zone: the second, third and fourth file
+    body = {
+        "job": job.name,
+        "time_start": "2026-03-01T02:00:00+01:00",
+        "time_end": "2026-03-01T03:00:00Z",
+    }
+    preview = _preview(role_users["viewer"], body)
+    assert preview.status_code == 200, preview.content
+    answer = preview.json()
+    assert (answer["range_start"], answer["range_end"]) == (ids[1], ids[3])
+    assert answer["total_items"] == 3
+    assert answer["requested"] == {
+        "by": "time",
+        "basis": "registration time",
+        "start": "2026-03-01T02:00:00+01:00",
+        "end": "2026-03-01T03:00:00+00:00",
+    }
+    assert not Backfill.objects.exists()
+
+    created = token_client(role_users["operator"]).post("/api/v1/backfills/", body, format="json")
+    assert created.status_code == 201, created.content
+    backfill = created.json()
+    assert (backfill["range_start"], backfill["range_end"]) == (ids[1], ids[3])
+    assert backfill["requested"] == answer["requested"]
+    assert Backfill.objects.get(pk=backfill["id"]).requested["basis"] == "registration time"
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        ({"range_start": 1, "range_end": 2}, "time_start", "not both"),
+        ({"time_end": None}, "time_end", "required with time_start"),
+        ({"time_start": "2026-03-01T01:00:00"}, "time_start", "no UTC offset"),
+        ({"time_start": "yesterday"}, "time_start", "ISO 8601"),
+        ({"time_start": "2026-03-02T00:00:00Z"}, "time_end", "before time_start"),
+        # nothing was registered then
+        (
+            {"time_start": "2025-01-01T00:00:00Z", "time_end": "2025-01-02T00:00:00Z"},
+            "range_start",
+            "no item whose registration time is in [2025-01-01T00:00:00+00:00",
+        ),
+    ],
+)
+def test_a_bad_time_range_is_a_400_naming_the_field(role_users, change, field, reason):
+    connector, job = make_inventory(weights=[10] * 2)
+    connector.assets.update(discovered_at=T0 + timedelta(hours=1))
+    body = {"job": job.name, "time_start": "2026-03-01T00:00:00Z", "time_end": T0.isoformat()}
+    body = {k: v for k, v in {**body, **change}.items() if v is not None}  # None: left out
+    for url in ("/api/v1/backfills/preview/", "/api/v1/backfills/"):
+        response = token_client(role_users["operator"]).post(url, body, format="json")
+        assert response.status_code == 400, response.content
+        assert reason in " ".join(response.json()[field]), response.json()
+    assert not Backfill.objects.exists()
+
+
+def test_neither_ids_nor_times_is_a_400_naming_range_start(role_users):
+    _, job = make_inventory()
+    response = _preview(role_users["viewer"], {"job": job.name})
+    assert response.status_code == 400
+    assert "time_start" in response.json()["range_start"][0]
+
+
+def test_a_kafka_job_is_not_backfilled_by_time(role_users):
+    connector = ConnectorFactory(
+        name="clicks", kind="kafka", config={"bootstrap": "localhost:9092", "topic": "clicks"}
+    )
+    job = make_job(
+        connector=connector, name="clicks-job", batch_weight=100, watermark_type="key_value"
+    )
+    body = {"job": job.name, "time_start": T0.isoformat(), "time_end": T0.isoformat()}
+    response = _preview(role_users["viewer"], body)
+    assert response.status_code == 400
+    assert "carry no timestamps" in response.json()["time_start"][0]
+
+
+def test_a_job_output_job_is_backfilled_by_its_upstreams_commit_times(role_users, tmp_path):
+    upstream_connector, upstream = make_inventory(
+        name="up", weights=[10] * 4, max_items=1, sink={"kind": "files", "path": str(tmp_path)}
+    )
+    for _ in range(4):
+        batch = batches.batch_acquire(job=upstream, worker="w")
+        batches.batch_succeed(
+            batch_id=batch.pk,
+            attempt=batch.attempt,
+            result={"rows_out": 1, "location": str(tmp_path / str(batch.pk))},
+        )
+    commits = list(
+        Batch.objects.filter(job=upstream).order_by("commit_seq").values_list("pk", "commit_seq")
+    )
+    assert [seq for _pk, seq in commits] == [1, 2, 3, 4]
+    for days, (pk, _seq) in enumerate(commits):  # committed a day apart
+        Batch.objects.filter(pk=pk).update(finished_at=T0 + timedelta(days=days))
+    downstream = job_create(
+        name="down",
+        connector=connector_create(name="down-src", kind="job_output", config={"job": "up"}),
+        batch_weight=100,
+    )
+    body = {
+        "job": downstream.name,
+        "time_start": (T0 + timedelta(days=1)).isoformat(),
+        "time_end": (T0 + timedelta(days=2, hours=12)).isoformat(),
+    }
+    answer = _preview(role_users["viewer"], body).json()
+    assert (answer["range_start"], answer["range_end"]) == (2, 3), answer
+    assert answer["requested"]["basis"] == "commit time of job up"
+    assert answer["total_items"] == 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("source_dsn")
+def test_a_table_job_is_backfilled_by_its_timestamp_column(role_users):
+    insert(os.environ[SOURCE_ENV], range(1, 61))  # updated_at = T0 + id seconds
+    connector = table_connector(name="orders-by-time", column="updated_at", slice_rows=10)
+    job = job_create(name="orders-t", connector=connector, batch_weight=100)
+    discover(connector)
+    slice_ids = list(connector.assets.order_by("id").values_list("id", flat=True))
+    assert len(slice_ids) == 6  # rows 1-10, 11-20, ... by time
+    # rows 15 to 31: the second, third and fourth slice
+    body = {
+        "job": job.name,
+        "time_start": (TABLE_T0 + timedelta(seconds=15)).isoformat(),
+        "time_end": (TABLE_T0 + timedelta(seconds=31)).isoformat(),
+    }
+    answer = _preview(role_users["viewer"], body).json()
+    assert (answer["range_start"], answer["range_end"]) == (slice_ids[1], slice_ids[3]), answer
+    assert answer["requested"]["basis"] == "column updated_at"
+    assert answer["total_weight"] == 30  # three slices of ten rows
+    # the first instant past the last row: no slice holds it
+    late = (TABLE_T0 + timedelta(seconds=61)).isoformat()
+    empty = _preview(role_users["viewer"], {**body, "time_start": late, "time_end": late})
+    assert empty.status_code == 400
+    assert "column updated_at" in empty.json()["range_start"][0]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("source_dsn")
+def test_a_table_read_by_an_integer_column_is_backfilled_by_value(role_users):
+    insert(os.environ[SOURCE_ENV], range(1, 26))
+    connector = table_connector(name="orders-by-id", slice_rows=10)  # column id
+    job = job_create(name="orders-i", connector=connector, batch_weight=100)
+    discover(connector)
+    slice_ids = list(connector.assets.order_by("id").values_list("id", flat=True))
+    body = {"job": job.name, "time_start": 11, "time_end": 20}
+    answer = _preview(role_users["viewer"], body).json()
+    assert (answer["range_start"], answer["range_end"]) == (slice_ids[1], slice_ids[1]), answer
+    assert answer["requested"] == {
+        "by": "value",
+        "basis": "value of column id",
+        "start": 11,
+        "end": 20,
+    }

@@ -428,6 +428,7 @@ class BackfillSerializer(serializers.ModelSerializer):
             "priority",
             "status",
             "reason",
+            "requested",
             "created_by",
             "created_at",
             "updated_at",
@@ -450,12 +451,42 @@ class BackfillSerializer(serializers.ModelSerializer):
         }
 
 
+class TimeOrValueField(serializers.Field):
+    """An ISO 8601 time with a UTC offset, or an integer for a table read by an integer column;
+    what it means is the job's source's business (backfills.backfill_range_for_times)."""
+
+    default_error_messages = {
+        "invalid": "must be an ISO 8601 time with a UTC offset (an integer for a table "
+        "connector read by an integer column)"
+    }
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, str | int):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
 class BackfillPlanSerializer(serializers.Serializer):
-    """A closed item-id range of a job and the batch budget to cover it with."""
+    """A closed range of a job, by item ids or by time (exactly one of the two pairs), and the
+    batch budget to cover it with."""
 
     job = serializers.SlugRelatedField(slug_field="name", queryset=Job.objects.all())
-    range_start = serializers.IntegerField(min_value=-BIGINT, max_value=BIGINT)
-    range_end = serializers.IntegerField(min_value=-BIGINT, max_value=BIGINT - 1)
+    range_start = serializers.IntegerField(
+        min_value=-BIGINT, max_value=BIGINT, required=False, help_text="first item id"
+    )
+    range_end = serializers.IntegerField(
+        min_value=-BIGINT, max_value=BIGINT - 1, required=False, help_text="last item id"
+    )
+    time_start = TimeOrValueField(
+        required=False,
+        help_text="instead of the ids: the first time, ISO 8601 with a UTC offset (table "
+        "connectors: the read column's value; files: registration time; job_output: commit "
+        "time). An integer for a table read by an integer column",
+    )
+    time_end = TimeOrValueField(required=False, help_text="the last time (inclusive)")
     batch_weight = serializers.IntegerField(
         min_value=1, max_value=BIGINT, required=False, help_text="default: the job's"
     )
@@ -464,10 +495,12 @@ class BackfillPlanSerializer(serializers.Serializer):
     )
 
     def validate(self, attrs):
-        if attrs["range_end"] < attrs["range_start"]:
-            raise serializers.ValidationError(
-                {"range_end": ["must not be before range_start (the range is inclusive)"]}
-            )
+        # which pair, and that it is whole: backfills.backfill_range (the dashboard's rule too)
+        if "range_start" in attrs and "range_end" in attrs:
+            if attrs["range_end"] < attrs["range_start"]:
+                raise serializers.ValidationError(
+                    {"range_end": ["must not be before range_start (the range is inclusive)"]}
+                )
         return attrs
 
 
@@ -489,8 +522,20 @@ class PlannedBatchSerializer(serializers.Serializer):
     weight = serializers.IntegerField()
 
 
+class BackfillRequestedSerializer(serializers.Serializer):
+    by = serializers.ChoiceField(choices=["time", "value"])
+    basis = serializers.CharField(help_text="what was compared, e.g. 'column updated_at'")
+    start = TimeOrValueField()
+    end = TimeOrValueField()
+
+
 class BackfillPreviewSerializer(serializers.Serializer):
     job = serializers.CharField()
+    range_start = serializers.IntegerField(help_text="the first item id (resolved from a time)")
+    range_end = serializers.IntegerField(help_text="the last item id")
+    requested = BackfillRequestedSerializer(
+        allow_null=True, help_text="the time range the ids came from; null when given by ids"
+    )
     batch_count = serializers.IntegerField()
     total_items = serializers.IntegerField()
     total_weight = serializers.IntegerField()

@@ -561,8 +561,10 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
         return selectors.backfills_with_progress()
 
     @extend_schema(
-        summary="Schedule a backfill of a closed item-id range (operator)",
-        description="409 when the job has no items in the range.",
+        summary="Schedule a backfill of a closed item-id or time range (operator)",
+        description="Give range_start/range_end (item ids) or time_start/time_end, not both. "
+        "409 when the job has no items in an id range; 400 naming range_start when no item "
+        "holds a time of the range.",
         request=s.BackfillCreateSerializer,
         responses=_responses({201: s.BackfillSerializer}, 400, 409),
     )
@@ -574,16 +576,24 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
 
     @extend_schema(
         summary="The batches a backfill would run, without creating anything",
-        description="409 when the job has no items in the range.",
+        description="Ids or a time range, as for creating one; the answer shows the id range "
+        "a time range resolved to. 409 when the job has no items in an id range.",
         request=s.BackfillPlanSerializer,
         responses=_responses({200: s.BackfillPreviewSerializer}, 400, 409),
     )
     @action(detail=False, methods=["post"], filter_backends=[], pagination_class=None)
     def preview(self, request):
         data = _valid(s.BackfillPlanSerializer, request)
-        plan = backfill_services.backfill_preview(**data)
+        given = {k: data.pop(k) for k in backfill_services.RANGE_FIELDS if k in data}
+        span = backfill_services.backfill_range(job=data["job"], **given)
+        plan = backfill_services.backfill_preview(
+            **data, range_start=span.range_start, range_end=span.range_end
+        )
         preview = {
             "job": data["job"].name,
+            "range_start": span.range_start,
+            "range_end": span.range_end,
+            "requested": span.requested,
             "batch_count": len(plan),
             "total_items": sum(p.item_count for p in plan),
             "total_weight": sum(p.weight for p in plan),

@@ -328,23 +328,22 @@ def read_spec(*, connector: Connector, batch: Batch) -> dict:
     }
 
 
+_SQL_TYPES = {"int": "int8", "timestamptz": "timestamptz", "timestamp": "timestamp"}
+
+
 def time_range_to_ids(connector: Connector, first, last) -> tuple[int, int] | None:
-    """The asset ids of the slices that hold column values in [first, last] (a backfill given by
-    values instead of ids), or None when no slice does."""
+    """The first and last asset id of the slices that hold column values in [first, last]
+    (parsed values, see `from_json`), or None when no slice does: a backfill given by time (or
+    by value for an integer column). Slices are registered in column order, so the ids between
+    hold exactly the slices in the range; one statement in the database, no slice loaded."""
     column_type = connector.config["column_type"]
-    first = from_json(first, column_type, field="range_start")
-    last = from_json(last, column_type, field="range_end")
-    if last < first:
-        raise InvalidInput("range_end", "must not be before range_start")
     with connection.cursor() as cursor:
-        cursor.execute(query("asset_slices"), [connector.pk])
-        ids = [
-            pk
-            for pk, lower, upper in cursor.fetchall()
-            if from_json(upper, column_type, field="") > first
-            and from_json(lower, column_type, field="") <= last
-        ]
-    return (min(ids), max(ids)) if ids else None
+        cursor.execute(
+            query("asset_slices_between").format(type=_SQL_TYPES[column_type]),
+            {"connector": connector.pk, "first": first, "last": last},
+        )
+        low, high = cursor.fetchone()
+    return None if low is None else (low, high)
 
 
 def synced_offsets(connector: Connector, partition_column: str, offset_column: str) -> dict:

@@ -129,6 +129,13 @@ UPDATE inventory_asset
 SET extra = extra || jsonb_build_object('changed_after_registration', %s::jsonb)
 WHERE id = %s AND NOT extra ? 'changed_after_registration';
 
--- name: asset_slices
--- a table connector's slices (column ranges) in id order: backfills given by column values
-SELECT id, extra->'lower', extra->'upper' FROM inventory_asset WHERE connector_id = %s ORDER BY id;
+-- name: asset_slices_between
+-- The first and last id of a table connector's slices whose [lower, upper) meets the closed
+-- range [%(first)s, %(last)s] of column values (a backfill given by time or value). {type} is the
+-- column's SQL type (int8, timestamptz, timestamp), chosen in Python from a fixed list. One pass
+-- over the connector's slices along asset_connector_id_idx, in the database: a slice's bounds are
+-- in its JSON, so no index orders them.
+SELECT min(id), max(id) FROM inventory_asset
+WHERE connector_id = %(connector)s
+  AND (extra ->> 'upper')::{type} > %(first)s
+  AND (extra ->> 'lower')::{type} <= %(last)s;
