@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from inventory import selectors
 from inventory.actions import allowed, role_of
@@ -179,8 +179,19 @@ class ConnectorAdmin(RoleActionsMixin, admin.ModelAdmin):
     list_display = ["name", "kind", "state", "start_after", "labels", "updated_at"]
     list_filter = ["kind", "state"]
     search_fields = ["name", "start_after"]
-    readonly_fields = ["state", "created_at", "updated_at"]
+    readonly_fields = ["state", "cursor", "state_history", "created_at", "updated_at"]
     actions = ["pause_connectors", "resume_connectors"]
+
+    @admin.display(description="state changes (newest first)")
+    def state_history(self, obj):
+        """The connector's recorded state changes, read only (not an inline: nothing to post)."""
+        events = selectors.connector_history(connector=obj)[:20]
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{} &rarr; {}</td><td>{}</td><td>{}</td></tr>",
+            ((e.created_at, e.old_state, e.new_state, e.actor or "-", e.reason) for e in events),
+        )
+        return format_html("<table>{}</table>", rows) if events else "none yet"
 
     def get_readonly_fields(self, request, obj=None):
         fixed = ["name", "kind"] if obj is not None else []

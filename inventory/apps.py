@@ -2,13 +2,17 @@ from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
 
-def _register_schedules(sender, using="default", **kwargs):
-    """After `migrate`, Tidemark's periodic work is registered in django-celery-beat's tables
-    (beat does it again whenever it starts; see controlplane/celery.py)."""
+def _after_migrate(sender, using="default", **kwargs):
+    """After `migrate`: Tidemark's periodic work is registered in django-celery-beat's tables
+    (beat does it again whenever it starts; see controlplane/celery.py), and the role groups get
+    the admin-site permissions of models added since migration 0003 (auth created them just
+    before: its handler runs first)."""
+    from inventory.roles import role_groups_ensure
     from inventory.services.scheduling import schedules_sync
 
     if using == "default":
         schedules_sync()
+        role_groups_ensure()
 
 
 class InventoryConfig(AppConfig):
@@ -16,4 +20,4 @@ class InventoryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        post_migrate.connect(_register_schedules, sender=self, dispatch_uid="tidemark-schedules")
+        post_migrate.connect(_after_migrate, sender=self, dispatch_uid="tidemark-after-migrate")

@@ -183,6 +183,11 @@ def test_connector_pause_and_resume_actions_go_through_the_service(role_users, a
     assert Connector.objects.get(pk=finished.pk).state == ConnectorState.COMPLETED
     client.post(url, {"action": "resume_connectors", ACTION_CHECKBOX_NAME: [connector.pk]})
     assert Connector.objects.get(pk=connector.pk).state == ConnectorState.ACTIVE
+    # both changes are recorded with the operator, and the connector's page lists them
+    page = client.get(reverse("admin:inventory_connector_change", args=[connector.pk]))
+    text = page.content.decode()
+    assert page.status_code == 200
+    assert text.count(role_users["operator"].username) >= 2 and "paused" in text
 
 
 def test_a_viewer_gets_no_actions(role_users, admin_client_for):
@@ -265,6 +270,7 @@ def test_a_job_saved_in_the_admin_goes_through_the_service(role_users, admin_cli
         "schedule_cron": "",
         "max_concurrency": 1,
         "executor": "warm",
+        "lookback": 0,
     }
     refused = client.post(reverse("admin:inventory_job_add"), data)
     assert refused.status_code == 200

@@ -21,7 +21,7 @@ from django.db import connection
 from inventory.services.errors import InvalidInput
 
 # config keys whose change re-points a connector's jobs at other data
-IDENTITY_KEYS = ("path", "meta_table", "table", "topic", "dsn_env")
+IDENTITY_KEYS = ("path", "meta_table", "table", "topic", "dsn_env", "job")
 
 _SYSTEM_SCHEMAS = ("information_schema",)
 
