@@ -55,8 +55,9 @@ def prepare_database() -> dict:
 
 
 LOAD_SQL = """
-INSERT INTO inventory_connector (name, kind, labels, config, state, start_after, created_at, updated_at)
-SELECT 'src-' || j, 'files', '[]', '{}', CASE WHEN mod(j, 250) = 7 THEN 'waiting' ELSE 'active' END,
+INSERT INTO inventory_connector (name, kind, labels, config, cursor, state, start_after, created_at,
+    updated_at)
+SELECT 'src-' || j, 'files', '[]', '{}', '{}', CASE WHEN mod(j, 250) = 7 THEN 'waiting' ELSE 'active' END,
        CASE WHEN mod(j, 250) = 7 THEN 'src-1' ELSE '' END, now(), now()
 FROM generate_series(0, %(jobs)s - 1) AS j;
 
@@ -70,9 +71,9 @@ ORDER BY c.id, n;
 
 INSERT INTO inventory_job (name, connector_id, processor, params, sink, watermark_type, batch_weight,
     max_items, max_attempts, retry_backoff_seconds, lease_seconds, schedule_seconds, schedule_cron,
-    max_concurrency, executor, start_position, paused, created_at, updated_at)
+    max_concurrency, executor, start_position, lookback, paused, created_at, updated_at)
 SELECT 'job-' || substr(c.name, 5), c.id, 'passthrough', '{}', '{}', 'int', 1000000, 1000, 3, 30, 120,
-       300, '', 2, 'warm', 0, false, now(), now()
+       300, '', 2, 'warm', 0, 0, false, now(), now()
 FROM inventory_connector AS c ORDER BY c.id;
 
 CREATE TEMP TABLE job_items AS

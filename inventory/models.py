@@ -442,10 +442,11 @@ class BatchAttempt(models.Model):
 
 
 class AttemptRollup(models.Model):
-    """Attempt counts per job and outcome ("" = started) over every attempt whose id is below
-    `MaintenanceRun("attempt-rollup").outcome["below_id"]`: /metrics adds the few attempts after
-    that boundary instead of counting every attempt on each scrape. Only finished attempts are
-    rolled up (they no longer change), so the sum is exact."""
+    """Attempt counts per job and outcome: "" counts the attempts started, with an id below
+    `MaintenanceRun("attempt-rollup").outcome["below_id"]`; an outcome counts the attempts that
+    finished with it before `outcome["finished_before"]` (a finished attempt no longer changes).
+    /metrics adds the few attempts at or after these boundaries instead of counting every attempt
+    on each scrape, so the sum is exact (services/metrics_rollup.py)."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
     outcome = models.CharField(max_length=20, blank=True, default="")

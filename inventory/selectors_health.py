@@ -468,25 +468,43 @@ def _human(delta: timedelta) -> str:
 
 
 def attempt_counts() -> list[tuple[int, str, int]]:
-    """(job id, outcome ("" = still running or abandoned), attempts) over every attempt: the
-    rollup plus the attempts after its boundary (services/metrics_rollup.py)."""
-    from inventory.services.metrics_rollup import ROLLUP
+    """(job id, outcome, attempts): outcome "" counts every attempt started, the others the
+    attempts finished with that outcome. The rollup plus the attempts at or after its boundaries
+    (services/metrics_rollup.py): those inserted or finished in the last minutes.
+
+    The rollup and its boundaries are read by one statement (one snapshot: a roller committing
+    in between cannot make a segment count twice); the attempts after them by a second, with the
+    boundaries as values so that the planner sees how few rows they select (an id range on the
+    primary key, a finish-time range on attempt_finished_idx)."""
+    from inventory.services.metrics_rollup import BOUNDARIES_SQL, ROLLUP
 
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            WITH boundary AS (
-                SELECT coalesce((SELECT (outcome->>'below_id')::bigint
-                                 FROM inventory_maintenancerun WHERE name = %s), 0) AS id
-            )
-            SELECT job_id, outcome, sum(n)::bigint FROM (
-                SELECT job_id, outcome, count AS n FROM inventory_attemptrollup
-                UNION ALL
-                SELECT b.job_id, a.outcome, count(*) FROM inventory_batchattempt AS a
-                JOIN inventory_batch AS b ON b.id = a.batch_id
-                WHERE a.id >= (SELECT id FROM boundary) GROUP BY b.job_id, a.outcome
-            ) AS counts GROUP BY job_id, outcome
+            f"""
+            WITH boundary AS ({BOUNDARIES_SQL})
+            SELECT m.*, r.job_id, r.outcome, r.count FROM (SELECT 1) AS one
+            LEFT JOIN boundary AS m ON true
+            LEFT JOIN inventory_attemptrollup AS r ON m.finished_before IS NOT NULL
             """,
             [ROLLUP],
         )
-        return cursor.fetchall()
+        rows = cursor.fetchall()
+        below_id, finished_before = rows[0][:2]
+        if finished_before is None:  # no rollup (or one of the old kind, which is not read)
+            below_id, finished_before = 0, "-infinity"
+        counts = {(job, outcome): n for *_, job, outcome, n in rows if job is not None}
+        cursor.execute(
+            """
+            SELECT b.job_id, counted.outcome, count(*) FROM (
+                SELECT batch_id, '' AS outcome FROM inventory_batchattempt WHERE id >= %s
+                UNION ALL
+                SELECT batch_id, outcome FROM inventory_batchattempt
+                WHERE finished_at >= %s::timestamptz AND outcome <> ''
+            ) AS counted JOIN inventory_batch AS b ON b.id = counted.batch_id
+            GROUP BY b.job_id, counted.outcome
+            """,
+            [below_id, finished_before],
+        )
+        for job, outcome, n in cursor.fetchall():
+            counts[job, outcome] = counts.get((job, outcome), 0) + n
+    return [(job, outcome, n) for (job, outcome), n in counts.items()]

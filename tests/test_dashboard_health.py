@@ -245,44 +245,138 @@ def test_the_shared_throttle_admits_backfill_batches_within_the_budget_per_minut
     assert BackfillThrottle.objects.count() == 1
 
 
-@override_settings(METRICS_TOKEN="scrape-me")
-def test_attempt_counters_stay_exact_across_the_rollup(client):
-    connector = ConnectorFactory(name="rolled")
-    make_assets(connector, [10] * 4)
-    job = make_job(connector=connector, name="rolled", batch_weight=10, max_attempts=1)
-    _done(job)
-    _dead(job)
-    batches.batch_acquire(job=job, worker="w")  # running: the boundary stays in front of it
+def _attempt_counters(client) -> dict:
+    """/metrics' attempt counters: (metric, job, outcome) -> value."""
+    text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+    return {
+        (sample.name, sample.labels["job"], sample.labels.get("outcome", "")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("tidemark_batch_attempts_")
+    }
 
-    def counters():
-        s = _samples(client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode())
-        name = (("job", "rolled"),)
-        return (
-            s[("tidemark_batch_attempts_started_total", name)],
-            s[
-                (
-                    "tidemark_batch_attempts_finished_total",
-                    (("job", "rolled"), ("outcome", "succeeded")),
-                )
-            ],
-            s[
-                (
-                    "tidemark_batch_attempts_finished_total",
-                    (("job", "rolled"), ("outcome", "failed")),
-                )
-            ],
-        )
 
-    before = counters()
-    assert before == (3, 1, 1)
-    # settled attempts (older than the settle window) are rolled up; the counters do not move
+def _attempts_counted_directly() -> dict:
     from inventory.models import BatchAttempt
 
-    BatchAttempt.objects.update(started_at=timezone.now() - timedelta(hours=1))
-    boundary = metrics_rollup.attempt_rollup_advance()
-    running = BatchAttempt.objects.get(outcome="")
-    assert boundary == running.pk
-    assert counters() == before
+    counts = {}
+    for attempt in BatchAttempt.objects.select_related("batch__job"):
+        job = attempt.batch.job.name
+        key = ("tidemark_batch_attempts_started_total", job, "")
+        counts[key] = counts.get(key, 0) + 1
+        if attempt.outcome:
+            key = ("tidemark_batch_attempts_finished_total", job, attempt.outcome)
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _rollup() -> dict:
+    from inventory.models import AttemptRollup
+
+    return {(r.job.name, r.outcome): r.count for r in AttemptRollup.objects.select_related("job")}
+
+
+def _let_time_pass(hours: int) -> None:
+    """As if `hours` passed: every attempt's start and finish and the rollup's time boundary move
+    back by that much (past the rollup's settle window), keeping their order."""
+    from django.db.models import F
+
+    from inventory.models import BatchAttempt
+
+    shift = timedelta(hours=hours)
+    BatchAttempt.objects.update(started_at=F("started_at") - shift)
+    BatchAttempt.objects.filter(finished_at__isnull=False).update(
+        finished_at=F("finished_at") - shift
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE inventory_maintenancerun SET outcome = jsonb_set(outcome, '{finished_before}', "
+            "to_jsonb((outcome->>'finished_before')::timestamptz - %s)) "
+            "WHERE name = %s AND outcome ? 'finished_before'",
+            [shift, metrics_rollup.ROLLUP],
+        )
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_attempt_counters_equal_a_direct_count_across_rollups_with_attempts_running(client):
+    from inventory.models import AttemptRollup, BatchAttempt
+
+    connectors = [ConnectorFactory(name=f"rolled-{i}") for i in range(2)]
+    jobs = []
+    for connector in connectors:
+        make_assets(connector, [10] * 8)
+        jobs.append(
+            make_job(connector=connector, name=connector.name, batch_weight=10, max_attempts=2)
+        )
+    first, second = jobs
+    # first: an attempt that runs across every rollup below, a success, a failure (retry pending)
+    old_running = batches.batch_acquire(job=first, worker="w")
+    _done(first)
+    failing = batches.batch_acquire(job=first, worker="w")
+    batches.batch_fail(batch_id=failing.id, attempt=failing.attempt, error={"message": "x"})
+    # second: a dead batch, and a running attempt abandoned by a cancel (it never finishes)
+    _dead(second)
+    abandoned = batches.batch_acquire(job=second, worker="w")
+    batches.batch_cancel(batch_id=abandoned.id, actor="op", reason="wrong input")
+    assert _attempt_counters(client) == _attempts_counted_directly()
+
+    _let_time_pass(hours=2)
+    below_id, finished_before = metrics_rollup.attempt_rollup_advance()
+    # the boundaries pass the attempt still running: a scrape no longer counts what precedes it
+    running = BatchAttempt.objects.get(batch_id=old_running.id)
+    assert running.finished_at is None
+    assert below_id > BatchAttempt.objects.order_by("-id").first().id
+    finished = BatchAttempt.objects.filter(finished_at__isnull=False)
+    assert finished_before > finished.order_by("-finished_at").first().finished_at
+    rolled = _rollup()
+    assert rolled == {
+        ("rolled-0", ""): 3,
+        ("rolled-0", "succeeded"): 1,
+        ("rolled-0", "failed"): 1,
+        ("rolled-1", ""): 2,
+        ("rolled-1", "failed"): 1,
+    }
+    assert _attempt_counters(client) == _attempts_counted_directly()
+
+    # the old attempt finishes after the boundary, new ones start and finish; scrapes stay exact
+    batches.batch_succeed(batch_id=old_running.id, attempt=old_running.attempt)
+    _done(second)
+    assert _attempt_counters(client) == _attempts_counted_directly()
+    # an advance within the settle window of these attempts rolls none of them up
+    assert metrics_rollup.attempt_rollup_advance()[0] == below_id
+    assert _rollup() == rolled
+    assert _attempt_counters(client) == _attempts_counted_directly()
+
+    still_running = batches.batch_acquire(job=second, worker="w")
+    _let_time_pass(hours=1)
+    later_below, later_before = metrics_rollup.attempt_rollup_advance()
+    still = BatchAttempt.objects.get(batch_id=still_running.id, number=still_running.attempt)
+    assert still.finished_at is None
+    assert later_below > still.id and later_before > finished_before
+    assert AttemptRollup.objects.get(job=first, outcome="succeeded").count == 2
+    assert _attempt_counters(client) == _attempts_counted_directly()
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_a_rollup_of_the_old_single_boundary_kind_is_not_read_and_is_rebuilt(client):
+    from inventory.models import AttemptRollup, MaintenanceRun
+
+    connector = ConnectorFactory(name="upgraded")
+    make_assets(connector, [10] * 3)
+    job = make_job(connector=connector, name="upgraded", batch_weight=10, max_attempts=1)
+    _done(job)
+    _dead(job)
+    batches.batch_acquire(job=job, worker="w")
+    # what the previous rollup left: one id boundary, rows counting attempts below it
+    MaintenanceRun.objects.create(
+        name=metrics_rollup.ROLLUP, last_run_at=timezone.now(), outcome={"below_id": 10**9}
+    )
+    AttemptRollup.objects.create(job=job, outcome="succeeded", count=7)
+    assert _attempt_counters(client) == _attempts_counted_directly()
+    _let_time_pass(hours=1)
+    metrics_rollup.attempt_rollup_advance()
+    assert AttemptRollup.objects.get(job=job, outcome="succeeded").count == 1
+    assert _attempt_counters(client) == _attempts_counted_directly()
 
 
 def test_an_operator_sets_the_shared_throttle_through_the_api_and_a_viewer_may_not(role_users):

@@ -45,16 +45,13 @@ class InventoryCollector:
             "Batch attempts finished, by outcome (succeeded / failed)",
             labels=["job", "outcome"],
         )
-        started_by_job: dict[str, int] = {}
         for job_id, outcome, count in sorted(selectors_health.attempt_counts()):
             if job_id not in names:
                 continue
-            job = names[job_id]
-            started_by_job[job] = started_by_job.get(job, 0) + count
             if outcome:
-                finished.add_metric([job, outcome], count)
-        for job, count in sorted(started_by_job.items()):
-            started.add_metric([job], count)
+                finished.add_metric([names[job_id], outcome], count)
+            else:
+                started.add_metric([names[job_id]], count)
         yield started
         yield finished
 
