@@ -28,7 +28,7 @@ from psycopg2 import sql
 from inventory.models import Asset, Batch, Connector
 from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
-from inventory.services.items import quote_identifier
+from inventory.services.items import quote_identifier, quote_table
 from inventory.services.secrets import mask_text
 from inventory.services.sources import source_table_check
 from inventory.sql import query, source_query
@@ -81,8 +81,9 @@ def validate(config: dict) -> dict:
     checked = dict(config)
     with source_connection(checked, field="config.dsn_env") as conn:
         checked["column_type"] = _column_type(conn, checked)
-        relation = ".".join(f'"{part}"' for part in checked["table"].split("."))
-        refuse_own_tables(conn, relation, field="config.table")
+        refuse_own_tables(
+            conn, quote_table(checked["table"], field_name="config.table"), field="config.table"
+        )
     if "start_value" in checked:
         checked["start_value"] = to_json(
             from_json(checked["start_value"], checked["column_type"], field="config.start_value")
@@ -92,13 +93,9 @@ def validate(config: dict) -> dict:
 
 
 def _relation(config: dict) -> sql.Composable:
-    table = config.get("table")
-    parts = table.split(".") if isinstance(table, str) else [None]
-    if len(parts) > 2:
-        raise InvalidInput("config.table", f"{table!r}: expected 'table' or 'schema.table'")
-    for part in parts:
-        quote_identifier(part, field_name="config.table")
-    return sql.SQL(".").join(sql.Identifier(part) for part in parts)
+    """The table as a psycopg2 identifier, after the same check as every relation a user names."""
+    quote_table(config.get("table"), field_name="config.table")
+    return sql.SQL(".").join(sql.Identifier(part) for part in config["table"].split("."))
 
 
 class source_connection:  # noqa: N801 - a context manager used as a function
@@ -140,7 +137,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _column_type(conn, config: dict) -> str:
-    relation = ".".join(f'"{part}"' for part in config["table"].split("."))
+    relation = quote_table(config["table"], field_name="config.table")
     with conn.cursor() as cursor:
         cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [relation])
         if not cursor.fetchone()[0]:
