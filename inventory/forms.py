@@ -13,8 +13,26 @@ class BackfillForm(forms.Form):
         widget=forms.TextInput(attrs={"placeholder": "job name"}),
         error_messages={"invalid_choice": "there is no job with that name"},
     )
-    range_start = forms.IntegerField(label="first item id")
-    range_end = forms.IntegerField(label="last item id")
+    by = forms.ChoiceField(
+        choices=[("ids", "by item ids"), ("time", "by time")],
+        initial="ids",
+        required=False,  # ids unless "time" is chosen
+        widget=forms.RadioSelect,
+        label="range",
+    )
+    # which pair is required, and what a time means for the job: backfills.backfill_range
+    range_start = forms.IntegerField(label="first item id", required=False)
+    range_end = forms.IntegerField(label="last item id", required=False)
+    time_start = forms.CharField(
+        label="from",
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "2026-11-01T00:00:00+00:00"}),
+    )
+    time_end = forms.CharField(
+        label="to (inclusive)",
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "2026-11-02T00:00:00+00:00"}),
+    )
     batch_weight = forms.IntegerField(required=False, min_value=1, help_text="default: the job's")
     max_items = forms.IntegerField(required=False, min_value=1, help_text="default: the job's")
     max_concurrency = forms.IntegerField(initial=1, min_value=1)

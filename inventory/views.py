@@ -356,7 +356,12 @@ def backfills(request):
             else:
                 messages.success(request, f"Backfill {backfill.pk} scheduled.")
                 return redirect("dashboard:backfills")
-    context = {"form": form, **_backfills_context(), **_page_context(request)}
+    context = {
+        "form": form,
+        **_time_basis(form),
+        **_backfills_context(),
+        **_page_context(request),
+    }
     if request.method == "GET" and _htmx(request):
         return render(request, "inventory/_backfills_list.html", context)
     return render(request, "inventory/backfills.html", context)
@@ -383,13 +388,18 @@ def _backfills_context() -> dict:
 @role_required(role_of("job.backfill"))  # the live preview of the scheduling form
 def backfill_preview(request):
     form = BackfillForm(request.POST)
-    plan = None
+    plan = span = None
     if form.is_valid():
+        args = _backfill_args(form.cleaned_data)
+        budget = {k: args.pop(k) for k in ("batch_weight", "max_items")}
         try:
-            plan = backfill_services.backfill_preview(**_backfill_args(form.cleaned_data))
+            span = backfill_services.backfill_range(**args)  # the ids a time range stands for
+            plan = backfill_services.backfill_preview(
+                job=args["job"], range_start=span.range_start, range_end=span.range_end, **budget
+            )
         except TidemarkError as exc:
             _form_error(form, exc)
-    context = {"form": form, "plan": plan}
+    context = {"form": form, "plan": plan, "span": span, **_time_basis(form)}
     if plan:
         job = form.cleaned_data["job"]
         budget = form.cleaned_data.get("batch_weight") or job.batch_weight
@@ -506,15 +516,29 @@ def _act(request, call, done_message):
 
 
 def _backfill_args(data):
+    """The pair the form's switch chose (the other pair's inputs are ignored, not refused)."""
+    pair = ("time_start", "time_end") if data.get("by") == "time" else ("range_start", "range_end")
     return {
         "job": data["job"],
-        "range_start": data["range_start"],
-        "range_end": data["range_end"],
+        **{field: data.get(field) for field in pair},
         "batch_weight": data.get("batch_weight"),
         "max_items": data.get("max_items"),
     }
 
 
+def _time_basis(form) -> dict:
+    """What "by time" means for the form's job, or why it has no times: the switch's note."""
+    job = form.cleaned_data.get("job") if hasattr(form, "cleaned_data") else None
+    if job is None:
+        return {}
+    try:
+        return {"time_basis": backfill_services.backfill_time_basis(job.connector)}
+    except TidemarkError as exc:
+        return {"time_basis_refused": exc.message}
+
+
 def _form_error(form, exc):
     field = getattr(exc, "field", None)
+    if field == "range_start" and form.cleaned_data.get("by") == "time":
+        field = "time_start"  # no item in a time range: shown beside the time inputs
     form.add_error(field if field in form.fields else None, getattr(exc, "message", str(exc)))

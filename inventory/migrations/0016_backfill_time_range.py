@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0015_one_dispatch'),
+        ("inventory", "0015_one_dispatch"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='backfill',
-            name='requested',
-            field=models.JSONField(blank=True, help_text='the time (or column value) range the ids were resolved from: {"by", "basis", "start", "end"}; null when given by ids', null=True),
+            model_name="backfill",
+            name="requested",
+            field=models.JSONField(
+                blank=True,
+                help_text='the time (or column value) range the ids were resolved from: {"by", "basis", "start", "end"}; null when given by ids',
+                null=True,
+            ),
         ),
     ]
