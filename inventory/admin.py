@@ -340,11 +340,15 @@ class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
         valid = form.is_valid()
         if valid and "apply" in request.POST:
             data = {k: v for k, v in form.cleaned_data.items() if v not in (None, "")}
+            given = {
+                k: data.pop(k) for k in ("lower", "upper", "time_start", "time_end") if k in data
+            }
             actor = actor_name(request.user)
             scheduled: list[str] = []
 
             def schedule(job):
-                created = gap_services.holes_backfill(job=job, **data, actor=actor)
+                bounds = _hole_bounds(job, **given)
+                created = gap_services.holes_backfill(job=job, **data, **bounds, actor=actor)
                 scheduled.extend(
                     f"{job.name}: backfill {b.pk} [{b.range_start}, {b.range_end}]" for b in created
                 )
@@ -353,15 +357,15 @@ class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
             if scheduled:
                 self.message_user(request, "Scheduled " + "; ".join(scheduled), messages.INFO)
             return None
-        bounds = {k: form.cleaned_data.get(k) for k in ("lower", "upper")} if valid else {}
+        given = (
+            {k: form.cleaned_data.get(k) for k in ("lower", "upper", "time_start", "time_end")}
+            if valid
+            else {}
+        )
         previews = []
         for job in jobs:
             try:
-                plans = gap_services.holes_preview(
-                    job=job,
-                    lower=bounds.get("lower"),
-                    upper=bounds.get("upper"),
-                )
+                plans = gap_services.holes_preview(job=job, **_hole_bounds(job, **given))
             except TidemarkError as exc:
                 previews.append({"job": job, "error": str(exc), "plans": []})
             else:
@@ -386,9 +390,27 @@ class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
         return TemplateResponse(request, "admin/inventory/job_backfill_holes.html", context)
 
 
+def _hole_bounds(job, *, lower=None, upper=None, time_start=None, time_end=None) -> dict:
+    """The id bounds of the holes to look at: item ids as given, or the ids a time range stands
+    for in this job (backfills.backfill_range_for_times, as in the API and on the dashboard)."""
+    if time_start in (None, "") and time_end in (None, ""):
+        return {"lower": lower, "upper": upper}
+    if lower is not None or upper is not None:
+        raise InvalidInput("time_start", "give item ids or times, not both")
+    span = backfill_services.backfill_range(job=job, time_start=time_start, time_end=time_end)
+    return {"lower": span.range_start, "upper": span.range_end + 1}
+
+
 class HolesForm(forms.Form):
     lower = forms.IntegerField(required=False, label="From item id")
     upper = forms.IntegerField(required=False, label="To item id (exclusive)")
+    time_start = forms.CharField(
+        required=False,
+        label="Or from time",
+        help_text="ISO 8601 with a UTC offset: a table's read column (its value for an integer "
+        "column), files registered between, a job_output's upstream commit time; not Kafka",
+    )
+    time_end = forms.CharField(required=False, label="To time (inclusive)")
     max_concurrency = forms.IntegerField(min_value=1, initial=1)
     priority = forms.IntegerField(initial=0, help_text="> 0 runs before incremental work")
     reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}))
@@ -684,6 +706,7 @@ class BackfillAdmin(RoleActionsMixin, ReadOnlyAdmin):
         "job",
         "range_start",
         "range_end",
+        "requested",
         "status",
         "priority",
         "max_concurrency",

@@ -158,3 +158,29 @@ def test_a_viewer_sees_the_throttle_but_cannot_change_it(role_users, admin_clien
     client.post(change, {"weight_per_minute": 1})
     throttle.refresh_from_db()
     assert throttle.weight_per_minute == 300
+
+
+def test_backfill_the_holes_within_a_time_range_resolves_it_per_job(
+    gappy, role_users, admin_client_for
+):
+    from datetime import UTC, datetime, timedelta
+
+    from inventory.models import Asset
+
+    job, ids = gappy
+    t0 = datetime(2026, 3, 1, tzinfo=UTC)
+    for hours, pk in enumerate(ids):  # files registered an hour apart
+        Asset.objects.filter(pk=pk).update(discovered_at=t0 + timedelta(hours=hours))
+    client = admin_client_for(role_users["operator"])
+    times = {
+        "time_start": (t0 + timedelta(hours=2)).isoformat(),
+        "time_end": (t0 + timedelta(hours=4)).isoformat(),
+    }
+    html = _action(client, job, preview="1", max_concurrency=1, priority=0, **times)
+    html = html.content.decode()
+    assert f"{ids[3]}–{ids[3]}" in html and f"{ids[1]}–{ids[1]}" not in html
+    naive = {**times, "time_start": "2026-03-01T02:00:00"}
+    refused = _action(client, job, preview="1", max_concurrency=1, priority=0, **naive)
+    assert "no UTC offset" in refused.content.decode()
+    _action(client, job, apply="1", max_concurrency=1, priority=0, **times)
+    assert [b.range_start for b in Backfill.objects.all()] == [ids[3]]
