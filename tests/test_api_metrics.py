@@ -77,3 +77,42 @@ def test_metrics_show_when_the_reaper_last_ran_and_whether_it_is_overdue(client)
     )
     late = _samples(client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode())
     assert late[("tidemark_reaper_overdue", ())] == 1
+
+
+def test_the_text_written_here_parses_as_prometheus_client_writes_it():
+    """metrics.py writes the exposition itself; Prometheus' parser reads it back as the same
+    families, values and (escaped) label values as prometheus_client's own writer."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from inventory.api.metrics import _counter, _gauge
+
+    odd = 'a "quoted" \\ back\nslash'
+    ours = [_gauge("t_gauge", "help with \\ and\nnewline", labels=["job", "kind"])]
+    ours.append(_counter("t_attempts", "counted", labels=["job"]))
+    ours.append(_gauge("t_alone", "no labels", value=0))
+    theirs = [GaugeMetricFamily("t_gauge", "help with \\ and\nnewline", labels=["job", "kind"])]
+    theirs.append(CounterMetricFamily("t_attempts", "counted", labels=["job"]))
+    theirs.append(GaugeMetricFamily("t_alone", "no labels", value=0))
+    for families in (ours, theirs):
+        families[0].add_metric([odd, "x"], 1763900000.25)
+        families[0].add_metric(["plain", ""], float("inf"))
+        families[1].add_metric([odd], 3)
+
+    class Collector:
+        def collect(self):
+            return theirs
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collector())
+    expected = generate_latest(registry).decode()
+    written = "".join(family.text() for family in ours)
+
+    def parsed(text):
+        return [
+            (f.name, f.type, f.documentation, [(s.name, s.labels, s.value) for s in f.samples])
+            for f in text_string_to_metric_families(text)
+        ]
+
+    assert parsed(written) == parsed(expected)
+    assert parsed(written)[0][3][0][1] == {"job": odd, "kind": "x"}
