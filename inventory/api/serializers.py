@@ -451,6 +451,7 @@ class BackfillSerializer(serializers.ModelSerializer):
         }
 
 
+@extend_schema_field({"oneOf": [{"type": "string", "format": "date-time"}, {"type": "integer"}]})
 class TimeOrValueField(serializers.Field):
     """An ISO 8601 time with a UTC offset, or an integer for a table read by an integer column;
     what it means is the job's source's business (backfills.backfill_range_for_times)."""
