@@ -398,6 +398,14 @@ class Batch(models.Model):
                 name="batch_finished_idx",
                 condition=Q(finished_at__isnull=False),
             ),
+            # the last-day rates of the overview's page of jobs and of the job page: "succeeded
+            # batches of jobs J finished since T" (selectors_health.jobs_rates; batch_finished_idx
+            # read every job's batches of the day and kept the page's)
+            models.Index(
+                fields=["job", "finished_at"],
+                name="batch_job_succeeded_idx",
+                condition=Q(status=BatchStatus.SUCCEEDED),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -434,6 +442,13 @@ class BatchAttempt(models.Model):
                 fields=["finished_at"],
                 name="attempt_finished_idx",
                 condition=Q(finished_at__isnull=False),
+            ),
+            # the failures in those rates: "attempts that did not succeed, finished since T"
+            # (selectors_health.jobs_rates; attempt_finished_idx read the successes too)
+            models.Index(
+                fields=["finished_at"],
+                name="attempt_failed_finished_idx",
+                condition=~Q(outcome__in=["", "succeeded"]),
             ),
         ]
 

@@ -390,3 +390,24 @@ def test_an_operator_sets_the_shared_throttle_through_the_api_and_a_viewer_may_n
     assert shown == [{"scope": "budgeted", "budget": 500, "used": 0, "pct": 0.0}]
     page = _client(role_users["viewer"]).get("/backfills/").content.decode()
     assert "Shared throttle, budgeted: 0 of 500 weight/min" in page
+
+
+def test_last_day_rates_of_given_jobs_are_those_of_all_jobs():
+    """The overview reads the rates of its page's jobs (one index range per job), the API of all
+    jobs: both count the same succeeded batches (items, weight) and failed attempts per hour."""
+    first, second = _world(n_jobs=2, batches_per_job=2)
+    one = selectors_health.jobs_rates(job_ids=[first.pk])
+    every = selectors_health.jobs_rates()
+    assert set(one) == {first.pk} and set(every) == {first.pk, second.pk}
+    rates = one[first.pk]
+    assert (rates.succeeded[-1], rates.failed[-1]) == (2, 1)  # in the last hour
+    assert (rates.items[-1], rates.weight[-1]) == (2, 20)
+    assert sum(rates.succeeded) == 2 and sum(rates.failed) == 1
+    for pk in (first.pk, second.pk):
+        of_one = selectors_health.jobs_rates(pk)[pk]
+        assert (of_one.succeeded, of_one.failed, of_one.items, of_one.weight) == (
+            every[pk].succeeded,
+            every[pk].failed,
+            every[pk].items,
+            every[pk].weight,
+        )
