@@ -110,7 +110,10 @@ def test_an_operator_logs_in_reads_a_job_and_previews_a_backfill(browser, web_se
     page.fill("input[name=range_start]", str(assets[0].id))
     page.fill("input[name=range_end]", str(assets[-1].id))
     page.click("text=Preview the plan")
-    page.wait_for_selector("#preview .msg")
+    # the live preview may first answer for a half-typed form: wait for the whole one's answer
+    page.wait_for_function(
+        "() => document.querySelector('#plan-summary')?.innerText.includes('3 batch(es)')"
+    )
     assert "3 batch(es), 6 items, total weight 180" in page.inner_text("#preview")
     page.screenshot(path="/tmp/backfills.png", full_page=True)
     assert job.backfills.count() == 0  # a preview creates nothing
