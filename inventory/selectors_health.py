@@ -6,6 +6,7 @@ batches (the overview, /api/v1/alerts/ and /metrics call them on every refresh).
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.db import connection
 from django.urls import reverse
@@ -13,6 +14,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from inventory import selectors
+from inventory.links import link
 from inventory.models import (
     Backfill,
     Connector,
@@ -392,18 +394,12 @@ def stalled_backfills() -> list[tuple[Backfill, str]]:
     return [(found[pk], reason) for pk, reason in sorted(reasons.items()) if pk in found]
 
 
-def _url_maker(name: str, placeholder: str = "0"):
-    """A function of one argument giving reverse(name, args=[it]), from a single reverse: alerts
-    name up to two URLs per job, and reverse costs more than the rest of an alert."""
-    head, tail = reverse(name, args=[placeholder]).rsplit(placeholder, 1)
-    return lambda value: f"{head}{value}{tail}"
-
-
 def alerts(jobs: list[JobRow] | None = None) -> list[Alert]:
     """Everything that needs a person now. `jobs` may be the rows already read (job_rows)."""
     jobs = job_rows() if jobs is None else jobs
-    job_url = _url_maker("dashboard:job", "placeholder")
-    batch_url = _url_maker("dashboard:batch")
+    # alerts name up to two URLs per job: one reverse per URL name (inventory/links.py)
+    job_url = partial(link, "dashboard:job")
+    batch_url = partial(link, "dashboard:batch")
     found: list[Alert] = []
     for job in jobs:
         if job.n_dead:

@@ -1,11 +1,21 @@
-"""Template helpers for the dashboard: inline SVG sparklines (no script, drawn by the server) and
-watermark values; tags rather than per-row includes, which cost more than the row itself."""
+"""Template helpers for the dashboard: inline SVG sparklines (no script, drawn by the server),
+watermark values and row links; tags rather than per-row includes, which cost more than the row
+itself."""
 
 from django import template
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from inventory import links
+
 register = template.Library()
+
+
+@register.simple_tag
+def link(name, *args):
+    """{% url %} for the links of table rows: one reverse per URL name (inventory/links.py)."""
+    return links.link(name, *args)
+
 
 WIDTH, HEIGHT = 96, 22
 
