@@ -77,7 +77,7 @@ def test_slow_the_demo_processes_the_first_files_then_only_the_new_ones_and_stop
     assert demo.returncode == 0, out[-5000:]
     assert "Traceback" not in out
     assert "stopping..." in out
-    assert len(children) == 3
+    assert len(children) == 4  # the Kafka broker, the worker, beat and the web server
     for pid in children:
         assert not _running(pid), f"child {pid} outlived the demo"
     assert "`make stop` stops them" in out
@@ -86,10 +86,13 @@ def test_slow_the_demo_processes_the_first_files_then_only_the_new_ones_and_stop
     assert password and len(password.group(1)) >= 12
     assert "discovery registered 6 new file(s)" in out
     assert "only the new files were processed: yes" in out
-    second_round = out.split("5. new files", 1)[1].split("6. where to look", 1)[0]
+    second_round = out.split("5. new files", 1)[1].split("6. history then live", 1)[0]
     assert second_round.count("succeeded attempt 1") == 2
     assert "orders-2026-03-01" not in second_round.split("arrived", 1)[1].split("\n", 1)[1]
     assert re.search(r"demo-orders-hourly\s+watermark -> 2026-03-04T23:57:36\+00:00", out)
+    # history then live: the table's history, then the topic from the synced offsets, each once
+    assert "demo-orders-history is completed; released demo-orders-live" in out
+    assert "every order exactly once across the switch: yes" in out
     assert "dashboard      http://127.0.0.1:" in out
     assert "worker, beat and web server stopped" in out
     assert (tmp_path / "demo" / "sinks" / "orders_hourly").is_dir()
