@@ -6,7 +6,12 @@ import pytest
 
 # Real Celery worker processes (tests/worker_fixtures.py): one per test session, shared by every
 # module that asks for `celery_worker` (a module that star-imports them gets its own instead).
-pytest_plugins = ["tests.worker_fixtures", "tests.server_fixtures", "tests.s3_fixtures", "tests.kafka_fixtures"]
+pytest_plugins = [
+    "tests.worker_fixtures",
+    "tests.server_fixtures",
+    "tests.s3_fixtures",
+    "tests.kafka_fixtures",
+]
 
 
 @pytest.fixture(scope="session")
