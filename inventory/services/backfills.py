@@ -350,13 +350,16 @@ def _plan_rewrite(job: Job, *, first: int, last: int, budget: int, max_items: in
         if lo >= hi:
             return []
         cuts = [lo, *([frontier] if lo < frontier < hi else []), hi]
-        return [
-            planned
-            for a, b in zip(cuts, cuts[1:], strict=False)
-            for planned in plan_closed_range(
-                source=source, first=a, last=b - 1, budget=budget, max_items=max_items
+        planned, start = [], lo
+        for end in cuts[1:]:
+            part = plan_closed_range(
+                source=source, first=start, last=end - 1, budget=budget, max_items=max_items
             )
-        ]
+            if part:
+                planned += part
+                start = end
+            # else: a stretch with no item joins the next one, so the plan still starts at `lo`
+        return planned
 
     plan, cursor = [], lower
     for output in live:
