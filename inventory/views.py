@@ -28,7 +28,7 @@ from inventory.models import (
     Connector,
     Job,
 )
-from inventory.roles import ADMIN, OPERATOR, VIEWER, actor_name, has_role
+from inventory.roles import ADMIN, VIEWER, actor_name, has_role
 from inventory.services import backfills as backfill_services
 from inventory.services import connectors as connector_services
 from inventory.services import discovery
@@ -68,8 +68,6 @@ def _page_context(request):
         # data-action="batch.skip" on its form): the roles of inventory/actions.py, as _require
         "allowed_actions": allowed_keys(request.user),
         "can_admin": has_role(request.user, ADMIN),  # the header's link to the admin site
-        # the backfill templates, until their forms ask allowed_actions too
-        "can_operate": has_role(request.user, OPERATOR),
     }
 
 

@@ -11,9 +11,10 @@ import pytest
 from django.test import Client
 
 from inventory.actions import ACTIONS, allowed_keys
-from inventory.models import ConnectorState
+from inventory.models import Backfill, BackfillStatus, ConnectorState
 from inventory.services import jobs as job_services
 from inventory.services import lifecycle as batches
+from inventory.services.backfills import backfill_create
 from tests.factories import ConnectorFactory, make_assets, make_job
 
 pytestmark = pytest.mark.django_db
@@ -56,6 +57,11 @@ def world():
     paused_source = ConnectorFactory(name="held-src", state=ConnectorState.PAUSED)
     idle = make_job(connector=paused_source, name="idle", batch_weight=10)
     job_services.job_set_paused(job=idle, paused=True)
+    # a running backfill over the committed batch's items
+    backfill = backfill_create(
+        job=job, range_start=done.span.lower, range_end=done.span.upper - 1, actor="t"
+    )
+    Backfill.objects.filter(pk=backfill.pk).update(status=BackfillStatus.RUNNING)
     statuses = {
         b.pk: b.status for b in type(dead).objects.filter(pk__in=[failed.pk, dead.pk, running.pk])
     }
@@ -72,8 +78,7 @@ def world():
         f"/batches/{failed.pk}/": {"batch.retry", "batch.cancel"},
         f"/batches/{dead.pk}/": {"batch.retry", "batch.skip"},
         f"/batches/{running.pk}/": {"batch.cancel"},
-        # The backfills page (backfills.html, _backfills_list.html) is not walked yet: its forms
-        # still test can_operate and name no action; add "/backfills/" here once they do.
+        "/backfills/": {"job.backfill", "backfill.pause", "backfill.cancel"},
     }
 
 
