@@ -13,6 +13,7 @@ from django.db.models import (
     DurationField,
     ExpressionWrapper,
     F,
+    Prefetch,
     Q,
     QuerySet,
     Sum,
@@ -105,6 +106,17 @@ def backfills_with_progress(queryset: QuerySet[Backfill] | None = None) -> Query
         batches_cancelled=Count("batches", filter=Q(batches__status=BatchStatus.CANCELLED)),
         weight_total=Coalesce(Sum("batches__weight"), Value(0)),
         weight_done=Coalesce(Sum("batches__weight", filter=done), Value(0)),
+    )
+
+
+def connectors_with_rows(connectors: QuerySet[Connector]) -> QuerySet[Connector]:
+    """Connectors with what their dashboard row shows: job names and the last state change
+    (`last_events`, at most one), in two queries whatever the number of connectors."""
+    return connectors.prefetch_related(
+        Prefetch("jobs", queryset=Job.objects.only("name", "connector_id").order_by("name")),
+        Prefetch(
+            "events", queryset=ConnectorEvent.objects.order_by("-id")[:1], to_attr="last_events"
+        ),
     )
 
 

@@ -12,7 +12,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Case, Prefetch, Value, When
+from django.db.models import Case, Value, When
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -293,9 +293,7 @@ def connectors(request):
         *(When(state=name, then=Value(i)) for i, name in enumerate(CONNECTOR_ORDER)),
         default=Value(len(CONNECTOR_ORDER)),
     )
-    rows = rows.order_by(rank, "name").prefetch_related(
-        Prefetch("jobs", queryset=Job.objects.only("name", "connector_id").order_by("name"))
-    )
+    rows = selectors.connectors_with_rows(rows.order_by(rank, "name"))
     page = Paginator(rows, CONNECTOR_PAGE).get_page(request.GET.get("page"))
     context = {
         "connectors": page,
@@ -327,7 +325,7 @@ def connector_action(request, name, action):
     _act(request, lambda: service(connector=connector), done)
     if _htmx(request):
         # the row alone, with the outcome next to it (no full reload)
-        connector = Connector.objects.prefetch_related("jobs").get(pk=connector.pk)
+        connector = selectors.connectors_with_rows(Connector.objects.filter(pk=connector.pk))[0]
         notes = [str(m) for m in messages.get_messages(request)]
         context = {"connector": connector, "notes": notes, **_page_context(request)}
         return render(request, "inventory/_connector_row.html", context)

@@ -137,3 +137,26 @@ def test_a_files_snapshot_is_the_files_of_its_first_look(tmp_path):
     scheduling.connectors_orchestrate()
     connector.refresh_from_db()
     assert connector.state == ConnectorState.COMPLETED
+
+
+def test_the_connectors_page_shows_the_last_state_change_and_the_cursor(
+    source_dsn,  # noqa: F811
+    role_users,
+):
+    from django.test import Client
+
+    insert(source_dsn, range(1, 6))
+    connector = connector_create(
+        name="shown-orders",
+        kind="table",
+        config={"dsn_env": SOURCE_ENV, "table": "orders", "column": "id"},
+    )
+    discover(connector)
+    api = token_client(role_users["operator"])
+    assert api.post("/api/v1/connectors/shown-orders/pause/").status_code == 200
+    client = Client()
+    client.force_login(role_users["viewer"])
+    page = client.get("/connectors/").content.decode()
+    row = page.split('id="connector-shown-orders"', 1)[1].split("</tr>", 1)[0]
+    assert "active &rarr; paused" in row and role_users["operator"].username in row
+    assert "&#x27;next&#x27;: 6" in row or "'next': 6" in row  # where discovery got to

@@ -64,3 +64,11 @@ def watermark_short(watermark):
     if watermark.type == "file_set" and isinstance(value, list | dict):
         return format_html("{} file(s)", len(value))
     return format_html("{}", value)
+
+
+@register.filter
+def discovers(connector) -> bool:
+    """Whether the connector finds its items itself (the dashboard's "Discover now")."""
+    from inventory.services.discovery import discovers as connector_discovers
+
+    return connector_discovers(connector)
