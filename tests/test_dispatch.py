@@ -122,3 +122,27 @@ def test_pacing_nudges_a_backfills_job_once_per_batch_it_may_start(nudges):
 
     assert len(sent[backfill.pk]) == 2
     assert nudges == [job.pk, job.pk]
+
+
+def test_job_run_and_acquire_let_an_urgent_backfill_hold_incremental_work_back_by_one_rule(nudges):
+    """While the urgent backfill may start a batch, neither plans incremental work; once it runs
+    at its max_concurrency, both do (tidemark_backfill_admissible decides for both)."""
+    connector = ConnectorFactory()
+    assets = make_assets(connector, [10] * 4)
+    job = make_job(connector=connector, batch_weight=10, max_items=1, max_concurrency=2)
+    for _ in range(2):  # items 0 and 1 committed
+        batch = batches.batch_acquire(job=job, worker="w")
+        batches.batch_succeed(batch_id=batch.pk, attempt=batch.attempt)
+    urgent = backfill_create(
+        job=job, range_start=assets[0].pk, range_end=assets[1].pk, priority=5, max_concurrency=1
+    )
+    held = dispatch.job_run(job=job)
+    assert held.planned == [] and f"backfill {urgent.pk}" in held.reason
+
+    started = batches.batch_acquire(job=job, worker="w", limit=job.max_concurrency)
+    assert started.backfill_id == urgent.pk  # the urgent backfill goes first
+    # at its max_concurrency now: it may start nothing more, so incremental work goes on
+    ran = dispatch.job_run(job=job)
+    assert len(ran.planned) == 2  # items 2 and 3, up to the job's max_concurrency
+    kinds = set(Batch.objects.filter(pk__in=ran.planned).values_list("kind", flat=True))
+    assert kinds == {BatchKind.INCREMENTAL}

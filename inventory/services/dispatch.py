@@ -18,7 +18,6 @@ from django.db.models import Count, Exists, F, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
 from inventory.models import (
-    OPEN_STATUSES,
     Backfill,
     BackfillStatus,
     Batch,
@@ -28,6 +27,7 @@ from inventory.models import (
     Job,
 )
 from inventory.services import lifecycle
+from inventory.sql import query
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,8 @@ def job_run(*, job: Job) -> RunOutcome:
 
     Nothing new means no batch and no nudge: Spark is not touched. Batches already waiting are
     the sweep's (`batches_dispatch_due`). An urgent backfill (priority > 0) of the job holds new
-    incremental planning back until it ends; its batches are acquire's (nudged by pacing).
+    incremental planning back while it may start a batch; its batches are acquire's (nudged by
+    pacing).
     """
     with transaction.atomic():
         job = Job.objects.select_for_update().select_related("connector").get(pk=job.pk)
@@ -105,12 +106,13 @@ def job_run(*, job: Job) -> RunOutcome:
 
 
 def _urgent_backfill(job: Job) -> Backfill | None:
-    return (
-        Backfill.objects.filter(job=job, status=BackfillStatus.RUNNING, priority__gt=0)
-        .filter(batches__status__in=OPEN_STATUSES)
-        .order_by("-priority", "id")
-        .first()
-    )
+    """The urgent backfill (priority > 0) that may start a batch now, by the rule acquire claims
+    by (`tidemark_backfill_admissible`: running, a due batch, room under its max_concurrency and
+    the shared throttle); one at its limit holds nothing back, in acquire and here alike."""
+    with connection.cursor() as cursor:
+        cursor.execute(query("urgent_backfill_admissible"), [job.pk])
+        row = cursor.fetchone()
+    return Backfill.objects.get(pk=row[0]) if row else None
 
 
 def batches_dispatch_due() -> list[int]:

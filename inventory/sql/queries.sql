@@ -139,3 +139,12 @@ SELECT min(id), max(id) FROM inventory_asset
 WHERE connector_id = %(connector)s
   AND (extra ->> 'upper')::{type} > %(first)s
   AND (extra ->> 'lower')::{type} <= %(last)s;
+
+-- name: urgent_backfill_admissible
+-- the job's urgent backfill (priority > 0) that may start a batch now: job_run holds new
+-- incremental planning back for it, by the rule acquire claims by
+SELECT f.id FROM inventory_backfill AS f
+WHERE f.job_id = %s AND f.status = 'running' AND f.priority > 0
+  AND EXISTS (SELECT 1 FROM tidemark_backfill_admissible(f.id))
+ORDER BY f.priority DESC, f.id
+LIMIT 1;
