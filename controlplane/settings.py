@@ -214,10 +214,15 @@ CELERY_TIMEZONE = TIME_ZONE
 # One queue name per deployment (tests use their own so other workers on a shared Redis never
 # take their tasks).
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "tidemark")
-# A batch may run long; Redis must not hand an unacknowledged (acks_late) task to another worker
-# before the task's hard time limit has passed.
+# Redis hands an unacknowledged (acks_late) message to another worker after the visibility
+# timeout; by default not before a batch's hard time limit has passed. A message is only a nudge
+# ("job J may have work"), so a redelivery while its batch runs finds nothing to take (the batch
+# is leased): a shorter timeout is safe, and the chaos suite uses one to redeliver for real.
 TIDEMARK_BATCH_TIME_LIMIT = env_int("TIDEMARK_BATCH_TIME_LIMIT", 3600, minimum=10)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TIDEMARK_BATCH_TIME_LIMIT + 600}
+CELERY_VISIBILITY_TIMEOUT = env_int(
+    "CELERY_VISIBILITY_TIMEOUT", TIDEMARK_BATCH_TIME_LIMIT + 600, minimum=1
+)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
 # A worker process runs at most this many batches at once on its one warm SparkSession
 # (workers/spark/slots.py); run it as `celery worker --pool=threads --concurrency=<the same>`.
 # Not set as CELERY_WORKER_POOL: Celery lets that override an explicit `--pool=prefork`.
