@@ -5,6 +5,7 @@ batch is reaped within seconds and run again by a (re)started pool process.
 """
 
 import os
+import re
 import signal
 import time
 
@@ -175,10 +176,7 @@ def test_a_broker_redelivery_while_the_batch_runs_takes_nothing(tmp_path, chaos_
     batch, which waits at a gate): the worker that gets it again finds the batch leased and takes
     nothing; the batch runs once, its rows land once."""
     short = {"CELERY_VISIBILITY_TIMEOUT": "3"}
-    workers = [
-        chaos_worker(name="redeliver-a", env=short),
-        chaos_worker(name="redeliver-b", env=short),
-    ]
+    workers = [chaos_worker(name="redeliver-a", env=short)]
     gate = tmp_path / "gates" / "open"
     job, expected, sink, gates = chaos_job(
         tmp_path, "redeliver", rows=10, lease_seconds=5, params={"gate": str(gate)}
@@ -186,12 +184,16 @@ def test_a_broker_redelivery_while_the_batch_runs_takes_nothing(tmp_path, chaos_
     (batch_id,) = dispatch.job_run(job=job).planned
     wait_until(lambda: (gates / f"started-{batch_id}-1").exists(), timeout=90, message="start")
 
-    # kombu restores unacknowledged messages past their visibility timeout every 10 s: the same
-    # nudge reaches a worker again while the batch still waits at its gate
+    # past the visibility timeout, a worker that connects restores the unacknowledged nudge to
+    # the queue (kombu does it when it starts polling, and every 100 s after) and takes it again
+    # while the batch still waits at its gate
+    time.sleep(4)
+    workers.append(chaos_worker(name="redeliver-b", env=short))
+
     def redelivered() -> bool:
         return sum(w.log().count(f"'job': {job.pk}, 'batches': {{}}") for w in workers) >= 1
 
-    wait_until(redelivered, timeout=60, message="the redelivered nudge to find nothing to take")
+    wait_until(redelivered, timeout=90, message="the redelivered nudge to find nothing to take")
     assert not _succeeded(batch_id)  # it was still running when the redelivery came
     gate.touch()
     wait_until(lambda: _succeeded(batch_id), timeout=60, message="the batch to succeed")
@@ -199,3 +201,10 @@ def test_a_broker_redelivery_while_the_batch_runs_takes_nothing(tmp_path, chaos_
     assert _attempts(batch_id) == [(1, "succeeded", "")]
     assert WatermarkEvent.objects.filter(watermark__job=job).count() == 1
     assert_exactly_once(sink, expected)
+    # the same message twice (one task id), not a second nudge
+    took = re.findall(r"run_job\[([0-9a-f-]+)\] succeeded", workers[0].log())
+    idle = re.findall(
+        rf"run_job\[([0-9a-f-]+)\] succeeded[^\n]*'job': {job.pk}, 'batches': {{}}",
+        workers[1].log(),
+    )
+    assert idle and set(idle) <= set(took), (took, idle)
