@@ -10,20 +10,14 @@ Loaded as a plugin from tests/conftest.py. Tansu quirks the tests rely on being 
 - `kafka_broker`: the running broker (`bootstrap`, `admin()`, `create_topic`, `produce`).
 """
 
-import socket
 import subprocess
 import uuid
 
 import pytest
 
 from controlplane.embedded_kafka import tansu_start
+from controlplane.loopback import free_port, listening
 from tests.worker_fixtures import ROOT, wait_until
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class KafkaBroker:
@@ -80,23 +74,15 @@ class KafkaBroker:
         return self.log_path.read_text(errors="replace")
 
 
-def _answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory):
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
     proc = tansu_start(port=port, log_path=log_path, cwd=ROOT)
     broker = KafkaBroker(proc, port, log_path)
     try:
         wait_until(
-            lambda: proc.poll() is None and _answers(port),
+            lambda: proc.poll() is None and listening(port),
             timeout=30,
             message="the Tansu broker to listen",
         )

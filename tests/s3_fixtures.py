@@ -10,14 +10,13 @@ worker can read them.
 """
 
 import os
-import socket
 import subprocess
-import urllib.error
-import urllib.request
 import uuid
 
 import pytest
 
+from controlplane.loopback import free_port
+from tests.server_fixtures import http_answers
 from tests.worker_fixtures import ROOT, wait_until
 
 MOTO_SERVER = ROOT / ".venv" / "bin" / "moto_server"
@@ -29,22 +28,6 @@ SECRET_VALUE = "moto-secret-Zq81vTk2xWp"
 def pytest_configure(config):
     os.environ.setdefault(KEY_ENV, "moto-key-AKIATEST")
     os.environ.setdefault(SECRET_ENV, SECRET_VALUE)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except OSError:
-        return False
 
 
 class S3Server:
@@ -68,7 +51,7 @@ class S3Server:
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path_factory.mktemp("moto") / "moto_server.log"
     log = open(log_path, "wb")  # noqa: SIM115 - the child holds it
     proc = subprocess.Popen(
@@ -84,7 +67,7 @@ def s3_server(tmp_path_factory):
     def up():
         if proc.poll() is not None:
             pytest.fail(f"moto_server exited; log:\n{server.log()[-4000:]}")
-        return _answers(f"{server.endpoint_url}/moto-api/")
+        return http_answers(f"{server.endpoint_url}/moto-api/")
 
     wait_until(up, timeout=60, message="moto_server to answer")
     yield server

@@ -1,26 +1,20 @@
 """The production web process for tests: gunicorn serving the app (static files by WhiteNoise)
 on a free loopback port, on this test session's database. Loaded as a plugin from conftest."""
 
-import socket
 import subprocess
 import urllib.error
 import urllib.request
 
 import pytest
 
+from controlplane.loopback import free_port
 from controlplane.web_command import gunicorn_argv
 from tests.worker_fixtures import ROOT, wait_until
 
 TOKEN_READS_PER_MINUTE = 20
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _answers(url: str) -> bool:
+def http_answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2):
             return True
@@ -41,7 +35,7 @@ class WebServer:
 @pytest.fixture(scope="session")
 def web_server(worker_env, static_root, cache_of_this_session, tmp_path_factory):
     """gunicorn with DEBUG off, as `make demo`, the image and docker compose run it."""
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path_factory.mktemp("gunicorn") / "gunicorn.log"
     log = open(log_path, "wb")  # noqa: SIM115 - the child holds it
     proc = subprocess.Popen(
@@ -66,7 +60,7 @@ def web_server(worker_env, static_root, cache_of_this_session, tmp_path_factory)
     def up():
         if proc.poll() is not None:
             pytest.fail(f"gunicorn exited; log:\n{server.log()[-4000:]}")
-        return _answers(f"{url}/accounts/login/")
+        return http_answers(f"{url}/accounts/login/")
 
     wait_until(up, timeout=60, message="gunicorn to answer")
     yield server

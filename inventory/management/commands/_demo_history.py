@@ -9,7 +9,6 @@ jobs append into one table, `demo_orders_all`, so an order read twice would be t
 
 import json
 import os
-import socket
 import time
 
 import psycopg2
@@ -17,6 +16,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from controlplane.embedded_kafka import tansu_binary, tansu_start
+from controlplane.loopback import free_port, listening
 from inventory.models import Batch, BatchStatus, Connector, Job
 from inventory.services import dispatch, scheduling
 from inventory.services.connectors import connector_create, connector_delete
@@ -60,12 +60,12 @@ class HistoryThenLive:
             cursor.execute(f'DROP DATABASE IF EXISTS "{SOURCE_DB}" WITH (FORCE)')
             cursor.execute(f'CREATE DATABASE "{SOURCE_DB}"')
         os.environ[SOURCE_DSN_ENV] = control_plane_dsn(dbname=SOURCE_DB)
-        port = _free_port()
+        port = free_port()
         proc = tansu_start(port=port, log_path=logs / "tansu.log", cwd=logs)
         self.cmd.children.append(("kafka broker", proc))
         self.bootstrap = f"127.0.0.1:{port}"
         deadline = time.monotonic() + 30
-        while not _answers(port):
+        while not listening(port):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise CommandError(f"the Tansu broker did not start; see {logs / 'tansu.log'}")
             time.sleep(0.2)
@@ -245,17 +245,3 @@ class HistoryThenLive:
             f"   {job.name:20} {done} batch(es) in {time.monotonic() - started:.1f} s; "
             f"watermark -> {job.watermark.value}"
         )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
