@@ -92,7 +92,8 @@ def discover(connector: Connector) -> int:
     with transaction.atomic():
         locked = Connector.objects.select_for_update().get(pk=connector.pk)
         if (locked.cursor or {}).get("uid") != after:
-            return 0  # another look registered these meanwhile
+            connector.cursor = locked.cursor  # another look registered these meanwhile
+            return 0
         registered = assets_register(connector=locked, items=items)
         locked.cursor = {"uid": items[-1][2]["uid"]}
         locked.save(update_fields=["cursor", "updated_at"])

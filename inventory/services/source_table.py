@@ -243,7 +243,8 @@ def discover(connector: Connector) -> int:
     with transaction.atomic():
         locked = Connector.objects.select_for_update().get(pk=connector.pk)
         if (locked.cursor or {}).get("next") != (connector.cursor or {}).get("next"):
-            return 0  # another look registered these meanwhile
+            connector.cursor = locked.cursor  # another look registered these meanwhile
+            return 0
         registered = assets_register(connector=locked, items=items)
         locked.cursor = cursor_state
         locked.save(update_fields=["cursor", "updated_at"])
