@@ -332,10 +332,12 @@ def test_planning_or_reading_an_expired_commit_is_an_error_naming_the_retention(
     with pytest.raises(InvalidInput) as planning:
         dispatch.job_run(job=late)
     assert planning.value.field == "config.retention_commits"
-    assert "commit 1 of job up-expired is expired" in planning.value.message
+    # the message is the source's own, first (tidemark_refuse), not a database error's text
+    assert planning.value.message.startswith("commit 1 of job up-expired is expired")
     with pytest.raises(InvalidInput) as acquiring:  # an external client's acquire/ likewise
         lifecycle.batch_acquire(job=late, worker="client")
     assert acquiring.value.field == "config.retention_commits"
+    assert acquiring.value.message.startswith("commit 1 of job up-expired is expired")
     assert not Batch.objects.filter(job=late).exists()
 
     # planned while retained, read after the upstream moved on: the batch's read is refused

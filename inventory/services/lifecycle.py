@@ -37,7 +37,7 @@ from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAtt
 from inventory.services.items import source_for_connector
 from inventory.services.planning import (
     BAD_WEIGHT_CODE,
-    MISSING_SOURCE_CODES,
+    SOURCE_UNREADABLE_CODES,
     incremental_start,
     plan_incremental,
 )
@@ -177,9 +177,9 @@ def batch_acquire(
             raise NotFound(message) from None
         if code == BAD_WEIGHT_CODE:
             raise InvalidInput("weight", message) from None
-        # the meta table or a column changed after creation; a source's value that cannot be
-        # read (22P02: invalid_text_representation, how a job_output's expired commit surfaces)
-        if code in MISSING_SOURCE_CODES or code == "22P02":
+        # the meta table or a column changed after creation, or the source refused to be read
+        # (tidemark_refuse: a job_output's expired commit)
+        if code in SOURCE_UNREADABLE_CODES:
             raise InvalidInput(source.config_field, message) from None
         raise
 

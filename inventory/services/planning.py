@@ -8,7 +8,7 @@ job serialize on the job's row lock; the exclusion constraint on Batch.span is t
 
 from dataclasses import dataclass
 
-from django.db import DataError, ProgrammingError, connection, transaction
+from django.db import DatabaseError, DataError, connection, transaction
 
 from inventory.services.errors import InvalidInput
 from inventory.services.items import ItemSource
@@ -16,6 +16,8 @@ from inventory.sql import query
 
 # undefined_table, undefined_column: an item source that no longer matches its config
 MISSING_SOURCE_CODES = ("42P01", "42703")
+# ... or that refuses to be read (tidemark_refuse, inventory/sql/schema/planning.sql)
+SOURCE_UNREADABLE_CODES = (*MISSING_SOURCE_CODES, "TM422")
 
 
 @dataclass(frozen=True)
@@ -100,10 +102,11 @@ def _plan(
         if getattr(exc.__cause__, "pgcode", None) == BAD_WEIGHT_CODE:
             raise InvalidInput("weight", message) from None
         raise InvalidInput(source.config_field, message) from None
-    except ProgrammingError as exc:
-        if getattr(exc.__cause__, "pgcode", None) not in MISSING_SOURCE_CODES:
+    except DatabaseError as exc:
+        # the meta table or one of its columns changed after the connector was created, or the
+        # source refused to be read (tidemark_refuse: a job_output's expired commit)
+        if getattr(exc.__cause__, "pgcode", None) not in SOURCE_UNREADABLE_CODES:
             raise
-        # the meta table or one of its columns changed after the connector was created
         raise InvalidInput(source.config_field, str(exc).strip().splitlines()[0]) from None
     return [PlannedRange(*row) for row in rows]
 

@@ -221,8 +221,8 @@ def item_source(connector) -> ItemSource:
 
     Weight: the bytes of the upstream batch's output (what the downstream batch reads), else the
     upstream batch's own weight; a replaced output weighs nothing (it contributes no rows).
-    Planning over an expired commit raises (its `settled` is a failed cast carrying the message:
-    plain SQL has no RAISE), so every planner (incremental, acquire, backfill, preview) stops with
+    Planning over an expired commit raises (its `settled` calls `tidemark_refuse` with the
+    message: plain SQL has no RAISE), so every planner (incremental, acquire, backfill, preview) stops with
     an error naming the retention and the commit instead of planning over it; reads that only
     list or count commits (lag, coverage, a batch's items) never evaluate it.
     """
@@ -238,7 +238,7 @@ def item_source(connector) -> ItemSource:
             f"{connector.name}): it can no longer be read; correct the job's watermark past it "
             "or raise the retention"
         )
-        raised = f"({prefix} || commit_seq || {suffix})::bigint > 0"
+        raised = f"tidemark_refuse({prefix} || commit_seq || {suffix})"
         settled = f"(CASE WHEN {expired} THEN {raised} ELSE true END)"
     retention = _retention(config)
     return ItemSource(
