@@ -25,6 +25,7 @@ from django.db import connection
 from inventory.models import Batch, ConnectorKind, ConnectorState, Job
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.items import ItemSource
+from inventory.services.source_kinds import check_known_keys
 
 RETENTION_KEYS = ("retention_commits", "retention_days")
 _KEYS = ("job", "lineage", *RETENTION_KEYS)
@@ -37,12 +38,7 @@ MAX_CHAIN = 100
 
 
 def validate(config: dict) -> dict:
-    unknown = sorted(set(config) - set(_KEYS))
-    if unknown:
-        raise InvalidInput(
-            f"config.{unknown[0]}",
-            f"is not a job_output setting; use {', '.join(_KEYS)}",
-        )
+    check_known_keys(config, _KEYS, kind="job_output")
     name = config.get("job")
     if not isinstance(name, str) or not name:
         raise InvalidInput("config.job", "name the upstream job whose commits this connector reads")

@@ -21,6 +21,7 @@ from django.db import transaction
 from inventory.models import Asset, Batch, Connector, ConnectorState, WatermarkType
 from inventory.services import assets
 from inventory.services.errors import InvalidInput
+from inventory.services.source_kinds import check_known_keys
 from workers.spark.kafka_client import (
     DEFAULT_TIMEOUT_SECONDS,
     SASL_MECHANISMS,
@@ -60,11 +61,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def validate(config: dict) -> dict:
     """The config checked offline, then against the broker: it answers, the topic exists, and
     explicit `start_from` offsets lie within their partitions."""
-    unknown = sorted(set(config) - KEYS)
-    if unknown:
-        raise InvalidInput(
-            f"config.{unknown[0]}", f"is not a kafka setting; use {', '.join(sorted(KEYS))}"
-        )
+    check_known_keys(config, KEYS, kind="kafka")
     _check_offline(config)
     try:
         bounds = topic_bounds(config, timeout=_timeout(config))

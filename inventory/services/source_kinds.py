@@ -22,6 +22,7 @@ from types import ModuleType
 from urllib.parse import urlparse
 
 from inventory.models import Connector, ConnectorKind
+from inventory.services.errors import InvalidInput
 
 _MODULES = {
     "meta_table": "inventory.services.source_meta_table",
@@ -61,3 +62,13 @@ def source_module(kind: str, config: dict | None) -> ModuleType | None:
 
 def connector_source(connector: Connector) -> ModuleType | None:
     return source_module(connector.kind, connector.config)
+
+
+def check_known_keys(config: dict, known, *, kind: str) -> None:
+    """A config key the source does not read is a typo to report, never a setting ignored:
+    InvalidInput naming `config.<key>`."""
+    unknown = sorted(set(config) - set(known))
+    if unknown:
+        raise InvalidInput(
+            f"config.{unknown[0]}", f"is not a {kind} setting; use {', '.join(sorted(known))}"
+        )

@@ -18,6 +18,7 @@ from inventory.models import Connector
 from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
 from inventory.services.items import meta_table_source
+from inventory.services.source_kinds import check_known_keys
 from inventory.services.source_table import refuse_own_tables, source_connection
 
 ALLOWED_KEYS = {
@@ -34,12 +35,7 @@ ROWS_PER_LOOK = 10_000
 
 
 def validate(config: dict) -> dict:
-    unknown = sorted(set(config) - ALLOWED_KEYS)
-    if unknown:
-        raise InvalidInput(
-            f"config.{unknown[0]}",
-            f"unknown key for a meta table; known: {', '.join(sorted(ALLOWED_KEYS))}",
-        )
+    check_known_keys(config, ALLOWED_KEYS, kind="meta_table")
     source = meta_table_source(config.get("meta_table"))
     with source_connection(config, field="config.dsn_env") as conn:
         refuse_own_tables(conn, source.relation, field="config.meta_table.table")

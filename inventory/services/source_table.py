@@ -30,6 +30,7 @@ from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
 from inventory.services.items import quote_identifier, quote_table
 from inventory.services.secrets import mask_text
+from inventory.services.source_kinds import check_known_keys
 from inventory.services.sources import source_table_check
 from inventory.sql import query, source_query
 
@@ -55,12 +56,7 @@ CONNECT_TIMEOUT = 5
 
 
 def validate(config: dict) -> dict:
-    unknown = sorted(set(config) - ALLOWED_KEYS)
-    if unknown:
-        raise InvalidInput(
-            f"config.{unknown[0]}",
-            f"unknown key for a table connector; known: {', '.join(sorted(ALLOWED_KEYS))}",
-        )
+    check_known_keys(config, ALLOWED_KEYS, kind="table")
     name = config.get("dsn_env")
     if not isinstance(name, str) or not _ENV_NAME.match(name):
         raise InvalidInput(
