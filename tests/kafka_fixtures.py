@@ -17,6 +17,7 @@ import pytest
 
 from controlplane.embedded_kafka import tansu_start
 from controlplane.loopback import free_port, listening
+from tests.server_fixtures import stop_process
 from tests.worker_fixtures import ROOT, wait_until
 
 
@@ -91,9 +92,4 @@ def kafka_broker(tmp_path_factory):
         )
         yield broker
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=10)

@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from controlplane.loopback import free_port
-from tests.server_fixtures import http_answers
+from tests.server_fixtures import http_answers, stop_process
 from tests.worker_fixtures import ROOT, wait_until
 
 MOTO_SERVER = ROOT / ".venv" / "bin" / "moto_server"
@@ -71,12 +71,7 @@ def s3_server(tmp_path_factory):
 
     wait_until(up, timeout=60, message="moto_server to answer")
     yield server
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc)
 
 
 @pytest.fixture

@@ -14,6 +14,16 @@ from tests.worker_fixtures import ROOT, wait_until
 TOKEN_READS_PER_MINUTE = 20
 
 
+def stop_process(proc: subprocess.Popen, *, timeout: float = 20) -> None:
+    """Stop a server the tests started: SIGTERM, then SIGKILL if it has not exited in time."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def http_answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2):
@@ -64,9 +74,4 @@ def web_server(worker_env, static_root, cache_of_this_session, tmp_path_factory)
 
     wait_until(up, timeout=60, message="gunicorn to answer")
     yield server
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc)
