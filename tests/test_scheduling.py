@@ -271,3 +271,29 @@ def test_orchestration_releases_waiting_connectors_and_runs_their_jobs(
     assert _statuses(job) == [BatchStatus.QUEUED]
     assert len(callbacks) == 1
     assert Batch.objects.get(job=job).kind == BatchKind.INCREMENTAL
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("expression", ["99 * * * *", "0 25 * * *", "0 0 32 * *", "0 0 * 13 *"])
+def test_a_cron_field_out_of_range_is_refused_naming_schedule_cron(expression):
+    connector = ConnectorFactory()
+    with pytest.raises(InvalidInput) as cron:
+        make_job(connector=connector, schedule_cron=expression)
+    assert cron.value.field == "schedule_cron"
+    assert expression in cron.value.message
+
+
+@pytest.mark.django_db
+def test_max_concurrency_below_one_is_refused_on_create_and_on_update():
+    from inventory.services.jobs import job_update
+
+    connector = ConnectorFactory()
+    with pytest.raises(InvalidInput) as created:
+        make_job(connector=connector, max_concurrency=0)
+    assert created.value.field == "max_concurrency"
+    job = make_job(connector=connector, name="ok")
+    with pytest.raises(InvalidInput) as updated:
+        job_update(job=job, max_concurrency=0)
+    assert updated.value.field == "max_concurrency"
+    job.refresh_from_db()
+    assert job.max_concurrency == 1

@@ -32,6 +32,7 @@ def job_validate_runtime(
     executor=None,
     schedule_cron=None,
     schedule_seconds=None,
+    max_concurrency=None,
 ) -> None:
     """Check what a job names for running (given fields only); InvalidInput names the field.
 
@@ -64,6 +65,15 @@ def job_validate_runtime(
         )
     if schedule_cron:
         parse_cron(schedule_cron)
+    if max_concurrency is not None and (
+        isinstance(max_concurrency, bool)
+        or not isinstance(max_concurrency, int)
+        or max_concurrency < 1
+    ):
+        raise InvalidInput(
+            "max_concurrency",
+            f"must be at least 1 (batches of the job that may run at once), got {max_concurrency!r}",
+        )
     if schedule_seconds is not None and (
         isinstance(schedule_seconds, bool)
         or not isinstance(schedule_seconds, int)

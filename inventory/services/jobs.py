@@ -53,6 +53,7 @@ def job_create(
         executor=options.get("executor"),
         schedule_cron=options.get("schedule_cron"),
         schedule_seconds=options.get("schedule_seconds"),
+        max_concurrency=options.get("max_concurrency"),
     )
     job = Job.objects.create(
         name=name,
@@ -161,6 +162,7 @@ def job_update(*, job: Job, **changes) -> Job:
         executor=changes.get("executor"),
         schedule_cron=changes.get("schedule_cron"),
         schedule_seconds=changes.get("schedule_seconds"),
+        max_concurrency=changes.get("max_concurrency"),
     )
     for field, value in changes.items():
         setattr(job, field, value)

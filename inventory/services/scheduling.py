@@ -10,6 +10,7 @@ for jobs or connectors that are gone are removed; entries made by hand are left 
 
 from dataclasses import asdict, dataclass, field
 
+from celery.schedules import crontab
 from django.db import transaction
 from django.db.models.functions import Now
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
@@ -60,6 +61,16 @@ def parse_cron(expression: str) -> dict:
         if not set(part) <= allowed:
             raise InvalidInput("schedule_cron", f"{expression!r}: {part!r} is not a cron field")
     minute, hour, day_of_month, month_of_year, day_of_week = parts
+    try:  # celery's own parser says whether each field is in range ("99" minutes is not)
+        crontab(
+            minute=minute,
+            hour=hour,
+            day_of_month=day_of_month,
+            month_of_year=month_of_year,
+            day_of_week=day_of_week,
+        )
+    except ValueError as exc:
+        raise InvalidInput("schedule_cron", f"{expression!r}: {exc}") from None
     return {
         "minute": minute,
         "hour": hour,
