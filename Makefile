@@ -21,6 +21,8 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed /usr/bin/chromium
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/pytest
 
 # faults through real workers, Redis and Spark (tests/chaos/, a few minutes); not part of `make test`
