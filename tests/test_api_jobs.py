@@ -183,3 +183,19 @@ def test_an_operator_pauses_and_resumes_a_job(role_users):
     response = client.post(f"/api/v1/jobs/{job.name}/resume/")
     assert response.status_code == 200 and response.json()["paused"] is False
     assert client.post(f"/api/v1/jobs/{job.name}/acquire/", {"worker": "x"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [({"value": 2**64}, "value"), ({"value": -5, "replay": True}, "value")],
+)
+def test_a_correction_out_of_range_or_below_the_start_is_a_400_naming_the_field(
+    role_users, payload, field
+):
+    _, job = make_inventory()
+    response = token_client(role_users["admin"]).post(
+        f"/api/v1/jobs/{job.name}/watermark/", {"reason": "r", **payload}, format="json"
+    )
+    assert response.status_code == 400
+    assert list(response.json()) == [field], response.json()
+    assert not WatermarkEvent.objects.filter(watermark__job=job).exists()

@@ -270,25 +270,101 @@ def test_a_forward_correction_cannot_jump_over_a_running_batch():
 
 
 @pytest.mark.django_db
-def test_a_key_value_correction_that_lowers_a_key_is_a_replay():
-    job, _ = _job(1, WatermarkType.KEY_VALUE)
-    _commit(job, {"p0": 10, "p1": 5})
-    with pytest.raises(InvalidInput) as refused:
-        watermark_correct(job=job, value={"p0": 4, "p1": 5}, actor="a", reason="reprocess p0")
-    assert refused.value.field == "replay"
-    assert "p0" in refused.value.message
-    # raising one key and keeping the others is not a decrease
-    watermark_correct(job=job, value={"p0": 12, "p1": 5}, actor="a", reason="known gap")
-    assert _value(job) == {"p0": 12, "p1": 5}
+def test_a_key_value_correction_takes_its_value_from_the_committed_batches():
+    job, assets = _job(3, WatermarkType.KEY_VALUE)
+    first = _commit(job, {"p0": 10, "p1": 5})
+    later = [_commit(job, {"p0": 20}), _commit(job, {"p1": 9})]
+    assert _value(job) == {"p0": 20, "p1": 9}
+
+    # a value no committed boundary has (an offset set by hand) is refused, whatever the replay flag
+    for made_up in ({"p0": 4, "p1": 5}, {"p0": 12, "p1": 5}, {"p0": 25, "p1": 9}):
+        with pytest.raises(InvalidInput) as refused:
+            watermark_correct(job=job, value=made_up, actor="a", reason="r", replay=True)
+        assert refused.value.field == "value"
+        assert "give a position" in refused.value.message
+    # a boundary's value maps to its position; moving back is still a replay to confirm
+    with pytest.raises(InvalidInput) as unconfirmed:
+        watermark_correct(job=job, value={"p0": 10, "p1": 5}, actor="a", reason="reprocess")
+    assert unconfirmed.value.field == "replay"
+    # by position, a given value must agree with what the batches below it reported
+    with pytest.raises(InvalidInput) as disagrees:
+        watermark_correct(
+            job=job,
+            position=first.span.upper,
+            value={"p0": 99, "p1": 5},
+            actor="a",
+            reason="reprocess",
+            replay=True,
+        )
+    assert disagrees.value.field == "value"
+    assert "'p0': 10" in disagrees.value.message
+    assert WatermarkEvent.objects.filter(watermark__job=job, source="api").count() == 0
+
     watermark_correct(
-        job=job, value={"p0": 4, "p1": 5}, actor="a", reason="reprocess p0", replay=True
+        job=job, value={"p0": 10, "p1": 5}, actor="a", reason="reprocess", replay=True
     )
-    assert _value(job) == {"p0": 4, "p1": 5}
-    assert list(
-        WatermarkEvent.objects.filter(watermark__job=job, source="api")
-        .order_by("id")
-        .values_list("is_replay", "reason")
-    ) == [(False, "known gap"), (True, "reprocess p0")]
+    watermark = Watermark.objects.get(job=job)
+    assert (watermark.position, watermark.value) == (first.span.upper, {"p0": 10, "p1": 5})
+    assert [Batch.objects.get(pk=b.pk).status for b in later] == [BatchStatus.SUPERSEDED] * 2
+    event = WatermarkEvent.objects.filter(watermark__job=job, source="api").get()
+    assert (event.is_replay, event.new_position) == (True, first.span.upper)
+    assert assets  # the items stay registered and are planned again
+    _commit(job, {"p0": 21})
+    assert _value(job) == {"p0": 21, "p1": 5}
+
+
+@pytest.mark.django_db
+def test_a_datetime_correction_by_value_maps_to_a_boundary_and_replays_what_follows():
+    job, _ = _job(3, WatermarkType.DATETIME)
+    times = ["2026-01-01T01:00:00+00:00", "2026-01-01T02:00:00+00:00", "2026-01-01T03:00:00+00:00"]
+    committed = [_commit(job, t) for t in times]
+
+    between = "2026-01-01T01:30:00+00:00"
+    with pytest.raises(InvalidInput) as off_boundary:
+        watermark_correct(job=job, value=between, actor="a", reason="r", replay=True)
+    assert off_boundary.value.field == "value"
+    assert str(committed[0].span.upper) in off_boundary.value.message  # the nearest boundaries
+    assert str(committed[1].span.upper) in off_boundary.value.message
+
+    # the same instant in another offset is the same value
+    watermark_correct(
+        job=job, value="2026-01-01T04:00:00+02:00", actor="a", reason="late rows", replay=True
+    )
+    watermark = Watermark.objects.get(job=job)
+    assert watermark.position == committed[1].span.upper
+    assert watermark.value == times[1]
+    assert Batch.objects.get(pk=committed[2].pk).status == BatchStatus.SUPERSEDED
+    assert Batch.objects.get(pk=committed[1].pk).status == BatchStatus.SUCCEEDED
+    assert WatermarkEvent.objects.filter(watermark__job=job, source="api").get().is_replay
+
+    # by position: the start has no report yet, so the value is cleared and everything replays
+    watermark_correct(
+        job=job, position=job.start_position, actor="a", reason="all again", replay=True
+    )
+    watermark = Watermark.objects.get(job=job)
+    assert (watermark.position, watermark.value) == (job.start_position, None)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"value": -5}, "value"),  # the job starts at 0: position -4 would be below it
+        ({"value": 2**63}, "value"),
+        ({"value": 2**63 - 1}, "value"),  # its position would not fit a bigint
+        ({"position": -(2**63) - 1}, "position"),
+    ],
+)
+def test_a_correction_below_the_start_or_beyond_bigint_is_refused_naming_the_field(
+    arguments, field
+):
+    job, _ = _job(2)
+    _commit(job)
+    with pytest.raises(InvalidInput) as refused:
+        watermark_correct(job=job, actor="a", reason="r", replay=True, **arguments)
+    assert refused.value.field == field
+    assert Watermark.objects.get(job=job).position > job.start_position
+    assert not WatermarkEvent.objects.filter(watermark__job=job, source="api").exists()
 
 
 @pytest.mark.django_db

@@ -52,14 +52,21 @@ def watermark_correct(
             raise InvalidInput("value", "give the new value (the last committed item id)")
         if value is not None:
             new_value = watermarks.parse_value(wm_type, value)
+            field = "value"
         else:
+            if isinstance(position, int):
+                watermarks.check_bigint(position, "position")
             new_value = watermarks.parse_value(wm_type, position, field="position") - 1
+            field = "position"
         new_position = new_value + 1
     else:
-        new_value = watermarks.parse_value(wm_type, value)
-        new_position = watermark.position if position is None else position
-        if isinstance(new_position, bool) or not isinstance(new_position, int):
-            raise InvalidInput("position", "must be an integer item id")
+        new_position, new_value = _position_and_value(job, watermark, value, position)
+        field = "position" if position is not None else "value"
+    if new_position < job.start_position:
+        raise InvalidInput(
+            field,
+            f"the job starts at item {job.start_position}; a watermark cannot go below its start",
+        )
 
     backwards = watermarks.decreases(wm_type, watermark.value, new_value)
     if new_position < watermark.position:
@@ -88,6 +95,50 @@ def watermark_correct(
         replay=bool(backwards),
     )
     return watermark
+
+
+def _position_and_value(job: Job, watermark: Watermark, value, position):
+    """A non-int watermark's correction in terms its committed batches can vouch for.
+
+    By position: the value is what the committed batches below it reported (a given value must
+    agree). By value only: the position is the last committed batch boundary with that value, so
+    a replay supersedes exactly what followed it; a value no boundary has is refused.
+    """
+    wm_type = watermark.type
+    given = watermarks.parse_value(wm_type, value)
+    if position is not None:
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise InvalidInput("position", "must be an integer item id")
+        watermarks.check_bigint(position, "position")
+        computed = watermarks.value_at(job.pk, position)
+        if position > watermark.position:  # forward: skipped items report nothing
+            computed = watermarks.merge_values(wm_type, watermark.value, computed)
+        if value is not None and watermarks.decreases(wm_type, given, computed) + (
+            watermarks.decreases(wm_type, computed, given)
+        ):
+            raise InvalidInput(
+                "value",
+                f"at position {position} the committed batches give {computed!r}, not "
+                f"{given!r}; leave value out to take theirs",
+            )
+        return position, computed
+    if given is None:
+        raise InvalidInput("value", "give the new value, or a position (an item id boundary)")
+    found = watermarks.position_of_value(job.pk, wm_type, given)
+    if found["exact"] is not None:
+        return found["exact"], watermarks.value_at(job.pk, found["exact"])
+    nearest = [
+        f"position {found[side]} has {found[side + '_value']!r}"
+        for side in ("below", "above")
+        if found[side] is not None
+    ]
+    raise InvalidInput(
+        "value",
+        f"no committed batch boundary of this job has the value {given!r}, so no position "
+        "corresponds to it"
+        + (f" (nearest: {'; '.join(nearest)})" if nearest else "")
+        + "; give a position instead",
+    )
 
 
 def _supersede_after(job: Job, position: int) -> None:

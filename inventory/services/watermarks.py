@@ -30,6 +30,7 @@ def parse_value(watermark_type: str, value, *, field: str = "value"):
     if watermark_type == WatermarkType.INT:
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidInput(field, f"an int watermark needs an integer, got {value!r}")
+        check_bigint(value + 1, field)  # its position (value + 1) is a bigint too
         return value
     if watermark_type == WatermarkType.DATETIME:
         if not isinstance(value, str):
@@ -49,12 +50,22 @@ def parse_value(watermark_type: str, value, *, field: str = "value"):
         for key, offset in value.items():
             if isinstance(offset, bool) or not isinstance(offset, int):
                 raise InvalidInput(f"{field}.{key}", f"expected an integer, got {offset!r}")
+            check_bigint(offset, f"{field}.{key}")
         return {str(k): v for k, v in value.items()}
     if watermark_type == WatermarkType.FILE_SET:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InvalidInput(field, "a file_set watermark needs a list of file names")
         return sorted(set(value))
     raise InvalidInput("type", f"unknown watermark type {watermark_type!r}")
+
+
+BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+
+
+def check_bigint(number: int, field: str) -> None:
+    """Item ids, positions and offsets are PostgreSQL bigints: a 400 naming the field beyond."""
+    if not BIGINT_MIN <= number <= BIGINT_MAX:
+        raise InvalidInput(field, f"{number} is out of range ({BIGINT_MIN} to {BIGINT_MAX})")
 
 
 def merge_values(watermark_type: str, old, new):
@@ -92,6 +103,34 @@ def decreases(watermark_type: str, old, new) -> list[str]:
     if watermark_type == WatermarkType.FILE_SET:
         return [f"{name} removed" for name in sorted(set(old) - set(new))]
     return [f"{new} < {old}"] if new < old else []
+
+
+def value_at(job_id: int, position: int):
+    """What a job's committed incremental batches below `position` report, merged in span order
+    (None at the job's start or before any report)."""
+    with connection.cursor() as cursor:
+        cursor.execute(query("watermark_value_at"), {"job": job_id, "position": position})
+        row = cursor.fetchone()
+    return _loaded(row[0]) if row else None
+
+
+def position_of_value(job_id: int, watermark_type: str, value) -> dict:
+    """The last committed boundary where the watermark has `value` (`exact`), else the nearest
+    boundaries below and above it (datetime) with their values."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            query("watermark_position_of_value"),
+            {"job": job_id, "type": watermark_type, "value": json.dumps(value)},
+        )
+        columns = [column.name for column in cursor.description]
+        row = dict(zip(columns, cursor.fetchone(), strict=True))
+    for key in ("below_value", "above_value"):
+        row[key] = _loaded(row[key])
+    return row
+
+
+def _loaded(value):
+    return json.loads(value) if isinstance(value, str) else value
 
 
 # ---- writes ------------------------------------------------------------------------------------

@@ -67,6 +67,34 @@ SELECT tidemark_merge_watermark(%s, %s::jsonb, %s::jsonb);
 -- name: watermark_advance
 SELECT tidemark_advance(%s, %s, %s, %s);
 
+-- name: watermark_value_at
+-- The value a job's committed batches below a position give its watermark (no row: none).
+SELECT value FROM tidemark_watermark_boundaries(%(job)s) WHERE boundary <= %(position)s
+ORDER BY boundary DESC LIMIT 1;
+
+-- name: watermark_position_of_value
+-- The last committed boundary at which the watermark has the given value (a datetime: the same
+-- instant), with the nearest boundaries below and above it when none has it exactly.
+WITH b AS (
+    SELECT boundary, value,
+           CASE WHEN %(type)s = 'datetime'
+                THEN (value #>> '{}')::timestamptz - (%(value)s::jsonb #>> '{}')::timestamptz
+           END AS delta,
+           value = %(value)s::jsonb
+           OR (%(type)s = 'datetime'
+               AND (value #>> '{}')::timestamptz = (%(value)s::jsonb #>> '{}')::timestamptz)
+           AS equal
+    FROM tidemark_watermark_boundaries(%(job)s)
+)
+SELECT
+    (SELECT max(boundary) FROM b WHERE equal) AS exact,
+    (SELECT boundary FROM b WHERE delta < interval '0' ORDER BY delta DESC, boundary DESC LIMIT 1)
+        AS below,
+    (SELECT value FROM b WHERE delta < interval '0' ORDER BY delta DESC, boundary DESC LIMIT 1)
+        AS below_value,
+    (SELECT boundary FROM b WHERE delta > interval '0' ORDER BY delta, boundary LIMIT 1) AS above,
+    (SELECT value FROM b WHERE delta > interval '0' ORDER BY delta, boundary LIMIT 1) AS above_value;
+
 -- name: watermark_record
 -- An operator's correction: the event and the new watermark in one statement.
 WITH event AS (

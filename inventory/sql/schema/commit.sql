@@ -143,3 +143,29 @@ BEGIN
     RETURN NEXT done;
 END
 $$;
+
+-- The value a job's watermark has at each boundary of its committed incremental batches: what they
+-- reported, merged in span order from the job's start (the same fold tidemark_advance applies). A
+-- correction by position takes its value from here, and a value-only correction finds its
+-- position here, so a correction can never set a value its committed batches do not give.
+CREATE OR REPLACE FUNCTION tidemark_watermark_boundaries(p_job bigint)
+RETURNS TABLE(boundary bigint, value jsonb) LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    wm_type text;
+    folded jsonb := NULL;
+    committed record;
+BEGIN
+    SELECT type INTO wm_type FROM inventory_watermark WHERE job_id = p_job;
+    FOR committed IN
+        SELECT upper(span) AS hi, watermark_value FROM inventory_batch
+        WHERE job_id = p_job AND backfill_id IS NULL
+          AND status = ANY(tidemark_committed_statuses())
+        ORDER BY lower(span)
+    LOOP
+        folded := tidemark_merge_watermark(wm_type, folded, committed.watermark_value);
+        boundary := committed.hi;
+        value := folded;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
