@@ -118,6 +118,9 @@ def test_a_backfill_reprocesses_committed_items_in_its_own_lane_without_touching
 @pytest.mark.django_db
 def test_an_urgent_backfill_goes_first_within_its_concurrency_and_a_normal_one_after_live_work():
     job, ids = _setup([5] * 6, batch_weight=5, max_items=1)
+    for _ in range(3):  # the backfills rework committed items; items 3-5 are live work
+        done = batches.batch_acquire(job=job, worker="w")
+        batches.batch_succeed(batch_id=done.id, attempt=done.attempt)
     urgent = backfill_create(
         job=job, range_start=ids[0], range_end=ids[1], priority=1, max_concurrency=1
     )
@@ -136,7 +139,7 @@ def test_an_urgent_backfill_goes_first_within_its_concurrency_and_a_normal_one_a
     while (batch := batches.batch_acquire(job=job, worker="w")) is not None:
         kinds.append(batch.backfill_id)
     # the rest of the incremental items first, then the normal-priority backfill
-    assert kinds == [None] * 5 + [later.pk]
+    assert kinds == [None] * 2 + [later.pk]
 
 
 @pytest.mark.django_db
@@ -178,3 +181,50 @@ def test_a_backfill_whose_last_open_batch_is_cancelled_completes():
 
     batches.batch_cancel(batch_id=last.id, actor="alice", reason="not needed")
     assert Backfill.objects.get(pk=backfill.pk).status == BackfillStatus.COMPLETED
+
+
+def _overlapping_open_batches(job):
+    """Pairs of open batches (queued, running) of the job that cover a common item."""
+    open_batches = list(
+        Batch.objects.filter(job=job, status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING])
+    )
+    return [
+        (a.pk, b.pk)
+        for a in open_batches
+        for b in open_batches
+        if a.pk < b.pk and a.span.lower < b.span.upper and b.span.lower < a.span.upper
+    ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("with_sink", [False, True])
+def test_incremental_and_backfill_lanes_never_cover_the_same_item_at_once_in_either_order(
+    with_sink, tmp_path
+):
+    """One overlap rule for every job, with a sink or processed outside Tidemark: a backfill is
+    refused over items an open incremental batch holds, and an incremental batch is not planned
+    over items an open backfill batch holds."""
+    sink = {"kind": "files", "path": str(tmp_path / "sink")} if with_sink else {}
+    connector = ConnectorFactory()
+    assets = make_assets(connector, [1] * 4)
+    job = make_job(connector=connector, batch_weight=1, max_items=1, sink=sink)
+
+    # backfill first (after incremental work, priority -1), then acquire: the incremental lane
+    # must not plan over the backfill's queued batches, so acquire hands out a backfill batch
+    backfill = backfill_create(
+        job=job, range_start=assets[0].id, range_end=assets[1].id, priority=-1, reason="r"
+    )
+    taken = batches.batch_acquire(job=job, worker="external")
+    assert taken.backfill_id == backfill.pk
+    assert _overlapping_open_batches(job) == []
+    assert not Batch.objects.filter(job=job, kind=BatchKind.INCREMENTAL).exists()
+
+    # incremental first: a backfill over a running incremental batch is refused
+    other = make_job(connector=connector, batch_weight=1, max_items=1, sink=sink)
+    running = batches.batch_acquire(job=other, worker="external")
+    assert running.kind == BatchKind.INCREMENTAL
+    with pytest.raises(Conflict):
+        backfill_create(
+            job=other, range_start=running.span.lower, range_end=running.span.lower, reason="r"
+        )
+    assert _overlapping_open_batches(other) == []

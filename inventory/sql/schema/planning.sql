@@ -123,9 +123,10 @@ END
 $$;
 
 -- The next incremental range, which rewrites outputs in the sink whole (docs/guarantees.md):
--- - for a job with a sink, it stops in front of an open batch of a backfill that covers items of
---   the range, and plans nothing while one covers its first item (the two would publish over each
---   other's items in an order nobody chose);
+-- - it stops in front of an open batch of a backfill that covers items of the range, and plans
+--   nothing while one covers its first item (the two would process and publish the same items at
+--   once, in an order nobody chose); the same for every job, with a sink or processed outside
+--   Tidemark (acquire/succeed), as a backfill is refused over items an open batch holds;
 -- - it extends the range to the end of every committed output still in the sink that the range
 --   reaches into, so the batch replaces those outputs whole; such a batch may exceed the budget.
 CREATE OR REPLACE FUNCTION tidemark_plan_incremental(
@@ -143,11 +144,8 @@ BEGIN
         RETURN;
     END IF;
     up := planned.upper;
-    -- a job without a sink (processed outside Tidemark, acquire/succeed) has no output here to
-    -- keep exactly once: its lanes run independently
     SELECT min(lower(b.span)) INTO blocked FROM inventory_batch AS b
     WHERE b.job_id = p_job AND b.backfill_id IS NOT NULL
-      AND (SELECT j.sink FROM inventory_job AS j WHERE j.id = p_job) <> '{}'::jsonb
       AND b.status = ANY(tidemark_open_statuses()) AND b.span && int8range(p_lo, up);
     IF blocked IS NOT NULL THEN
         IF blocked <= p_lo THEN
