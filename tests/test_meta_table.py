@@ -226,3 +226,42 @@ def test_a_bad_weight_right_after_a_full_batch_does_not_block_that_batch(meta_ta
     with pytest.raises(InvalidInput) as refused:
         batches.batch_acquire(job=job, worker="w")
     assert refused.value.field == "weight" and "item 4" in refused.value.message
+
+
+def test_a_meta_table_with_a_duplicate_uid_is_refused_naming_the_uid(db):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE meta_dups (uid bigint, item text, weight bigint);"
+            "INSERT INTO meta_dups VALUES (1, 'a', 1), (2, 'b', 1), (2, 'c', 1), (3, 'd', 1)"
+        )
+    with pytest.raises(InvalidInput) as refused:
+        connector_create(
+            name="meta-dups",
+            kind=ConnectorKind.FILES,
+            config={"meta_table": {"table": "meta_dups"}},
+        )
+    assert refused.value.field == "config.meta_table.uid_column"
+    assert "uid 2 appears more than once" in refused.value.message
+    assert not Connector.objects.filter(name="meta-dups").exists()
+
+
+def test_a_uid_duplicated_after_creation_stops_every_planner_naming_it(meta_table):
+    connector = _connector("meta-later-dup", [])
+    job = make_job(connector=connector, batch_weight=1000, max_items=2)
+    first = batches.batch_acquire(job=job, worker="w")  # uids 1 and 2
+    batches.batch_succeed(batch_id=first.id, attempt=first.attempt)
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE meta_events DROP CONSTRAINT meta_events_pkey")
+        cursor.execute(
+            "INSERT INTO meta_events (uid, item, weight, kind) VALUES (3, 'again', 1, 'b')"
+        )
+
+    with pytest.raises(InvalidInput) as acquire:
+        batches.batch_acquire(job=job, worker="w")
+    assert acquire.value.field == "config.meta_table"
+    assert "uid 3 appears more than once" in acquire.value.message
+    with pytest.raises(InvalidInput) as preview:
+        backfill_preview(job=job, range_start=3, range_end=4)
+    assert "uid 3" in preview.value.message
+    # no batch was planned over the duplicate; the committed one stays
+    assert list(Batch.objects.filter(job=job).values_list("id", flat=True)) == [first.id]

@@ -10,7 +10,7 @@ and operators come from a fixed list: no user text reaches SQL otherwise.
 """
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.db import DatabaseError, connection, transaction
 
@@ -220,8 +220,31 @@ def source_for_connector(connector) -> ItemSource:
         source = meta_table_source(spec)
         # checked on every read too: a connector saved before the check existed is refused
         source_table_check(source.relation, field="config.meta_table.table")
-        return source
+        return unique_uids(source)
     return assets_source(connector.pk)
+
+
+def unique_uids(source: ItemSource) -> ItemSource:
+    """A local meta table whose planners stop at a uid that appears more than once.
+
+    A batch is a uid range: two rows with one uid would be one item counted twice (a batch over
+    its item cap, a preview of an empty range "with 1 item"). Each row planning reaches is checked
+    with one probe of the uid (its index), and a duplicate stops every planner (incremental,
+    acquire, backfill, preview) with a message naming it (tidemark_refuse), never a batch. The
+    check counts the whole table, filters aside: uids name rows of the table, not of a filter.
+    """
+    relation, uid = source.relation, source.uid
+    # relation and uid are validated, double-quoted identifiers: safe inside a literal
+    message = (
+        f"'uid ' || {relation}.{uid} || ' appears more than once in meta table "
+        f"{relation.replace(chr(39), '')}: a uid must name one row (add a unique index on "
+        f"{uid.replace(chr(39), '')}); planning stops here until it does'"
+    )
+    duplicated = (
+        f"(SELECT count(*) FROM {relation} AS tm_same WHERE tm_same.{uid} = {relation}.{uid}) > 1"
+    )
+    settled = f"(CASE WHEN {duplicated} THEN tidemark_refuse({message}) ELSE {source.settled} END)"
+    return replace(source, settled=settled)
 
 
 def check_meta_table(spec: dict) -> None:
@@ -233,6 +256,17 @@ def check_meta_table(spec: dict) -> None:
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(sql, params)
+            cursor.execute(
+                f"SELECT {source.uid} FROM {source.relation} GROUP BY {source.uid} "
+                "HAVING count(*) > 1 ORDER BY 1 LIMIT 1"
+            )
+            duplicate = cursor.fetchone()
     except DatabaseError as exc:  # the database names the missing relation or column
         message = str(exc).strip().splitlines()[0]
         raise InvalidInput("config.meta_table", message) from None
+    if duplicate is not None:
+        raise InvalidInput(
+            "config.meta_table.uid_column",
+            f"uid {duplicate[0]} appears more than once in {spec.get('table')}: a uid must name "
+            "one row (add a unique index on the column)",
+        )
