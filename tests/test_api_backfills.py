@@ -302,3 +302,44 @@ def test_a_table_read_by_an_integer_column_is_backfilled_by_value(role_users):
         "start": 11,
         "end": 20,
     }
+
+
+def test_a_backfill_created_with_a_preview_fingerprint_runs_that_plan_or_is_refused(role_users):
+    from tests.factories import make_assets
+
+    connector, job = make_inventory(weights=[60, 30, 30])
+    first, last = _range(connector)
+    api = token_client(role_users["operator"])
+    request = {"job": job.name, "range_start": first, "range_end": last + 10, "batch_weight": 100}
+    preview = api.post("/api/v1/backfills/preview/", request, format="json").json()
+    assert len(preview["fingerprint"]) == 16
+    again = api.post("/api/v1/backfills/preview/", request, format="json").json()
+    assert again["fingerprint"] == preview["fingerprint"]  # the same plan, the same name
+
+    make_assets(connector, [90])  # an item arrives inside the range: the plan is another one
+    refused = api.post(
+        "/api/v1/backfills/",
+        {**request, "fingerprint": preview["fingerprint"], "reason": "r"},
+        format="json",
+    )
+    assert refused.status_code == 409, refused.content
+    body = refused.json()
+    assert body["code"] == "planchanged"
+    assert body["plan"]["total_items"] == preview["total_items"] + 1
+    assert body["plan"]["fingerprint"] != preview["fingerprint"]
+    assert preview["fingerprint"] in body["detail"]
+    assert not Backfill.objects.filter(job=job).exists()
+
+    created = api.post(
+        "/api/v1/backfills/",
+        {**request, "fingerprint": body["plan"]["fingerprint"], "reason": "r"},
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+    planned = Batch.objects.filter(backfill_id=created.json()["id"]).order_by("span")
+    assert [[b.span.lower, b.span.upper - 1, b.item_count, b.weight] for b in planned] == [
+        [p["range_start"], p["range_end"], p["item_count"], p["weight"]]
+        for p in body["plan"]["batches"]
+    ]
+    malformed = api.post("/api/v1/backfills/", {**request, "fingerprint": "'; drop"}, format="json")
+    assert malformed.status_code == 400 and "fingerprint" in malformed.json()

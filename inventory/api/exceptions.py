@@ -11,7 +11,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from inventory.services.errors import Conflict, InvalidInput, NotFound
+from inventory.services.errors import Conflict, InvalidInput, NotFound, PlanChanged
 
 log = logging.getLogger(__name__)
 
@@ -22,10 +22,10 @@ def exception_handler(exc, context):
     if isinstance(exc, NotFound):
         return Response({"detail": str(exc)}, status=status.HTTP_404_NOT_FOUND)
     if isinstance(exc, Conflict):
-        return Response(
-            {"detail": str(exc), "code": type(exc).__name__.lower()},
-            status=status.HTTP_409_CONFLICT,
-        )
+        body = {"detail": str(exc), "code": type(exc).__name__.lower()}
+        if isinstance(exc, PlanChanged):
+            body["plan"] = exc.plan  # what would run now, to compare with the preview
+        return Response(body, status=status.HTTP_409_CONFLICT)
     if isinstance(exc, IntegrityError):
         log.warning("integrity error mapped to 409: %s", exc)
         return Response(

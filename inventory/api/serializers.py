@@ -514,6 +514,11 @@ class BackfillCreateSerializer(BackfillPlanSerializer):
         help_text="above 0 runs before incremental work, below 0 after it",
     )
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    fingerprint = serializers.RegexField(
+        r"^[0-9a-f]{16}$",
+        required=False,
+        help_text="a preview's fingerprint: run exactly that plan, or 409 if it changed",
+    )
 
 
 class PlannedBatchSerializer(serializers.Serializer):
@@ -540,4 +545,7 @@ class BackfillPreviewSerializer(serializers.Serializer):
     batch_count = serializers.IntegerField()
     total_items = serializers.IntegerField()
     total_weight = serializers.IntegerField()
+    fingerprint = serializers.CharField(
+        help_text="names this exact plan: give it when creating the backfill to run exactly it"
+    )
     batches = PlannedBatchSerializer(many=True)

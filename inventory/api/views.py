@@ -564,7 +564,9 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
         summary="Schedule a backfill of a closed item-id or time range (operator)",
         description="Give range_start/range_end (item ids) or time_start/time_end, not both. "
         "409 when the job has no items in an id range; 400 naming range_start when no item "
-        "holds a time of the range.",
+        "holds a time of the range. With the `fingerprint` of a preview the backfill runs "
+        "exactly that plan, or is refused with a 409 (code `planchanged`) whose `plan` is the "
+        "plan as it is now.",
         request=s.BackfillCreateSerializer,
         responses=_responses({201: s.BackfillSerializer}, 400, 409),
     )
@@ -589,24 +591,7 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
         plan = backfill_services.backfill_preview(
             **data, range_start=span.range_start, range_end=span.range_end
         )
-        preview = {
-            "job": data["job"].name,
-            "range_start": span.range_start,
-            "range_end": span.range_end,
-            "requested": span.requested,
-            "batch_count": len(plan),
-            "total_items": sum(p.item_count for p in plan),
-            "total_weight": sum(p.weight for p in plan),
-            "batches": [
-                {
-                    "range_start": p.lower,
-                    "range_end": p.upper - 1,
-                    "item_count": p.item_count,
-                    "weight": p.weight,
-                }
-                for p in plan
-            ],
-        }
+        preview = backfill_services.plan_summary(job=data["job"], span=span, plan=plan)
         return Response(s.BackfillPreviewSerializer(preview).data)
 
     def _set_status(self, new_status: str) -> Response:

@@ -5,6 +5,8 @@ here, by `backfill_range_for_times`, for the API, the dashboard and the admin al
 it came from is kept on the backfill (`requested`) for display.
 """
 
+import hashlib
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -25,7 +27,7 @@ from inventory.models import (
     Job,
 )
 from inventory.services import lifecycle, outputs, source_table
-from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.errors import Conflict, InvalidInput, PlanChanged
 from inventory.services.items import source_for_connector
 from inventory.services.jobs import validate_budget
 from inventory.services.planning import PlannedRange, plan_closed_range
@@ -251,6 +253,36 @@ def backfill_preview(
     return plan
 
 
+def plan_summary(*, job: Job, span: BackfillRange, plan: list[PlannedRange]) -> dict:
+    """A plan as the preview shows it, with its fingerprint: creating the backfill with that
+    fingerprint runs exactly this plan or is refused (PlanChanged)."""
+    return {
+        "job": job.name,
+        "range_start": span.range_start,
+        "range_end": span.range_end,
+        "requested": span.requested,
+        "batch_count": len(plan),
+        "total_items": sum(p.item_count for p in plan),
+        "total_weight": sum(p.weight for p in plan),
+        "fingerprint": plan_fingerprint(job=job, plan=plan),
+        "batches": [
+            {
+                "range_start": p.lower,
+                "range_end": p.upper - 1,
+                "item_count": p.item_count,
+                "weight": p.weight,
+            }
+            for p in plan
+        ],
+    }
+
+
+def plan_fingerprint(*, job: Job, plan: list[PlannedRange]) -> str:
+    """Names one exact plan: the job and every batch's range, item count and weight."""
+    text = json.dumps([job.pk, [[p.lower, p.upper, p.item_count, p.weight] for p in plan]])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 @transaction.atomic
 def backfill_create(
     *,
@@ -265,9 +297,12 @@ def backfill_create(
     priority: int = 0,
     reason: str = "",
     actor: str = "",
+    fingerprint: str | None = None,
 ) -> Backfill:
     """Create a backfill and all its batches (queued); workers take them at its pace. The range
-    is item ids, or a time range (`backfill_range`: exactly one of the two pairs)."""
+    is item ids, or a time range (`backfill_range`: exactly one of the two pairs). With the
+    `fingerprint` of a preview, the backfill runs exactly that plan or is refused (PlanChanged,
+    carrying the plan as it is now) when new items, commits or other batches changed it."""
     if (
         isinstance(max_concurrency, bool)
         or not isinstance(max_concurrency, int)
@@ -288,6 +323,15 @@ def backfill_create(
         batch_weight=batch_weight,
         max_items=max_items,
     )
+    if fingerprint is not None and fingerprint != plan_fingerprint(job=job, plan=plan):
+        now = plan_summary(job=job, span=span, plan=plan)
+        raise PlanChanged(
+            f"the plan changed since it was previewed (fingerprint {fingerprint}): it is now "
+            f"{now['batch_count']} batches, {now['total_items']} items, weight "
+            f"{now['total_weight']} over ids {span.range_start}..{span.range_end} "
+            f"(fingerprint {now['fingerprint']}); check it and create the backfill again",
+            plan=now,
+        )
     backfill = Backfill.objects.create(
         job=job,
         range_start=span.range_start,

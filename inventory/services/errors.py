@@ -24,3 +24,11 @@ class Conflict(TidemarkError):
 
 class StaleAttempt(Conflict):
     """A worker tried to act on a batch attempt it no longer owns (fencing, invariant 8)."""
+
+
+class PlanChanged(Conflict):
+    """A backfill's plan is no longer the one that was previewed; `plan` is the plan as it is now."""
+
+    def __init__(self, message: str, plan: dict):
+        super().__init__(message)
+        self.plan = plan
