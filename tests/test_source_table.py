@@ -12,7 +12,7 @@ import psycopg2
 import pytest
 from django.db import connection
 
-from inventory.models import Asset, Batch, BatchStatus, Watermark
+from inventory.models import Asset, Backfill, Batch, BatchStatus, Watermark
 from inventory.services import lifecycle
 from inventory.services.connectors import connector_create
 from inventory.services.discovery import discover
@@ -280,3 +280,38 @@ def test_a_reset_forgets_the_slices_and_looks_again_from_the_start(source_dsn):
     assert discover(connector) == 1
     assert slices(connector) == [(10, {"lower": 11, "upper": 21})]
     assert Watermark.objects.get(job=job).position == job.start_position
+
+
+def test_late_rows_inside_the_lookback_reach_the_sink_with_nothing_newer(spark, source_dsn):
+    insert(source_dsn, range(1, 41))
+    connector = table_connector(name="orders-late", column="updated_at", slice_rows=10)
+    job = job_create(
+        name="orders-late-rows",
+        connector=connector,
+        batch_weight=100,
+        max_items=10,
+        watermark_type="datetime",
+        lookback=30,
+        sink=_sink("orders_late_rows"),
+    )
+    discover(connector)
+    drain(spark, job)
+    assert _sink_rows("orders_late_rows") == [(i, 1) for i in range(1, 41)]
+    watermark_before = Watermark.objects.values_list("position", "value").get(job=job)
+
+    # rows 5 and 41 commit late, with times inside the last registered slice; nothing newer
+    late = T0 + timedelta(seconds=39, microseconds=500)
+    insert(source_dsn, [5], at=late, amount=2)
+    insert(source_dsn, [41], at=late, amount=3)
+    assert discover(connector) == 0  # no new slice: without a restatement nothing would run
+    restated = Backfill.objects.get(job=job)
+    assert restated.reason.startswith("late rows:") and restated.created_by == "tidemark"
+    drain(spark, job)
+    rows = dict(_sink_rows("orders_late_rows"))
+    assert sorted(rows) == list(range(1, 42))  # each source row once
+    assert (rows[5], rows[41]) == (2, 3)
+    assert Watermark.objects.values_list("position", "value").get(job=job) == watermark_before
+
+    # the recount is recorded: the next look restates nothing more
+    discover(connector)
+    assert Backfill.objects.filter(job=job).count() == 1

@@ -248,6 +248,51 @@ def discover(connector: Connector) -> int:
     return registered
 
 
+# how many of the newest slices one look recounts for late rows
+MAX_RECOUNT_SLICES = 200
+
+
+def late_slices(connector: Connector, *, lookback: int) -> list[tuple[Asset, int]]:
+    """Registered slices within `lookback` (seconds, or values of an integer column) of where
+    registration stopped whose rows in the source now outnumber those counted: late rows, which
+    committed after their slice was registered with a value inside it. Each with its count now.
+
+    One count per slice, for at most MAX_RECOUNT_SLICES of the newest; a row updated without
+    moving its column value is not seen (read by an `updated_at` column to see updates)."""
+    config = connector.config
+    column_type = config["column_type"]
+    end = (connector.cursor or {}).get("next")
+    if end is None or not lookback:
+        return []
+    window = lookback if column_type == "int" else timedelta(seconds=lookback)
+    start = from_json(end, column_type, field="cursor") - window
+    recent = list(Asset.objects.filter(connector=connector).order_by("-id")[:MAX_RECOUNT_SLICES])
+    inside = [
+        asset
+        for asset in recent
+        if from_json(asset.extra["upper"], column_type, field="extra.upper") > start
+    ]
+    if not inside:
+        return []
+    count = sql.SQL(source_query("table_count_range")).format(
+        table=_relation(config), column=sql.Identifier(config["column"])
+    )
+    late = []
+    with source_connection(config, field="config.dsn_env") as conn, conn.cursor() as cursor:
+        for asset in sorted(inside, key=lambda a: a.pk):
+            cursor.execute(
+                count,
+                {
+                    "lower": from_json(asset.extra["lower"], column_type, field="extra.lower"),
+                    "upper": from_json(asset.extra["upper"], column_type, field="extra.upper"),
+                },
+            )
+            rows = cursor.fetchone()[0]
+            if rows > asset.weight:
+                late.append((asset, rows))
+    return late
+
+
 def _statements(config: dict) -> dict[str, sql.Composed]:
     names = {
         "table": _relation(config),
