@@ -408,7 +408,7 @@ def _flag_changed(connector: Connector, known: _KnownFiles, *, recheck_seconds: 
         if flagged:
             log.warning(
                 "connector %s: %s changed after it was registered as asset %s (size %s -> %s); "
-                "it is not read again: register the new content under a new name",
+                "the jobs that committed it read it again (a restatement)",
                 connector.name,
                 location,
                 pk,

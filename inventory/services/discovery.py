@@ -7,15 +7,8 @@ instead of leaving them to their next timer.
 
 from django.db import transaction
 
-from inventory.models import (
-    Asset,
-    Backfill,
-    BatchStatus,
-    Connector,
-    ConnectorKind,
-    ConnectorState,
-)
-from inventory.services import assets, backfills, source_table
+from inventory.models import Connector, ConnectorKind, ConnectorState
+from inventory.services import assets, restatements
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.source_kinds import connector_source
 
@@ -50,59 +43,13 @@ def discover(connector: Connector) -> int:
             raise InvalidInput("kind", f"connector {connector.name} has nothing to discover")
         registered = module.discover(connector)
         if connector.kind == ConnectorKind.TABLE:
-            late_rows_restate(connector)
+            restatements.late_rows_restate(connector)
     else:
         registered = assets.assets_discover(connector=connector)
+        restatements.changed_files_restate(connector)
     if snapshot_files:
         snapshot_close(connector)
     return registered
-
-
-def late_rows_restate(connector: Connector) -> list[Backfill]:
-    """Late rows reach the sink even when nothing newer arrives (a table read with `lookback`).
-
-    A job's lookback re-reads its window only when a newer slice makes a batch. So each look also
-    recounts the slices within the largest lookback of the connector's jobs; a committed slice
-    that gained rows is restated: every such job gets a backfill over those slices (reason
-    "late rows ..."), which re-reads them and their lookback window into its upsert sink. The
-    slices' counts are updated only once every job has its backfill, so a job whose batch was in
-    flight over them is restated by a later look."""
-    jobs = list(connector.jobs.filter(lookback__gt=0).select_related("watermark"))
-    if not jobs:
-        return []
-    late = source_table.late_slices(connector, lookback=max(job.lookback for job in jobs))
-    if not late:
-        return []
-    described = ", ".join(
-        f"{asset.location} {asset.weight} -> {rows} rows" for asset, rows in late[:5]
-    ) + (f" and {len(late) - 5} more" if len(late) > 5 else "")
-    created, waiting = [], False
-    span = (min(asset.pk for asset, _ in late), max(asset.pk for asset, _ in late) + 1)
-    for job in jobs:
-        if job.batches.filter(status=BatchStatus.RUNNING, span__overlap=span).exists():
-            waiting = True  # it may have read before the late rows: the next look decides
-            continue
-        # slices this job has not committed yet are read, late rows included, when they run
-        committed = [asset.pk for asset, _rows in late if asset.pk < job.watermark.position]
-        if not committed:
-            continue
-        try:
-            created.append(
-                backfills.backfill_create(
-                    job=job,
-                    range_start=min(committed),
-                    range_end=max(committed),
-                    reason=f"late rows: {described}",
-                    actor="tidemark",
-                )
-            )
-        except Conflict:
-            waiting = True  # a batch is in flight over them: the next look restates them
-    if not waiting:
-        with transaction.atomic():
-            for asset, rows in late:
-                Asset.objects.filter(pk=asset.pk).update(weight=rows)
-    return created
 
 
 @transaction.atomic

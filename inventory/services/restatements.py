@@ -1,0 +1,101 @@
+"""Restatements: input a job already committed changed, so its output is rebuilt without a person.
+
+Two kinds are detected at discovery: late rows of a `table` connector (a committed slice within a
+job's `lookback` gained rows) and files of a directory rewritten after registration (flagged
+`changed_after_registration` by the recheck). Either way each job that committed the items gets a
+backfill over them (actor `tidemark`, the reason naming what changed), which re-reads them and
+replaces the outputs that held them whole, in the sink's one publish step (docs/guarantees.md).
+A job still running a batch over them is left to the next look, which decides again.
+"""
+
+from django.db import transaction
+from django.db.models import Q
+
+from inventory.models import Asset, Backfill, BatchStatus, Connector
+from inventory.services import backfills, source_table
+from inventory.services.errors import Conflict
+
+RESTATED = "restated"
+
+
+def restate_items(connector: Connector, ids: list[int], *, reason: str, jobs=None) -> tuple:
+    """A backfill over `ids` for each job of the connector that committed some of them.
+
+    Returns (backfills created, done): `done` is False while a job had a batch running over them
+    or in flight where the backfill would go; the caller then keeps its record to try again."""
+    if not ids:
+        return [], True
+    jobs = list(jobs if jobs is not None else connector.jobs.select_related("watermark"))
+    span = (min(ids), max(ids) + 1)
+    created, done = [], True
+    for job in jobs:
+        if job.batches.filter(status=BatchStatus.RUNNING, span__overlap=span).exists():
+            done = False  # it may have read before the change: the next look decides
+            continue
+        # items this job has not committed yet are read, changed, when their batch runs
+        committed = [pk for pk in ids if pk < job.watermark.position]
+        if not committed:
+            continue
+        try:
+            created.append(
+                backfills.backfill_create(
+                    job=job,
+                    range_start=min(committed),
+                    range_end=max(committed),
+                    reason=reason,
+                    actor="tidemark",
+                )
+            )
+        except Conflict:
+            done = False  # a batch is in flight over them: the next look restates them
+    return created, done
+
+
+def late_rows_restate(connector: Connector) -> list[Backfill]:
+    """Late rows reach the sink even when nothing newer arrives (a table read with `lookback`).
+
+    A job's lookback re-reads its window only when a newer slice makes a batch. So each look also
+    recounts the slices within the largest lookback of the connector's jobs; the slices that
+    gained rows are restated, and their counts recorded once every job has its backfill."""
+    jobs = list(connector.jobs.filter(lookback__gt=0).select_related("watermark"))
+    if not jobs:
+        return []
+    late = source_table.late_slices(connector, lookback=max(job.lookback for job in jobs))
+    if not late:
+        return []
+    described = ", ".join(
+        f"{asset.location} {asset.weight} -> {rows} rows" for asset, rows in late[:5]
+    ) + (f" and {len(late) - 5} more" if len(late) > 5 else "")
+    created, done = restate_items(
+        connector, [asset.pk for asset, _ in late], reason=f"late rows: {described}", jobs=jobs
+    )
+    if done:
+        with transaction.atomic():
+            for asset, rows in late:
+                Asset.objects.filter(pk=asset.pk).update(weight=rows)
+    return created
+
+
+def changed_files_restate(connector: Connector) -> list[Backfill]:
+    """Files rewritten after registration (flagged by discovery's recheck) are read again by
+    every job that committed them; each is marked `restated` once every job has its backfill."""
+    changed = list(
+        connector.assets.filter(extra__has_key="changed_after_registration")
+        .filter(~Q(extra__has_key=RESTATED))
+        .order_by("id")
+        .values_list("id", "location")
+    )
+    if not changed:
+        return []
+    names = ", ".join(location for _, location in changed[:5]) + (
+        f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+    )
+    ids = [pk for pk, _ in changed]
+    created, done = restate_items(
+        connector, ids, reason=f"files changed after registration: {names}"
+    )
+    if done:
+        for asset in Asset.objects.filter(pk__in=ids):
+            asset.extra = {**asset.extra, RESTATED: [b.pk for b in created]}
+            asset.save(update_fields=["extra"])
+    return created
