@@ -18,8 +18,9 @@ from django.db import connection
 from django.utils import timezone
 
 from inventory import selectors
-from inventory.models import Asset, Batch, BatchStatus, Job, Watermark
+from inventory.models import Asset, Backfill, Batch, BatchStatus, Job, Watermark
 from inventory.services import assets, dispatch, execution, lifecycle, outputs
+from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create, connector_reset, connector_update
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import Conflict, InvalidInput
@@ -263,26 +264,17 @@ def test_upstream_retries_and_replays_reach_an_upsert_sink_once(spark, tmp_path,
         5,
         6,
     ]
+    # the replaced commits 3 and 4 are restated downstream: each job that read them rebuilds
+    # those outputs (a backfill by tidemark, before its incremental work), where they read as
+    # nothing; their rows arrive with commits 5 and 6
+    for down in (down_upsert, down_files):
+        restated = list(Backfill.objects.filter(job=down).order_by("pk"))
+        assert restated and {(b.created_by, b.priority) for b in restated} == {("tidemark", 1)}
+        assert "replaced the output of commits 3" in restated[0].reason
     drain(spark, down_upsert)
     drain(spark, down_files)
-    assert table_rows(table) == expected(range(4))  # the upsert absorbs the replayed rows
-    # a file sink keeps what it read before: the replayed rows are there twice
-    assert file_rows(spark, files_sink) == sorted(expected(range(4)) + expected([2, 3]))
-
-    # replaying the file sink's job from the start re-reads commits 1..6; the replaced commits
-    # 3 and 4 contribute nothing (their rows are in commits 5 and 6), so each row is there once
-    watermark_correct(job=down_files, position=0, actor="a", reason="re-read", replay=True)
-    rerun = drain(spark, down_files)
-    assert [b.span.lower for b in rerun] == [0, 2, 3, 4, 5, 6]
-    assert [len(execution.batch_spec(batch=b)["source"]["outputs"]) for b in rerun] == [
-        1,
-        1,
-        0,
-        0,
-        1,
-        1,
-    ]
-    assert file_rows(spark, files_sink) == expected(range(4))
+    assert table_rows(table) == expected(range(4))
+    assert file_rows(spark, files_sink) == expected(range(4))  # each row once, files too
 
 
 # ---- replay and retention --------------------------------------------------------------------------
@@ -505,3 +497,28 @@ def test_a_chain_flows_through_a_real_worker_without_waiting_for_beat(tmp_path, 
         n * 100 + i for n in range(3) for i in range(10)
     )
     assert all(b.status == BatchStatus.SUCCEEDED for b in Batch.objects.filter(job=down))
+
+
+def test_an_upstream_backfill_is_restated_two_levels_down_each_row_once(spark, tmp_path):
+    up = upstream_job(tmp_path, "up-two", items=4)
+    drain(spark, up)
+    middle_sink = tmp_path / "middle"
+    middle = downstream_job("middle", up, {"kind": "files", "path": str(middle_sink)}, max_items=2)
+    bottom_sink = tmp_path / "bottom"
+    bottom = downstream_job("bottom", middle, {"kind": "files", "path": str(bottom_sink)})
+    drain(spark, middle)
+    drain(spark, bottom)
+    assert file_rows(spark, bottom_sink) == expected(range(4))
+
+    # a backfill upstream over items 1..2 republishes their rows as new commits
+    first = Asset.objects.filter(connector=up.connector).order_by("pk")[1].pk
+    backfill_create(job=up, range_start=first, range_end=first + 1, reason="fix", actor="a")
+    drain(spark, up)
+    assert Backfill.objects.filter(job=middle, created_by="tidemark").exists()
+    drain(spark, middle)  # the rebuild first (priority 1), then the new commits
+    assert file_rows(spark, middle_sink) == expected(range(4))
+    # the middle job's rebuild replaced its own outputs: the bottom job follows, unasked
+    assert Backfill.objects.filter(job=bottom, created_by="tidemark").exists()
+    drain(spark, bottom)
+    assert file_rows(spark, bottom_sink) == expected(range(4))
+    assert not Backfill.objects.filter(created_by="tidemark").exclude(status="completed").exists()

@@ -300,6 +300,11 @@ def batch_succeed(
         with transaction.atomic():
             _fence(_locked(batch_id), attempt, require_lease=True)
         raise StaleAttempt(f"batch {batch_id} attempt {attempt} may not commit")
+    if batch.published_attempt is not None:
+        # outputs it replaced may have been read by jobs down a chain: they rebuild them
+        from inventory.services.restatements import upstream_restate
+
+        transaction.on_commit(lambda: upstream_restate(batch.pk))
     return batch
 
 

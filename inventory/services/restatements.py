@@ -1,24 +1,35 @@
 """Restatements: input a job already committed changed, so its output is rebuilt without a person.
 
-Two kinds are detected at discovery: late rows of a `table` connector (a committed slice within a
-job's `lookback` gained rows) and files of a directory rewritten after registration (flagged
-`changed_after_registration` by the recheck). Either way each job that committed the items gets a
-backfill over them (actor `tidemark`, the reason naming what changed), which re-reads them and
-replaces the outputs that held them whole, in the sink's one publish step (docs/guarantees.md).
-A job still running a batch over them is left to the next look, which decides again.
+Three kinds: late rows of a `table` connector (a committed slice within a job's `lookback` gained
+rows) and files of a directory rewritten after registration (flagged `changed_after_registration`
+by the recheck), both found at discovery; and upstream commits of a `job_output` chain whose
+output a later upstream commit replaced (a replay or backfill upstream), found when that commit
+lands. Each job that committed the items gets a backfill over them (actor `tidemark`, the reason
+naming what changed), which re-reads them and replaces the outputs that held them whole, in the
+sink's one publish step (docs/guarantees.md); a replaced upstream commit reads as nothing, its rows
+arriving with the replacing commit. A downstream rebuild is itself a commit that replaces outputs,
+so the next job down the chain follows the same way. A job with a batch running over the items is
+left for later: discovery's next look, or the orchestration step for chains.
 """
 
-from django.db import transaction
+import logging
+
+from django.db import connection, transaction
 from django.db.models import Q
 
-from inventory.models import Asset, Backfill, BatchStatus, Connector
+from inventory.models import Asset, Backfill, BatchStatus, Connector, ConnectorKind
 from inventory.services import backfills, source_table
-from inventory.services.errors import Conflict
+from inventory.services.errors import Conflict, TidemarkError
+from inventory.sql import query
+
+log = logging.getLogger(__name__)
 
 RESTATED = "restated"
 
 
-def restate_items(connector: Connector, ids: list[int], *, reason: str, jobs=None) -> tuple:
+def restate_items(
+    connector: Connector, ids: list[int], *, reason: str, jobs=None, priority: int = 0
+) -> tuple:
     """A backfill over `ids` for each job of the connector that committed some of them.
 
     Returns (backfills created, done): `done` is False while a job had a batch running over them
@@ -44,10 +55,13 @@ def restate_items(connector: Connector, ids: list[int], *, reason: str, jobs=Non
                     range_end=max(committed),
                     reason=reason,
                     actor="tidemark",
+                    priority=priority,
                 )
             )
         except Conflict:
-            done = False  # a batch is in flight over them: the next look restates them
+            # no batch runs over them (checked above): the queued or retrying batch that holds
+            # them reads them as they are now when it runs; or no item is left to read
+            pass
     return created, done
 
 
@@ -98,4 +112,58 @@ def changed_files_restate(connector: Connector) -> list[Backfill]:
         for asset in Asset.objects.filter(pk__in=ids):
             asset.extra = {**asset.extra, RESTATED: [b.pk for b in created]}
             asset.save(update_fields=["extra"])
+    return created
+
+
+# ---- job_output chains ---------------------------------------------------------------------------
+
+
+def upstream_restate(batch_id: int) -> list[Backfill]:
+    """After batch `batch_id` committed: if its publish replaced the outputs of earlier commits
+    (an upstream replay or backfill), every job reading its job's commits rebuilds what it built
+    from them, before its incremental work (priority 1). Never raises: what cannot be done now is
+    kept on the downstream connector (`cursor.restate`) for the orchestration step."""
+    with connection.cursor() as cursor:
+        cursor.execute(query("restatement_replaced_commits"), [batch_id])
+        rows = cursor.fetchall()
+    created = []
+    for connector_id, upstream, commit_seqs in rows:
+        try:
+            created += _restate_chain(connector_id, set(commit_seqs), upstream=upstream)
+        except TidemarkError as exc:  # e.g. the downstream's source no longer readable
+            log.warning("restatement of connector %s left pending: %s", connector_id, exc)
+    return created
+
+
+def pending_restate() -> list[Backfill]:
+    """The orchestration step's share: downstream restatements that waited for a batch."""
+    created = []
+    pending = Connector.objects.filter(kind=ConnectorKind.JOB_OUTPUT, cursor__has_key="restate")
+    for connector in pending:
+        try:
+            created += _restate_chain(connector.pk, set(), upstream=connector.config.get("job"))
+        except TidemarkError as exc:
+            log.warning("restatement of connector %s left pending: %s", connector.name, exc)
+    return created
+
+
+def _restate_chain(connector_id: int, commit_seqs: set, *, upstream: str) -> list[Backfill]:
+    with transaction.atomic():
+        connector = Connector.objects.select_for_update().get(pk=connector_id)
+        ids = sorted(commit_seqs | set((connector.cursor or {}).get("restate", [])))
+        shown = ", ".join(map(str, ids[:10])) + (" ..." if len(ids) > 10 else "")
+        created, done = restate_items(
+            connector,
+            ids,
+            reason=f"upstream job {upstream} replaced the output of commits {shown}",
+            priority=1,
+        )
+        cursor = dict(connector.cursor or {})
+        if done:
+            cursor.pop("restate", None)
+        else:
+            cursor["restate"] = ids
+        if cursor != (connector.cursor or {}):
+            connector.cursor = cursor
+            connector.save(update_fields=["cursor", "updated_at"])
     return created

@@ -16,6 +16,7 @@ from django.db.models.functions import Now
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from inventory.models import Connector, ConnectorState, Job, MaintenanceRun
+from inventory.services import restatements
 from inventory.services.discovery import discover, discovers
 from inventory.services.dispatch import RunOutcome, batches_dispatch_due, job_run
 from inventory.services.errors import InvalidInput
@@ -235,6 +236,7 @@ def connectors_orchestrate() -> list[str]:
     """Orchestration step: complete finished snapshots, release the connectors waiting for them
     and give their jobs a run straight away; returns the released connectors' names."""
     outcome = orchestrate()
+    restatements.pending_restate()  # chains whose rebuild waited for a batch in flight
     released = outcome["released"]
     for job in Job.objects.filter(connector__name__in=released, paused=False).order_by("pk"):
         job_run(job=job)

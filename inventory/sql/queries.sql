@@ -176,3 +176,16 @@ WHERE f.job_id = %s AND f.status = 'running' AND f.priority > 0
   AND EXISTS (SELECT 1 FROM tidemark_backfill_admissible(f.id))
 ORDER BY f.priority DESC, f.id
 LIMIT 1;
+
+-- ---- restatements (inventory/services/restatements.py) -----------------------------------------
+
+-- name: restatement_replaced_commits
+-- The commits whose output the given batch replaced, per connector reading its job's commits (none when
+-- it replaced nothing or no job_output connector reads that job).
+SELECT c.id, j.name, array_agg(b.commit_seq ORDER BY b.commit_seq)
+FROM inventory_batch AS b
+JOIN inventory_job AS j ON j.id = b.job_id
+JOIN inventory_connector AS c ON c.kind = 'job_output' AND c.config ->> 'job' = j.name
+WHERE b.replaced_by_id = %s AND b.commit_seq IS NOT NULL
+GROUP BY c.id, j.name
+ORDER BY c.id;
