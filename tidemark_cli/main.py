@@ -58,7 +58,7 @@ class Commands:
         parser = self.subparsers.add_parser(name, help=help, aliases=list(aliases))
         _common(parser, defaults=False)
         if default is not None:
-            parser.set_defaults(func=default, needs_api=True, limit=None)
+            parser.set_defaults(func=default, needs_api=True)
         sub = parser.add_subparsers(dest=f"{name}_command", metavar="COMMAND")
         return parser, Commands(sub)
 

@@ -125,7 +125,7 @@ def job_action(verb: str):
 
 def job_watch(api, out, args) -> int:
     """One line per change of the job's progress, until interrupted (Ctrl-C, SIGTERM)."""
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)
     path = f"jobs/{quote(args.name)}/"
     last = None
     try:
@@ -141,6 +141,11 @@ def job_watch(api, out, args) -> int:
             time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0
+
+
+def _interrupt(*_args):
+    # SIGTERM ends a watch as Ctrl-C does: quietly, exit 0
+    raise KeyboardInterrupt
 
 
 def _progress(job: dict) -> dict:

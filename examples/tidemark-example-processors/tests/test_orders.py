@@ -28,8 +28,8 @@ def check_customer_totals(spark):
     df = spark.createDataFrame(rows, "order_id long, customer_id long, amount double")
     out = customer_totals(df, _ctx()).collect()
     assert [r.asDict() for r in out] == [
-        {"customer_id": 10, "orders": 2, "total": 25.5, "batch_id": 7},
-        {"customer_id": 11, "orders": 1, "total": 1.0, "batch_id": 7},
+        {"customer_id": 10, "orders": 2, "total": 25.5},
+        {"customer_id": 11, "orders": 1, "total": 1.0},
     ]
     big = customer_totals(df, _ctx(min_amount=5)).collect()
     assert [(r.customer_id, r.orders) for r in big] == [(10, 2)]

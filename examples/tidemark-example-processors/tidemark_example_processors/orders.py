@@ -21,7 +21,7 @@ def _validate(params: dict) -> None:
 @register("example_customer_totals", validate=_validate)
 def customer_totals(df: DataFrame, ctx: ProcessorContext) -> DataFrame:
     """Orders of at least params["min_amount"] (default 0), counted once per order_id, grouped
-    by customer: customer_id, orders, total (rounded to cents), batch_id."""
+    by customer: customer_id, orders, total (rounded to cents)."""
     _validate(ctx.params)
     require_columns(df, ["order_id", "customer_id", "amount"], processor="example_customer_totals")
     minimum = ctx.params.get("min_amount", 0)
@@ -29,6 +29,5 @@ def customer_totals(df: DataFrame, ctx: ProcessorContext) -> DataFrame:
     return (
         orders.groupBy("customer_id")
         .agg(F.count("order_id").alias("orders"), F.round(F.sum("amount"), 2).alias("total"))
-        .withColumn("batch_id", F.lit(ctx.batch_id).cast("bigint"))
         .orderBy("customer_id")
     )
