@@ -324,6 +324,8 @@ def test_watch_follows_a_job_until_interrupted_and_processor_run_shows_a_sample(
         1,
         "--rows",
         3,
+        "--params",
+        '{"min_amount": 10}',
         timeout=900,
     ).stdout
     assert f"processor example_customer_totals on 1 item(s) of connector {CONNECTOR}" in shown
