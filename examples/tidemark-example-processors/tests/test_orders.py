@@ -4,8 +4,8 @@ The main suite runs this file too (tests/test_example_processors.py) with its on
 """
 
 import pytest
-
 from tidemark_example_processors.orders import customer_totals
+
 from workers.spark.processors import (
     ProcessorContext,
     ProcessorError,
