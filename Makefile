@@ -6,10 +6,11 @@ export TIDEMARK_DEV ?= 1
 
 .PHONY: demo test chaos bench lint format stop clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml examples/tidemark-example-processors/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --quiet -e examples/tidemark-example-processors
 	touch $@
 
 demo: $(VENV)/.installed

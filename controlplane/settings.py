@@ -171,6 +171,8 @@ REST_FRAMEWORK = {
         "read": env_str("API_RATE_READ", "1200/min"),
         "write": env_str("API_RATE_WRITE", "300/min"),
         "processing": env_str("API_RATE_PROCESSING", "6000/min"),
+        # password attempts at auth/token/, per client address
+        "login": env_str("API_RATE_LOGIN", "10/min"),
     },
 }
 SPECTACULAR_SETTINGS = {

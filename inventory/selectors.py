@@ -24,6 +24,7 @@ from django.db.models.functions import Coalesce, Now
 from inventory.models import (
     COMMITTED_STATUSES,
     HOLDING_STATUSES,
+    Asset,
     Backfill,
     BackfillThrottle,
     Batch,
@@ -118,6 +119,11 @@ def connectors_with_rows(connectors: QuerySet[Connector]) -> QuerySet[Connector]
             "events", queryset=ConnectorEvent.objects.order_by("-id")[:1], to_attr="last_events"
         ),
     )
+
+
+def connector_items(*, connector: Connector) -> QuerySet[Asset]:
+    """The connector's registered items (assets); paged newest first over (connector, id)."""
+    return Asset.objects.filter(connector=connector)
 
 
 def connector_history(*, connector: Connector) -> QuerySet[ConnectorEvent]:

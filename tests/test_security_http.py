@@ -28,7 +28,14 @@ from tests.api_support import make_inventory, token_client
 pytestmark = pytest.mark.django_db
 
 # logging in, and logging out (which only ends one's own session)
-PUBLIC = {"accounts/login/", "admin/login/", "accounts/logout/", "admin/logout/"}
+# the login pages, and the API's login (a token for a username and password: tidemark login)
+PUBLIC = {
+    "accounts/login/",
+    "admin/login/",
+    "accounts/logout/",
+    "admin/logout/",
+    "api/v1/auth/token/",
+}
 
 
 def _patterns(resolver=None, prefix=""):

@@ -32,6 +32,7 @@ __all__ = [
     "Forbidden",
     "InvalidRequest",
     "NotFound",
+    "Throttled",
     "Tidemark",
     "TidemarkError",
 ]
@@ -62,7 +63,21 @@ class Conflict(TidemarkError):
     """409: the object's state does not allow it (e.g. the lease was lost)."""
 
 
-_ERRORS = {400: InvalidRequest, 401: Forbidden, 403: Forbidden, 404: NotFound, 409: Conflict}
+class Throttled(TidemarkError):
+    """429: over the token's request rate; `retry_after` is the wait in seconds the server asked
+    for (None if it named none)."""
+
+    retry_after: float | None = None
+
+
+_ERRORS = {
+    400: InvalidRequest,
+    401: Forbidden,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    429: Throttled,
+}
 
 
 @dataclass
@@ -101,7 +116,9 @@ class AcquiredBatch:
 
 
 class Tidemark:
-    def __init__(self, base_url: str, *, token: str, timeout: float = 30.0):
+    """`token` may be None only for `auth/token/`, the one call that needs no token."""
+
+    def __init__(self, base_url: str, *, token: str | None, timeout: float = 30.0):
         self.base_url = base_url.rstrip("/") + "/api/v1/"
         self.token = token
         self.timeout = timeout
@@ -115,7 +132,8 @@ class Tidemark:
             url += "?" + urllib.parse.urlencode(params, doseq=True)
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(url, data=data, method=method)
-        req.add_header("Authorization", f"Token {self.token}")
+        if self.token is not None:
+            req.add_header("Authorization", f"Token {self.token}")
         req.add_header("Accept", "application/json")
         if data is not None:
             req.add_header("Content-Type", "application/json")
@@ -129,7 +147,13 @@ class Tidemark:
                 payload = json.loads(raw) if raw else None
             except ValueError:
                 payload = raw.decode(errors="replace")
-            raise _ERRORS.get(exc.code, TidemarkError)(exc.code, payload) from None
+            error = _ERRORS.get(exc.code, TidemarkError)(exc.code, payload)
+            if isinstance(error, Throttled):
+                try:
+                    error.retry_after = float(exc.headers.get("Retry-After"))
+                except (TypeError, ValueError):
+                    error.retry_after = None
+            raise error from None
 
     def get(self, path: str, **params):
         return self.request("GET", path, params=params or None)

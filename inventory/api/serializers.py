@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inventory.models import (
+    Asset,
     Backfill,
     Batch,
     BatchAttempt,
@@ -363,6 +364,16 @@ class CancelSerializer(serializers.Serializer):
 
 class SkipSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000)
+
+
+class AssetSerializer(serializers.ModelSerializer):
+    item = serializers.CharField(source="location", help_text="the file location")
+    extra = PublicJSONField()
+
+    class Meta:
+        model = Asset
+        fields = ["id", "item", "weight", "discovered_at", "extra"]
+        read_only_fields = fields
 
 
 class DiscoverResultSerializer(serializers.Serializer):

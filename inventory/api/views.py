@@ -199,6 +199,19 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
         return self.get_paginated_response(s.ConnectorEventSerializer(page, many=True).data)
 
     @extend_schema(
+        summary="The connector's registered items (files), newest first",
+        description="What discovery or producers registered: `{id, item, weight, discovered_at, "
+        "extra}`; follow `next` for older ones (`?page_size=` up to 1000). Sources read from "
+        "a table, a topic or another job's output list what was registered from them, if "
+        "anything. `tidemark processor run --sample N` reads the newest N.",
+        responses=_responses({200: s.AssetSerializer(many=True)}, 404),
+    )
+    @action(detail=True, methods=["get"], pagination_class=NewestFirst, filter_backends=[])
+    def items(self, request, name=None):
+        page = self.paginate_queryset(selectors.connector_items(connector=self.get_object()))
+        return self.get_paginated_response(s.AssetSerializer(page, many=True).data)
+
+    @extend_schema(
         summary="Look at a connector's source now and register what is new (operator)",
         request=None,
         responses=_responses({200: s.DiscoverResultSerializer}, 400, 404, 409),

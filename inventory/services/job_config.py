@@ -16,9 +16,11 @@ EXECUTORS = ("warm", "submit")
 
 
 def processors_load() -> list[str]:
-    """The registered processor names, after importing TIDEMARK_PROCESSOR_MODULES."""
-    from workers.spark.processors import processor_names
+    """The registered processor names, after loading the installed packages' `tidemark.processors`
+    entry points and importing TIDEMARK_PROCESSOR_MODULES."""
+    from workers.spark.processors import load_entry_points, processor_names
 
+    load_entry_points()
     for module in settings.TIDEMARK_PROCESSOR_MODULES:
         importlib.import_module(module)
     return processor_names()

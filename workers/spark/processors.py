@@ -1,11 +1,16 @@
 """Processors: named PySpark functions `fn(df, ctx) -> DataFrame`, looked up by a job's processor name.
 
+Any installed package can add processors: a module that registers them with `@register(...)`,
+named by an entry point of the group `tidemark.processors` in the package's metadata
+(examples/tidemark-example-processors). Modules named in TIDEMARK_PROCESSOR_MODULES are loaded too.
+
 A processor only transforms: reading the batch's items and writing the sink happen around it
 (workers/spark/run.py). Parameter problems raise ProcessorError naming the parameter, both when
 the batch runs and, through `validate_params`, when a job is saved.
 """
 
 import importlib
+import importlib.metadata
 import os
 import re
 import threading
@@ -75,12 +80,18 @@ def processor_names() -> list[str]:
     return sorted(_registry)
 
 
-def load_processor_modules(modules: list[str] | None = None) -> list[str]:
-    """Import the modules that register a project's own processors; returns processor_names().
+ENTRY_POINT_GROUP = "tidemark.processors"
+_entry_points_loaded: list[str] | None = None
 
-    Without an argument, the comma-separated TIDEMARK_PROCESSOR_MODULES environment variable
-    names them (how a spark-submit process learns what its parent worker had loaded).
+
+def load_processor_modules(modules: list[str] | None = None) -> list[str]:
+    """Import the modules that register processors; returns processor_names().
+
+    First every entry point of the group `tidemark.processors` of the installed packages, then
+    `modules`; without that argument, the comma-separated TIDEMARK_PROCESSOR_MODULES environment
+    variable names them (how a spark-submit process learns what its parent worker had loaded).
     """
+    load_entry_points()
     if modules is None:
         raw = os.environ.get("TIDEMARK_PROCESSOR_MODULES", "")
         modules = [m.strip() for m in raw.split(",") if m.strip()]
@@ -90,6 +101,30 @@ def load_processor_modules(modules: list[str] | None = None) -> list[str]:
         except ImportError as exc:
             raise ProcessorError(f"cannot import processor module {module!r}: {exc}") from exc
     return processor_names()
+
+
+def load_entry_points() -> list[str]:
+    """Load the `tidemark.processors` entry points of the installed packages (each names a module
+    whose `@register` decorators run on import, or an object in one); returns their names.
+
+    A package that cannot be loaded is an error naming it, not a processor missing later. The
+    scan runs once per process (packages installed later need a restart, as any code change)."""
+    global _entry_points_loaded
+    if _entry_points_loaded is not None:
+        return _entry_points_loaded
+    loaded = []
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            entry.load()
+        except Exception as exc:
+            dist = entry.dist.name if entry.dist is not None else "an installed package"
+            raise ProcessorError(
+                f"cannot load processor entry point {entry.name!r} ({entry.value}) of {dist}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        loaded.append(entry.name)
+    _entry_points_loaded = loaded
+    return loaded
 
 
 def validate_params(name: str, params: dict | None) -> None:

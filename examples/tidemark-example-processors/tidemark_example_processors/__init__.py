@@ -1,0 +1,1 @@
+"""Example Tidemark processors, registered through the `tidemark.processors` entry point."""

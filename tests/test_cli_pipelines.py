@@ -1,0 +1,72 @@
+"""Pipelines files and the plan's comparison, without a server (pure logic); the whole path
+against a server is tests/test_cli.py."""
+
+import pytest
+
+from inventory.services.sources import IDENTITY_KEYS
+from tests.worker_fixtures import ROOT
+from tidemark_cli import pipelines
+from tidemark_cli.config import UsageError
+from tidemark_cli.pipeline_file import load
+
+
+def test_the_command_knows_the_same_identity_keys_as_the_server():
+    assert pipelines.IDENTITY_KEYS == IDENTITY_KEYS
+
+
+def test_the_example_file_follows_the_schema_and_its_paths_are_taken_from_its_folder():
+    loaded = load(str(ROOT / "examples" / "pipelines.yaml"))
+    assert loaded.connectors[0]["config"]["path"] == str(ROOT / "var" / "demo" / "landing")
+    assert loaded.jobs[0]["sink"]["path"] == str(ROOT / "var" / "examples" / "customer-totals")
+    assert loaded.jobs[0]["processor"] == "example_customer_totals"
+
+
+def test_a_file_error_names_where_it_is(tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("version: 1\njobs:\n  - {name: j, connector: c, batch_wieght: 5}\n")
+    with pytest.raises(UsageError) as raised:
+        load(str(bad))
+    assert str(raised.value).startswith(f"{bad}: jobs[0]: ")
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(
+        "version: 1\nconnectors:\n  - {name: a, kind: files}\n  - {name: a, kind: files}\n"
+    )
+    with pytest.raises(UsageError, match=r"connectors\[1\]\.name: 'a' is declared twice"):
+        load(str(twice))
+
+
+def test_an_identity_change_needs_a_reset_only_while_jobs_read_the_connector():
+    server = {"kind": "files", "config": {"path": "/a", "patterns": ["*"]}, "jobs": ["j"]}
+    declared = {"name": "c", "kind": "files", "config": {"path": "/b", "patterns": ["*"]}}
+    change = pipelines.connector_change(declared, server)
+    assert change.action == "reset" and change.resets == ["config.path"]
+    assert [(f.field, f.old, f.new) for f in change.fields] == [("config.path", "/a", "/b")]
+    alone = pipelines.connector_change(declared, {**server, "jobs": []})
+    assert alone.action == "change" and alone.resets == []
+    assert alone.patch == {"config": declared["config"]}
+
+
+def test_a_job_compares_only_what_the_file_declares_and_refuses_fixed_fields():
+    server = {"connector": "c", "watermark_type": "int", "params": {"x": 1}, "max_attempts": 9}
+    same = pipelines.job_change({"name": "j", "connector": "c", "params": {"x": 1}}, server)
+    assert same.action == "unchanged"
+    moved = pipelines.job_change({"name": "j", "connector": "d", "params": {"x": 2}}, server)
+    assert moved.fixed == ["connector"] and moved.patch == {"params": {"x": 2}}
+    with pytest.raises(UsageError, match="connector cannot change after creation"):
+        pipelines._refuse([moved], allow_reset=True)
+
+
+def test_connectors_come_before_their_jobs_and_upstream_jobs_before_job_output_connectors():
+    def change(what, name, **declared):
+        return pipelines.Change(what, name, "create", {"name": name, **declared})
+
+    ordered = pipelines._in_order(
+        [
+            change("connector", "down", kind="job_output", config={"job": "up"}),
+            change("job", "downjob", connector="down"),
+            change("job", "up", connector="src"),
+            change("connector", "src", kind="files"),
+        ]
+    )
+    names = [c.name for c in ordered]
+    assert names.index("src") < names.index("up") < names.index("down") < names.index("downjob")

@@ -1,0 +1,85 @@
+"""Reading a pipelines file: YAML, checked against pipelines.schema.json, relative paths taken
+from the file's folder. Every problem is a UsageError of one line naming where it is."""
+
+import json
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from tidemark_cli.config import UsageError
+
+
+@dataclass
+class Pipelines:
+    path: Path
+    connectors: list[dict]
+    jobs: list[dict]
+
+
+def schema() -> dict:
+    return json.loads(resources.files("tidemark_cli").joinpath("pipelines.schema.json").read_text())
+
+
+def load(path: str) -> Pipelines:
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        raise UsageError(f"{where}: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    if data is None:
+        raise UsageError(f"{path} is empty; it needs at least `version: 1`")
+    _check_schema(path, data)
+    _check_unique(path, data)
+    folder = file.resolve().parent
+    connectors = [_with_local_path(c, "config", folder) for c in data.get("connectors") or []]
+    jobs = [_with_local_path(j, "sink", folder) for j in data.get("jobs") or []]
+    return Pipelines(path=file, connectors=connectors, jobs=jobs)
+
+
+def _check_schema(path: str, data) -> None:
+    validator = jsonschema.Draft202012Validator(schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if error is not None:
+        raise UsageError(f"{path}: {json_path(error.absolute_path)}: {error.message}")
+
+
+def json_path(parts) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def _check_unique(path: str, data: dict) -> None:
+    for section in ("connectors", "jobs"):
+        seen = set()
+        for index, entry in enumerate(data.get(section) or []):
+            if entry["name"] in seen:
+                raise UsageError(
+                    f"{path}: {section}[{index}].name: {entry['name']!r} is declared twice"
+                )
+            seen.add(entry["name"])
+
+
+def _with_local_path(entry: dict, field: str, folder: Path) -> dict:
+    """A relative `path` (a connector's directory, a files sink) is read from the file's folder,
+    so a file kept next to its data works from any working directory."""
+    value = entry.get(field)
+    if not isinstance(value, dict):
+        return entry
+    local = value.get("path")
+    if not isinstance(local, str) or not local or "://" in local or os.path.isabs(local):
+        return entry
+    return {**entry, field: {**value, "path": os.path.normpath(folder / local)}}

@@ -1,0 +1,317 @@
+"""`tidemark plan` and `tidemark apply`: make the server's connectors and jobs what a pipelines
+file declares (docs/pipelines.md).
+
+What a file declares is compared with the server, field by field: a connector's `config`,
+`labels` and `start_after`, a job's fields given in the file (a field left out keeps the server's
+value; new objects get the server's defaults). Objects on the server that the file does not name
+are left alone. A change of a connector's source identity (IDENTITY_KEYS) while jobs read from it
+is a reset: every job of the connector starts over, so `apply` does it only with `--allow-reset`.
+A job's connector, watermark_type and start_position never change: delete and recreate the job.
+"""
+
+import json
+from dataclasses import dataclass, field
+from graphlib import CycleError, TopologicalSorter
+
+from tidemark_cli.api import quote
+from tidemark_cli.config import UsageError
+from tidemark_cli.output import emit_json
+from tidemark_cli.pipeline_file import Pipelines, load
+
+# the API's inventory.services.sources.IDENTITY_KEYS (tests/test_cli_pipelines.py keeps them equal)
+IDENTITY_KEYS = ("path", "meta_table", "table", "topic", "dsn_env", "job")
+CONNECTOR_FIELDS = ("config", "labels", "start_after")
+FIXED_JOB_FIELDS = ("connector", "watermark_type", "start_position")
+
+
+@dataclass
+class FieldChange:
+    field: str
+    old: object
+    new: object
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        out = {"field": self.field, "old": self.old, "new": self.new}
+        return {**out, "note": self.note} if self.note else out
+
+
+@dataclass
+class Change:
+    kind: str  # connector | job
+    name: str
+    action: str  # create | change | reset | unchanged
+    declared: dict
+    fields: list[FieldChange] = field(default_factory=list)
+    patch: dict = field(default_factory=dict)
+    resets: list[str] = field(default_factory=list)  # fields needing a reset
+    fixed: list[str] = field(default_factory=list)  # fields that cannot change
+    jobs: list[str] = field(default_factory=list)  # a connector's jobs on the server
+
+    def as_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "action": self.action,
+            "fields": [f.as_dict() for f in self.fields],
+            "needs_reset": self.resets,
+            "cannot_change": self.fixed,
+        }
+
+
+# ---- comparing ----------------------------------------------------------------------------------
+
+
+def field_diff(prefix: str, old, new) -> list[FieldChange]:
+    """Changed leaves of two values, as dotted fields (`config.path`); lists compare whole."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        changes = []
+        for key in sorted(set(old) | set(new), key=str):
+            changes += field_diff(f"{prefix}.{key}", old.get(key, _ABSENT), new.get(key, _ABSENT))
+        return changes
+    if old == new:
+        return []
+    return [FieldChange(prefix, _shown(old), _shown(new))]
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+_ABSENT = _Absent()
+
+
+def _shown(value):
+    return None if value is _ABSENT else value
+
+
+def connector_change(declared: dict, server: dict | None) -> Change:
+    name = declared["name"]
+    if server is None:
+        return Change("connector", name, "create", declared, fields=_created(declared))
+    change = Change("connector", name, "unchanged", declared, jobs=list(server.get("jobs") or []))
+    if declared["kind"] != server.get("kind"):
+        change.fixed.append("kind")
+        change.fields.append(FieldChange("kind", server.get("kind"), declared["kind"]))
+    for key in CONNECTOR_FIELDS:
+        if key not in declared:
+            continue
+        found = field_diff(key, server.get(key), declared[key])
+        if found:
+            change.patch[key] = declared[key]
+            change.fields += found
+    old_config, new_config = server.get("config") or {}, declared.get("config")
+    if new_config is not None:
+        for key in IDENTITY_KEYS:
+            if old_config.get(key) != new_config.get(key):
+                if change.jobs:
+                    change.resets.append(f"config.{key}")
+                for f in change.fields:
+                    if f.field == f"config.{key}" or f.field.startswith(f"config.{key}."):
+                        f.note = _identity_note(change.jobs)
+    if change.fields:
+        change.action = "reset" if change.resets else "change"
+    return change
+
+
+def _identity_note(jobs: list[str]) -> str:
+    if not jobs:
+        return "source identity; no job reads the connector, so no reset is needed"
+    return f"source identity: needs a reset, jobs {', '.join(jobs)} start over"
+
+
+def job_change(declared: dict, server: dict | None) -> Change:
+    name = declared["name"]
+    if server is None:
+        return Change("job", name, "create", declared, fields=_created(declared))
+    change = Change("job", name, "unchanged", declared)
+    for key, value in declared.items():
+        if key == "name":
+            continue
+        found = field_diff(key, server.get(key), value)
+        if not found:
+            continue
+        change.fields += found
+        if key in FIXED_JOB_FIELDS:
+            change.fixed.append(key)
+            for f in found:
+                f.note = "fixed after creation: delete and recreate the job to change it"
+        else:
+            change.patch[key] = value
+    if change.fields:
+        change.action = "change"
+    return change
+
+
+def _created(declared: dict) -> list[FieldChange]:
+    return [FieldChange(k, None, v) for k, v in declared.items() if k != "name"]
+
+
+def make_plan(api, pipelines: Pipelines) -> list[Change]:
+    changes = [
+        connector_change(c, api.get_or_none(f"connectors/{quote(c['name'])}/"))
+        for c in pipelines.connectors
+    ]
+    changes += [job_change(j, api.get_or_none(f"jobs/{quote(j['name'])}/")) for j in pipelines.jobs]
+    return _in_order(changes)
+
+
+def _in_order(changes: list[Change]) -> list[Change]:
+    """Connectors before the jobs that read them; a job_output connector after its upstream job."""
+    declared = {(c.kind, c.name): c for c in changes}
+    graph = TopologicalSorter()
+    for change in changes:
+        node = (change.kind, change.name)
+        needs = []
+        if change.kind == "job":
+            needs.append(("connector", change.declared["connector"]))
+        elif change.declared.get("kind") == "job_output":
+            upstream = (change.declared.get("config") or {}).get("job")
+            if isinstance(upstream, str):
+                needs.append(("job", upstream))
+        graph.add(node, *[n for n in needs if n in declared])
+    try:
+        order = list(graph.static_order())
+    except CycleError as exc:
+        cycle = " -> ".join(f"{k} {n}" for k, n in exc.args[1])
+        raise UsageError(f"the file's connectors and jobs depend on each other: {cycle}") from None
+    return [declared[node] for node in order]
+
+
+def summary(changes: list[Change]) -> dict:
+    counts = {"create": 0, "change": 0, "reset": 0, "unchanged": 0}
+    for change in changes:
+        counts[change.action] += 1
+    return counts
+
+
+# ---- plan ---------------------------------------------------------------------------------------
+
+SIGNS = {"create": "+", "change": "~", "reset": "!", "unchanged": "="}
+
+
+def print_plan(changes: list[Change]) -> None:
+    for change in changes:
+        title = {
+            "create": "create",
+            "change": "change",
+            "reset": "change that needs a reset",
+            "unchanged": "no change",
+        }[change.action]
+        if change.fixed:
+            title = "change refused (fields fixed after creation)"
+        print(f"{SIGNS[change.action]} {change.kind} {change.name}: {title}")
+        for f in change.fields:
+            if change.action == "create":
+                line = f"    {f.field}: {_value(f.new)}"
+            else:
+                line = f"    {f.field}: {_value(f.old)} -> {_value(f.new)}"
+            if f.note:
+                line += f"   [{f.note}]"
+            print(line)
+    counts = summary(changes)
+    print(
+        f"\nPlan: {counts['create']} to create, {counts['change']} to change, "
+        f"{counts['reset']} to reset, {counts['unchanged']} unchanged."
+    )
+    if counts["reset"]:
+        print("A reset makes every job of the connector start over: apply it with --allow-reset.")
+
+
+def _value(value) -> str:
+    return "(none)" if value is None else json.dumps(value, default=str)
+
+
+def cmd_plan(api, out, args) -> int:
+    changes = make_plan(api, load(args.file))
+    if out.json:
+        emit_json({"changes": [c.as_dict() for c in changes], "summary": summary(changes)})
+    else:
+        print_plan(changes)
+    return 0
+
+
+# ---- apply --------------------------------------------------------------------------------------
+
+
+def cmd_apply(api, out, args) -> int:
+    pipelines = load(args.file)
+    changes = make_plan(api, pipelines)
+    _refuse(changes, allow_reset=args.allow_reset)
+    done = []
+    for change in changes:
+        if change.action == "unchanged":
+            continue
+        message = _apply_one(api, change, reason=args.reason)
+        done.append({**change.as_dict(), "message": message})
+        if not out.json:
+            print(message, flush=True)
+    counts = summary(changes)
+    if out.json:
+        emit_json({"applied": done, "summary": counts})
+    elif not done:
+        print(
+            f"No changes: the {len(pipelines.connectors)} connector(s) and "
+            f"{len(pipelines.jobs)} job(s) of {args.file} already match the server."
+        )
+    else:
+        print(
+            f"Applied: {counts['create']} created, {counts['change']} changed, "
+            f"{counts['reset']} reset, {counts['unchanged']} unchanged."
+        )
+    return 0
+
+
+def _refuse(changes: list[Change], *, allow_reset: bool) -> None:
+    for change in changes:
+        if change.fixed:
+            raise UsageError(
+                f"{change.kind} {change.name}: {', '.join(change.fixed)} cannot change after "
+                "creation (delete and recreate it, or restore the file's value); nothing applied"
+            )
+    resets = [c for c in changes if c.resets]
+    if resets and not allow_reset:
+        first = resets[0]
+        raise UsageError(
+            f"connector {first.name}: changing {', '.join(first.resets)} needs a reset (jobs "
+            f"{', '.join(first.jobs)} start over); run with --allow-reset to do it; nothing applied"
+        )
+
+
+def _apply_one(api, change: Change, *, reason: str) -> str:
+    from tidemark_cli.api import error_line
+    from tidemark_client import TidemarkError
+
+    try:
+        return _send(api, change, reason=reason)
+    except TidemarkError as exc:
+        # the first failure stops the run; what was applied before it stays (apply again after
+        # fixing the file: applied objects then show as unchanged)
+        raise UsageError(f"{change.kind} {change.name}: {error_line(exc)}") from None
+
+
+def _send(api, change: Change, *, reason: str) -> str:
+    declared = change.declared
+    if change.kind == "connector":
+        path = f"connectors/{quote(change.name)}/"
+        if change.action == "create":
+            api.post("connectors/", declared)
+            return f"created connector {change.name}"
+        if change.resets:
+            api.post(path + "reset/", {"config": declared["config"], "reason": reason})
+            rest = {k: v for k, v in change.patch.items() if k != "config"}
+            if rest:
+                api.patch(path, rest)
+            return f"reset connector {change.name} ({', '.join(change.resets)}): jobs start over"
+        api.patch(path, change.patch)
+        return f"changed connector {change.name}: {_fields(change)}"
+    if change.action == "create":
+        api.post("jobs/", declared)
+        return f"created job {change.name}"
+    api.patch(f"jobs/{quote(change.name)}/", change.patch)
+    return f"changed job {change.name}: {_fields(change)}"
+
+
+def _fields(change: Change) -> str:
+    return ", ".join(f.field for f in change.fields)
