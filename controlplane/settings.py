@@ -44,6 +44,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # NUL characters in query strings: 400 on the API, dropped on pages (never a 500)
+    "controlplane.middleware.NulInQueryMiddleware",
     # 413 for bodies over DATA_UPLOAD_MAX_MEMORY_SIZE, before any parser reads them
     "controlplane.middleware.RequestSizeLimitMiddleware",
     # static files in every mode (demo, image, compose), compressed and with hashed names
@@ -162,6 +164,12 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["inventory.api.permissions.HasRole"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON only, a NUL anywhere in it refused naming the field (inventory/api/parsers.py)
+    "DEFAULT_PARSER_CLASSES": [
+        "inventory.api.parsers.StrictJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "inventory.api.exceptions.exception_handler",

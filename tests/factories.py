@@ -22,7 +22,10 @@ class AssetFactory(factory.django.DjangoModelFactory):
         model = Asset
 
     connector = factory.SubFactory(ConnectorFactory)
-    location = factory.Sequence(lambda n: f"/data/file-{n:06d}.parquet")
+    # inside its connector's directory, as discovery and assets/ register them
+    location = factory.LazyAttributeSequence(
+        lambda asset, n: f"{(asset.connector.config or {}).get('path', '/data')}/file-{n:06d}.parquet"
+    )
     weight = 10
 
 

@@ -83,6 +83,8 @@ def check_no_secrets(value, path: str) -> None:
     if isinstance(value, dict):
         for key, inner in value.items():
             field = f"{path}.{key}"
+            if "\x00" in str(key):
+                raise InvalidInput(path, "keys must not contain NUL characters")
             if is_secret_key(key):
                 raise InvalidInput(
                     field,
@@ -98,6 +100,9 @@ def check_no_secrets(value, path: str) -> None:
         for index, inner in enumerate(value):
             check_no_secrets(inner, f"{path}[{index}]")
     elif isinstance(value, str):
+        if "\x00" in value:
+            # valid JSON, but neither jsonb nor text can hold it
+            raise InvalidInput(path, "must not contain NUL characters")
         reason = secret_in_text(value)
         if reason:
             raise InvalidInput(
