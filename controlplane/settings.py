@@ -258,6 +258,13 @@ TIDEMARK_CREDENTIALS = env_list("TIDEMARK_CREDENTIALS", [])
 # `https://minio.internal:9000,postgresql://warehouse.internal:5432,kafka://broker.internal`;
 # `postgresql:///run/postgresql` allows a unix-socket directory. Public defaults need no entry.
 TIDEMARK_ALLOWED_ENDPOINTS = env_list("TIDEMARK_ALLOWED_ENDPOINTS", [])
+for _entry in TIDEMARK_ALLOWED_ENDPOINTS:
+    _scheme, _sep, _rest = _entry.partition("://")
+    if not (_sep and _scheme and _rest) or "@" in _rest or ("/" in _rest and _rest[0] != "/"):
+        raise ConfigError(
+            f"TIDEMARK_ALLOWED_ENDPOINTS: {_entry!r} is not scheme://host[:port] "
+            "(or postgresql:///socket/dir)"
+        )
 # Directories under which files sources, files sinks and registered assets may lie (colon-separated).
 TIDEMARK_ALLOWED_ROOTS = [
     str(Path(item).resolve())

@@ -24,7 +24,8 @@ class AssetFactory(factory.django.DjangoModelFactory):
     connector = factory.SubFactory(ConnectorFactory)
     # inside its connector's directory, as discovery and assets/ register them
     location = factory.LazyAttributeSequence(
-        lambda asset, n: f"{(asset.connector.config or {}).get('path', '/data')}/file-{n:06d}.parquet"
+        lambda asset,
+        n: f"{(asset.connector.config or {}).get('path', '/data')}/file-{n:06d}.parquet"
     )
     weight = 10
 

@@ -140,7 +140,9 @@ def test_dsns_and_brokers_with_credentials_go_only_to_allowed_hosts(
         "TM_CANARY_DSN", f"postgresql://app:{CANARY_PASSWORD}@127.0.0.1:{listener.port}/app"
     )
     monkeypatch.setenv("TM_CANARY_KV_DSN", f"host=127.0.0.1 port={listener.port} dbname=app")
-    monkeypatch.setenv("TM_CANARY_ADDR_DSN", f"host=db.internal hostaddr=127.0.0.1 dbname=app")
+    monkeypatch.setenv(
+        "TM_CANARY_ADDR_DSN", f"host=db.internal hostaddr=127.0.0.1 port={listener.port} dbname=app"
+    )
     monkeypatch.setenv("TM_CANARY_USER", "app")
     monkeypatch.setenv("TM_CANARY_PASS", CANARY_PASSWORD)
     api = token_client(role_users["admin"])
