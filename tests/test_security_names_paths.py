@@ -182,3 +182,26 @@ def test_the_walk_stops_with_an_error_past_its_budgets(tmp_path, settings):
     with pytest.raises(InvalidInput, match="TIDEMARK_WALK_MAX_ENTRIES"):
         assets.assets_discover(connector=connector)
     assert not Asset.objects.filter(connector__name__in=["deep", "wide"]).exists()
+
+
+def test_an_upstream_commit_reported_at_a_path_outside_the_roots_is_never_read(tmp_path):
+    """An external processor reports its output location through succeed/; a job reading that
+    job's output must not read a location outside the allowed roots (`/etc`)."""
+    from tests.test_source_job_output import commit, downstream_job, upstream_job
+
+    up = upstream_job(tmp_path, "reported", items=1)
+    taken = batches.batch_acquire(job=up, worker="external")
+    commit(taken, {"rows_out": 3, "location": "/etc"})
+    down = downstream_job("reads-reported", up, {"kind": "files", "path": str(tmp_path / "d")})
+    (batch,) = batches.batches_plan(job=down, limit=1)
+
+    def executor(name):
+        def run(spec, cancel):
+            raise AssertionError("the Spark side must not be reached")
+
+        return run
+
+    execution.batch_execute(batch_id=batch.pk, executor_for=executor, worker="w:1")
+    stored = Batch.objects.get(pk=batch.pk)
+    assert stored.status in (BatchStatus.FAILED, BatchStatus.DEAD)
+    assert "TIDEMARK_ALLOWED_ROOTS" in stored.error["message"]

@@ -62,6 +62,13 @@ def source_confine(source: dict | None, *, field: str = "connector.config") -> N
             endpoints.dsn_check(dsn, field=f"{field}.dsn_env")
     elif kind == "kafka":
         source_kafka.confine(source)
+    elif kind == "job_output":
+        # an upstream commit's location comes from its result, which an external processor
+        # reports through succeed/: read only where a sink may write
+        outputs = [*(source.get("outputs") or ()), source.get("schema_from") or {}]
+        for output in outputs:
+            if output.get("location"):
+                _object_location(output["location"], field=f"{field}.job")
 
 
 def local_items(items: list, *, base: str | None, field: str = "connector.config.path") -> list:
