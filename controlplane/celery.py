@@ -4,13 +4,24 @@ import logging
 import os
 
 from celery import Celery
-from celery.signals import beat_init
+from celery.signals import after_setup_logger, after_setup_task_logger, beat_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
 app = Celery("tidemark")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["workers"])
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def redact_worker_logs(logger=None, **kwargs):
+    """Celery replaces Django's log handlers in its processes: give its handlers the same filter
+    that keeps configured credentials out of every log line."""
+    from inventory.services.secrets import RedactingFilter
+
+    for handler in getattr(logger, "handlers", ()):
+        handler.addFilter(RedactingFilter())
 
 
 @beat_init.connect

@@ -7,8 +7,14 @@ class ConfigError(RuntimeError):
     """A setting in the environment has a value Tidemark cannot use."""
 
 
+# Every variable the settings read (and its `_FILE` form): Tidemark's own configuration, which no
+# connector or job may name as a credential (inventory/services/secrets.py).
+READ_NAMES: set[str] = set()
+
+
 def env_str(name: str, default: str | None = None) -> str | None:
     """A string from NAME, or from the file named by NAME_FILE (for secrets)."""
+    READ_NAMES.update((name, f"{name}_FILE"))
     file_name = os.environ.get(f"{name}_FILE")
     if file_name:
         try:
@@ -23,6 +29,7 @@ def env_str(name: str, default: str | None = None) -> str | None:
 
 
 def env_bool(name: str, default: bool) -> bool:
+    READ_NAMES.update((name, f"{name}_FILE"))
     value = os.environ.get(name)
     if value in (None, ""):
         return default
@@ -35,6 +42,7 @@ def env_bool(name: str, default: bool) -> bool:
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    READ_NAMES.update((name, f"{name}_FILE"))
     value = os.environ.get(name)
     if value in (None, ""):
         return default
@@ -48,6 +56,7 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
+    READ_NAMES.update((name, f"{name}_FILE"))
     value = os.environ.get(name)
     if value in (None, ""):
         return default

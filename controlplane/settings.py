@@ -5,7 +5,7 @@ from pathlib import Path
 import dj_database_url
 
 from controlplane import embedded
-from controlplane.env import ConfigError, env_bool, env_int, env_list, env_str
+from controlplane.env import READ_NAMES, ConfigError, env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -44,6 +44,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # NUL characters in query strings: 400 on the API, dropped on pages (never a 500)
+    "controlplane.middleware.NulInQueryMiddleware",
     # 413 for bodies over DATA_UPLOAD_MAX_MEMORY_SIZE, before any parser reads them
     "controlplane.middleware.RequestSizeLimitMiddleware",
     # static files in every mode (demo, image, compose), compressed and with hashed names
@@ -162,6 +164,12 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["inventory.api.permissions.HasRole"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON only, a NUL anywhere in it refused naming the field (inventory/api/parsers.py)
+    "DEFAULT_PARSER_CLASSES": [
+        "inventory.api.parsers.StrictJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "inventory.api.exceptions.exception_handler",
@@ -244,9 +252,42 @@ TIDEMARK_LEASE_SECONDS = env_int("TIDEMARK_LEASE_SECONDS", 120, minimum=1)
 # Extra modules that register processors (imported by workers, spark-submit runs and job validation).
 TIDEMARK_PROCESSOR_MODULES = env_list("TIDEMARK_PROCESSOR_MODULES", [])
 
+# --- What a user may name (docs/security-names.md) -------------------------------------------
+# Environment variables a connector's or job's `*_env` key may name (comma-separated; `PREFIX*`
+# allows every name with that prefix). Tidemark's own settings are never allowed, even if listed.
+TIDEMARK_CREDENTIALS = env_list("TIDEMARK_CREDENTIALS", [])
+# Where a credential may be sent: `scheme://host[:port]` (no port: any port), e.g.
+# `https://minio.internal:9000,postgresql://warehouse.internal:5432,kafka://broker.internal`;
+# `postgresql:///run/postgresql` allows a unix-socket directory. Public defaults need no entry.
+TIDEMARK_ALLOWED_ENDPOINTS = env_list("TIDEMARK_ALLOWED_ENDPOINTS", [])
+for _entry in TIDEMARK_ALLOWED_ENDPOINTS:
+    _scheme, _sep, _rest = _entry.partition("://")
+    if not (_sep and _scheme and _rest) or "@" in _rest or ("/" in _rest and _rest[0] != "/"):
+        raise ConfigError(
+            f"TIDEMARK_ALLOWED_ENDPOINTS: {_entry!r} is not scheme://host[:port] "
+            "(or postgresql:///socket/dir)"
+        )
+# Directories under which files sources, files sinks and registered assets may lie (colon-separated).
+TIDEMARK_ALLOWED_ROOTS = [
+    str(Path(item).resolve())
+    for item in (env_str("TIDEMARK_ALLOWED_ROOTS", "") or str(DATA_DIR)).split(":")
+    if item.strip()
+]
+for _root in TIDEMARK_ALLOWED_ROOTS:
+    if not Path(_root).is_absolute() or _root == "/":
+        raise ConfigError(f"TIDEMARK_ALLOWED_ROOTS: {_root!r} must be an absolute directory, not /")
+# A directory walk (discovery of a local directory) stops with an error past these.
+TIDEMARK_WALK_MAX_DEPTH = env_int("TIDEMARK_WALK_MAX_DEPTH", 32, minimum=1)
+TIDEMARK_WALK_MAX_ENTRIES = env_int("TIDEMARK_WALK_MAX_ENTRIES", 1_000_000, minimum=1)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # configured credentials never reach a log line (inventory/services/secrets.py)
+    "filters": {"redact": {"()": "inventory.services.secrets.RedactingFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+
+# Every variable read above: Tidemark's own configuration, never a user's credential.
+TIDEMARK_OWN_ENV_NAMES = frozenset(READ_NAMES)

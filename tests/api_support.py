@@ -1,5 +1,6 @@
 """Helpers for the API tests: clients per role, and a small inventory to act on."""
 
+from django.conf import settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -25,10 +26,11 @@ def session_client(user) -> APIClient:
 
 def make_inventory(*, name="events", weights=(40, 40, 40, 40, 40, 40), **job_options):
     """A files connector with registered assets and one job over them."""
-    connector = ConnectorFactory(name=f"{name}-files", config={"path": "/data/in"})
+    landing = settings.DATA_DIR / "in"  # under the allowed roots (conftest)
+    connector = ConnectorFactory(name=f"{name}-files", config={"path": str(landing)})
     assets_register(
         connector=connector,
-        items=[(f"/data/in/{name}-{i:03d}.parquet", w, {}) for i, w in enumerate(weights)],
+        items=[(f"{landing}/{name}-{i:03d}.parquet", w, {}) for i, w in enumerate(weights)],
     )
     job = make_job(
         connector=connector,

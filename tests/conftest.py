@@ -1,8 +1,40 @@
 """Shared fixtures: real PostgreSQL (a test database of its own per pytest process), named users."""
 
+import getpass
 import os
+import tempfile
 
 import pytest
+from django.conf import settings as _settings
+
+
+def _names_the_tests_may_use() -> None:
+    """What this deployment (the test run) lets users name (docs/security-names.md): pytest's temp
+    folders and the data folder as roots; the test variables (`TM_*` and a few others) as
+    credentials; the loopback servers the tests start (moto, Tansu, any port) and the test
+    PostgreSQL as endpoints. Set in os.environ so the worker and web subprocesses inherit them,
+    and on the settings, which pytest-django loaded before this file."""
+    temp_root = os.path.join(tempfile.gettempdir(), f"pytest-of-{getpass.getuser()}")
+    os.makedirs(temp_root, exist_ok=True)
+    roots = [os.path.realpath(temp_root), os.path.realpath(_settings.DATA_DIR)]
+    credentials = ["TM_*", "WAREHOUSE_*", "KAFKA_USER", "KAFKA_PASS", "X"]
+    database_host = _settings.DATABASES["default"].get("HOST") or "localhost"
+    endpoints = [
+        "http://127.0.0.1",
+        "kafka://127.0.0.1",
+        f"postgresql://{database_host}",
+        "postgresql://localhost",
+        "postgresql://127.0.0.1",
+    ]
+    os.environ["TIDEMARK_ALLOWED_ROOTS"] = ":".join(roots)
+    os.environ["TIDEMARK_CREDENTIALS"] = ",".join(credentials)
+    os.environ["TIDEMARK_ALLOWED_ENDPOINTS"] = ",".join(endpoints)
+    _settings.TIDEMARK_ALLOWED_ROOTS = roots
+    _settings.TIDEMARK_CREDENTIALS = credentials
+    _settings.TIDEMARK_ALLOWED_ENDPOINTS = endpoints
+
+
+_names_the_tests_may_use()
 
 # Real Celery worker processes (tests/worker_fixtures.py): one per test session, shared by every
 # module that asks for `celery_worker` (a module that star-imports them gets its own instead).

@@ -1,6 +1,7 @@
 """factory_boy factories for the inventory; jobs are created through the service (with a watermark)."""
 
 import factory
+from django.conf import settings
 
 from inventory.models import Asset, Connector, ConnectorKind
 from inventory.services.jobs import job_create
@@ -12,7 +13,8 @@ class ConnectorFactory(factory.django.DjangoModelFactory):
 
     name = factory.Sequence(lambda n: f"connector-{n}")
     kind = ConnectorKind.FILES
-    config = factory.LazyFunction(lambda: {"path": "/tmp"})
+    # a directory under the allowed roots (conftest): the data folder
+    config = factory.LazyFunction(lambda: {"path": str(settings.DATA_DIR / "landing")})
 
 
 class AssetFactory(factory.django.DjangoModelFactory):
@@ -20,7 +22,11 @@ class AssetFactory(factory.django.DjangoModelFactory):
         model = Asset
 
     connector = factory.SubFactory(ConnectorFactory)
-    location = factory.Sequence(lambda n: f"/data/file-{n:06d}.parquet")
+    # inside its connector's directory, as discovery and assets/ register them
+    location = factory.LazyAttributeSequence(
+        lambda asset,
+        n: f"{(asset.connector.config or {}).get('path', '/data')}/file-{n:06d}.parquet"
+    )
     weight = 10
 
 

@@ -20,8 +20,8 @@ from tests.server_fixtures import http_answers, stop_process
 from tests.worker_fixtures import ROOT, wait_until
 
 MOTO_SERVER = ROOT / ".venv" / "bin" / "moto_server"
-KEY_ENV = "TIDEMARK_TEST_S3_KEY"
-SECRET_ENV = "TIDEMARK_TEST_S3_SECRET"
+KEY_ENV = "TM_TEST_S3_KEY"
+SECRET_ENV = "TM_TEST_S3_SECRET"
 SECRET_VALUE = "moto-secret-Zq81vTk2xWp"
 
 

@@ -1,7 +1,10 @@
 """The admin as the operations tool: read-only system state, actions through the services,
 watermark correction with reason and replay confirmation, each leaving a WatermarkEvent."""
 
+import json
+
 import pytest
+from django.conf import settings
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
 
@@ -283,6 +286,11 @@ def test_a_job_saved_in_the_admin_goes_through_the_service(role_users, admin_cli
     assert not Job.objects.filter(name="from-admin").exists()
 
     data["sink"] = '{"kind": "files", "path": "/out"}'
+    outside = client.post(reverse("admin:inventory_job_add"), data)
+    assert "TIDEMARK_ALLOWED_ROOTS" in outside.content.decode()  # not under the allowed roots
+    assert not Job.objects.filter(name="from-admin").exists()
+
+    data["sink"] = json.dumps({"kind": "files", "path": str(settings.DATA_DIR / "out")})
     created = client.post(reverse("admin:inventory_job_add"), data)
     assert created.status_code == 302, created.content.decode()[-3000:]
     job = Job.objects.get(name="from-admin")

@@ -4,6 +4,7 @@ and jobs/{name}/run/ discovering before it plans."""
 import threading
 
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from inventory.models import Asset, Batch, ConnectorState
@@ -97,7 +98,8 @@ def test_run_of_a_files_job_discovers_first(
 
 
 def test_a_producer_registers_files_in_the_order_given_idempotently(role_users):
-    connector = ConnectorFactory(name="announced", config={"path": "s3-like/landing"})
+    # relative locations lie inside the connector's directory
+    connector = ConnectorFactory(name="announced", config={"path": str(settings.DATA_DIR / "in")})
     api = token_client(role_users["operator"])
     items = [
         {"location": "landing/2026/01/part-2.parquet", "weight": 200, "extra": {"etag": "b"}},

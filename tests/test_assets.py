@@ -108,9 +108,10 @@ def test_discovery_on_a_connector_that_is_not_files_is_refused():
     assert refused.value.field == "kind"
 
 
-def test_an_unreadable_directory_is_a_clear_error():
+def test_an_unreadable_directory_is_a_clear_error(settings):
     # under /tmp itself: pytest's tmp_path lies below a root-only directory
     holder = Path(tempfile.mkdtemp(prefix="tidemark-unreadable-"))
+    settings.TIDEMARK_ALLOWED_ROOTS = [*settings.TIDEMARK_ALLOWED_ROOTS, str(holder)]
     unreadable = holder / "locked"
     _write(unreadable / "a.parquet", 10, 1_000_000_000)
     os.chmod(holder, 0o755)

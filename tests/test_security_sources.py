@@ -355,12 +355,13 @@ def test_a_files_connectors_path_is_checked_when_saved(role_users, tmp_path):
     assert "cannot list s3://bucket/prefix/" in refused.json()["config.path"][0]
 
 
-def test_an_unreadable_directory_is_refused(role_users):
+def test_an_unreadable_directory_is_refused(role_users, settings):
     """Checked as an unprivileged user (root reads every directory): the connector's path check
     is the one a connector save runs."""
     from inventory.services.sources import check_local_directory
 
     holder = Path(tempfile.mkdtemp(prefix="tidemark-locked-"))
+    settings.TIDEMARK_ALLOWED_ROOTS = [*settings.TIDEMARK_ALLOWED_ROOTS, str(holder)]
     locked = holder / "locked"
     locked.mkdir(mode=0)
     os.chmod(holder, 0o755)

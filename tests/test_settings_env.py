@@ -40,6 +40,9 @@ def test_a_secret_can_come_from_a_file(monkeypatch, tmp_path):
         ({"TIDEMARK_DEV": "", "DEBUG": "", "SECRET_KEY": ""}, "SECRET_KEY is not set"),
         ({"SPARK_CONF": "spark.a=1,oops"}, "SPARK_CONF: 'oops' is not key=value"),
         ({"DATABASE_URL": "mysql://u@localhost/db"}, "DATABASE_URL must point at PostgreSQL"),
+        ({"TIDEMARK_ALLOWED_ENDPOINTS": "minio:9000"}, "is not scheme://host[:port]"),
+        ({"TIDEMARK_ALLOWED_ENDPOINTS": "https://minio/x"}, "is not scheme://host[:port]"),
+        ({"TIDEMARK_ALLOWED_ROOTS": "/"}, "must be an absolute directory, not /"),
     ],
 )
 def test_the_settings_refuse_to_start_with_a_bad_value(variables, message):

@@ -187,12 +187,12 @@ def test_a_credential_variable_that_is_not_set_is_refused_naming_the_key(
     role_users, s3_server, s3_bucket
 ):
     api = token_client(role_users["admin"])
-    config = _config(s3_server, s3_bucket, key_env="TIDEMARK_TEST_NO_SUCH_VAR")
+    config = _config(s3_server, s3_bucket, key_env="TM_TEST_NO_SUCH_VAR")
     response = api.post(
         "/api/v1/connectors/", {"name": "nokey", "kind": "files", "config": config}, format="json"
     )
     assert response.status_code == 400
-    assert "TIDEMARK_TEST_NO_SUCH_VAR is not set" in response.json()["config.key_env"][0]
+    assert "TM_TEST_NO_SUCH_VAR is not set" in response.json()["config.key_env"][0]
 
 
 @pytest.mark.django_db
@@ -368,8 +368,8 @@ def test_the_reader_refuses_a_credential_variable_missing_on_the_worker(
     from workers.spark.errors import ReadError
     from workers.spark.read_object_store import read
 
-    spec = _source(s3_server, s3_bucket, ["in/a.parquet"], secret_env="TIDEMARK_TEST_UNSET_VAR")
-    with pytest.raises(ReadError, match="TIDEMARK_TEST_UNSET_VAR .*secret_env.* not set"):
+    spec = _source(s3_server, s3_bucket, ["in/a.parquet"], secret_env="TM_TEST_UNSET_VAR")
+    with pytest.raises(ReadError, match="TM_TEST_UNSET_VAR .*secret_env.* not set"):
         read(spark, spec)
 
 

@@ -78,7 +78,7 @@ def test_coalesce_keeps_stored_values_and_a_backfill_replay_leaves_the_table_unc
         processor="customers_latest",
         sink={
             "kind": "postgres",
-            "dsn_env": "DATABASE_URL",
+            "dsn_env": "TM_TEST_DATABASE_URL",
             "table": table,
             "key": ["customer_id"],
             "mode": "coalesce",

@@ -161,6 +161,8 @@ def worker_env(django_db_setup, celery_queue) -> dict:
     return {
         **os.environ,
         "DATABASE_URL": database_url(),
+        # the test database under a name a sink may use (Tidemark's own settings never are)
+        "TM_TEST_DATABASE_URL": database_url(),
         "REDIS_URL": settings.REDIS_URL,
         "CELERY_QUEUE": celery_queue,
         "TIDEMARK_PROCESSOR_MODULES": TEST_PROCESSOR_MODULE,

@@ -14,11 +14,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
 from django.db import connection, transaction
 
 from inventory.models import Asset, Connector, ConnectorKind, ConnectorState
+from inventory.services.confinement import location_within, path_confined, walk
 from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.source_kinds import is_object_store_path
 from inventory.sql import query
 
 DEFAULT_PATTERNS = ["*.parquet", "*.json", "*.jsonl", "*.csv"]
@@ -52,6 +55,7 @@ def check_completion_config(config: dict) -> None:
 
 
 def _check_root(path: str) -> None:
+    path_confined(path, "config.path")
     root = Path(path)
     if not root.exists():
         raise InvalidInput("config.path", f"{path} does not exist")
@@ -62,25 +66,9 @@ def _check_root(path: str) -> None:
 
 
 def _walk(root: str) -> Iterator[tuple[str, list[str]]]:
-    """(directory, names of the non-directories in it) for `root` and every directory below it.
-
-    One `os.scandir` per directory; the entry type comes with the listing (no stat per file)."""
-    pending = [root]
-    while pending:
-        directory = pending.pop()
-        names = []
-        try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    if entry.is_dir():
-                        pending.append(entry.path)
-                    else:
-                        names.append(entry.name)
-        except OSError:
-            if directory == root:
-                raise
-            continue  # a subdirectory that vanished or is unreadable: nothing of it to register
-        yield directory, names
+    """(directory, names of the non-directories in it) for `root` and every directory below it
+    that stays inside it (confinement.walk: no symlink out or back, bounded)."""
+    return walk(root, field="config.path")
 
 
 class _Patterns:
@@ -258,6 +246,27 @@ def _announced_items(items) -> list[tuple[str, int, dict]]:
     return parsed
 
 
+def location_inside(location: str, *, base, field: str) -> None:
+    """An announced location lies inside its connector's location: for an object store, a key
+    under its prefix (same scheme and bucket, no `..`); for a local directory, a path inside it
+    after resolving `..` and symlinks (a relative location is relative to the directory)."""
+    if not isinstance(base, str) or not base:
+        raise InvalidInput(field, "the connector has no location to register assets under")
+    if is_object_store_path(base):
+        given, root = urlparse(location), urlparse(base)
+        prefix = root.path.rstrip("/") + "/"
+        if (
+            (given.scheme, given.netloc) != (root.scheme, root.netloc)
+            or not given.path.startswith(prefix)
+            or ".." in given.path.split("/")
+        ):
+            raise InvalidInput(field, f"{location} is not under the connector's prefix {base}")
+        return
+    if urlparse(location).scheme:
+        raise InvalidInput(field, f"{location} is a URL; give a path inside {base}")
+    location_within(os.path.join(base, location), base=base, field=field)
+
+
 def _registrable(connector: Connector) -> None:
     if connector.kind != ConnectorKind.FILES:
         raise InvalidInput("kind", f"connector {connector.name} is {connector.kind}, not files")
@@ -278,6 +287,9 @@ def assets_announce(*, connector: Connector, items) -> Announced:
     """
     _registrable(connector)
     parsed = _announced_items(items)
+    base = (connector.config or {}).get("path")
+    for index, (location, _weight, _extra) in enumerate(parsed):
+        location_inside(location, base=base, field=f"assets[{index}].location")
     with transaction.atomic():
         registered = assets_register(connector=connector, items=parsed)
         locations = [item[0] for item in parsed]

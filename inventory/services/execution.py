@@ -25,7 +25,7 @@ from django.db import (
 )
 
 from inventory.models import Batch, BatchStatus, ConnectorKind, Job, WatermarkType
-from inventory.services import dispatch, lifecycle, outputs
+from inventory.services import capabilities, dispatch, lifecycle, outputs
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.items import source_for_connector
 from inventory.services.source_kinds import connector_source
@@ -65,8 +65,11 @@ def batch_spec(*, batch: Batch) -> dict:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             items = [row[2] for row in cursor.fetchall()]
+        if connector.kind == ConnectorKind.FILES:
+            # files the worker opens: inside the connector's directory, under the allowed roots
+            items = capabilities.local_items(items, base=config.get("path"))
         read = {}
-    return {
+    spec = {
         "job": job.name,
         "batch_id": batch.pk,
         "kind": batch.kind,
@@ -87,6 +90,9 @@ def batch_spec(*, batch: Batch) -> dict:
         "fence": outputs.fence_spec(),
         **({"source": read["source"]} if "source" in read else {}),
     }
+    # checked against the deployment's settings now, whatever they were when the job was saved
+    capabilities.spec_confine(spec)
+    return spec
 
 
 def _guess_format(items: list[str], kind: str) -> str:

@@ -9,6 +9,7 @@ import importlib
 
 from django.conf import settings
 
+from inventory.services.capabilities import sink_confine
 from inventory.services.errors import InvalidInput
 from inventory.services.scheduling import parse_cron
 
@@ -48,6 +49,7 @@ def job_validate_runtime(
             check_sink(sink)
         except SinkError as exc:
             raise InvalidInput("sink", str(exc)) from None
+        sink_confine(sink)
     if processor is not None:
         from workers.spark.processors import ProcessorError, validate_params
 

@@ -283,10 +283,12 @@ def batch_succeed(
         if wm_type is None:
             raise NotFound(f"batch {batch_id} does not exist")
         watermark_value = watermarks.parse_value(wm_type, watermark_value, field="watermark_value")
+    # what an external processor reports is stored and shown: no configured credential in it
+    result = secrets.scrub(result or {})
     params = [
         batch_id,
         attempt,
-        json.dumps(result or {}),
+        json.dumps(result),
         None if watermark_value is None else json.dumps(watermark_value),
     ]
     try:

@@ -10,14 +10,26 @@ key ending in `_env` (`dsn_env`, `password_env`). What counts as a secret:
   query string (`jdbc:postgresql://db/app?user=app&password=pw`, `...;password=pw`).
 
 `check_no_secrets` refuses them naming the field; `mask` hides them in anything shown (API, pages,
-admin); `redact` removes the values of the environment variables a job refers to from text that
-is stored or shown (errors reported by workers and external processors).
+admin); `redact` removes the values of every configured credential (and of the variables a job
+refers to) from text that is stored or shown (errors reported by workers and external processors).
+
+Which variables may be named at all is the deployment's decision, made here and nowhere else:
+only those listed in the setting `TIDEMARK_CREDENTIALS`, and never one of Tidemark's own
+(`credential_name_check`). It runs when a config is saved (`check_no_secrets`) and again where a
+value is read (`credential_value`, and `env_names_check` on a batch's spec), so a config stored
+before a variable was withdrawn cannot read it either.
 """
 
 import os
 import re
 
+from django.conf import settings
+
 from inventory.services.errors import InvalidInput
+
+# Tidemark's own configuration: never a credential a user may name, whatever the setting lists.
+OWN_NAMES = frozenset({"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "METRICS_TOKEN"})
+OWN_PREFIXES = ("TIDEMARK_", "DJANGO_", "CELERY_")
 
 MASK = "********"
 
@@ -71,21 +83,26 @@ def check_no_secrets(value, path: str) -> None:
     if isinstance(value, dict):
         for key, inner in value.items():
             field = f"{path}.{key}"
+            if "\x00" in str(key):
+                raise InvalidInput(path, "keys must not contain NUL characters")
             if is_secret_key(key):
                 raise InvalidInput(
                     field,
                     f"secrets are not stored; put it in an environment variable and set {key}_env "
                     "to that variable's name",
                 )
-            if str(key).lower().endswith("_env") and not (
-                isinstance(inner, str) and inner.isidentifier()
-            ):
-                raise InvalidInput(field, "must be the name of an environment variable")
+            if str(key).lower().endswith("_env"):
+                if not (isinstance(inner, str) and inner.isidentifier()):
+                    raise InvalidInput(field, "must be the name of an environment variable")
+                credential_name_check(inner, field=field)
             check_no_secrets(inner, field)
     elif isinstance(value, list):
         for index, inner in enumerate(value):
             check_no_secrets(inner, f"{path}[{index}]")
     elif isinstance(value, str):
+        if "\x00" in value:
+            # valid JSON, but neither jsonb nor text can hold it
+            raise InvalidInput(path, "must not contain NUL characters")
         reason = secret_in_text(value)
         if reason:
             raise InvalidInput(
@@ -93,6 +110,71 @@ def check_no_secrets(value, path: str) -> None:
                 f"{reason}; secrets are not stored: put the whole value (or the password) in an "
                 "environment variable and name it in a key ending in _env",
             )
+
+
+def _is_own(name: str) -> bool:
+    own = OWN_NAMES | getattr(settings, "TIDEMARK_OWN_ENV_NAMES", frozenset())
+    return name in own or name.upper().startswith(OWN_PREFIXES)
+
+
+def _listed(name: str) -> bool:
+    for entry in settings.TIDEMARK_CREDENTIALS:
+        if entry == name or (entry.endswith("*") and name.startswith(entry[:-1])):
+            return True
+    return False
+
+
+def credential_name_check(name, *, field: str) -> None:
+    """Refuse a variable the deployment does not offer as a credential (InvalidInput naming the
+    field and the setting that allows it; Tidemark's own settings are never allowed)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise InvalidInput(field, "must be the name of an environment variable")
+    if _is_own(name):
+        raise InvalidInput(
+            field,
+            f"{name} is part of Tidemark's own configuration and can never be named as a "
+            "credential; put the credential in a variable of its own and list it in "
+            "TIDEMARK_CREDENTIALS",
+        )
+    if not _listed(name):
+        raise InvalidInput(
+            field,
+            f"environment variable {name} is not an allowed credential; an administrator allows "
+            "it by listing it in the setting TIDEMARK_CREDENTIALS",
+        )
+
+
+def credential_value(name, *, field: str) -> str | None:
+    """The value of an allowed credential variable (None when unset); InvalidInput otherwise."""
+    credential_name_check(name, field=field)
+    return os.environ.get(name)
+
+
+def env_names_check(value, path: str) -> None:
+    """Every `*_env` name at any depth of `value` checked by `credential_name_check` (a batch's
+    spec before it runs: its configs may predate the deployment's current list)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            field = f"{path}.{key}"
+            if str(key).lower().endswith("_env"):
+                credential_name_check(inner, field=field)
+            else:
+                env_names_check(inner, field)
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            env_names_check(inner, f"{path}[{index}]")
+
+
+def configured_credentials() -> set[str]:
+    """The allowed credential variables set in this process (exact names and `PREFIX*` matches),
+    Tidemark's own excluded: what redaction removes from every stored or shown text."""
+    names = set()
+    for entry in settings.TIDEMARK_CREDENTIALS:
+        if entry.endswith("*"):
+            names.update(name for name in os.environ if name.startswith(entry[:-1]))
+        elif entry in os.environ:
+            names.add(entry)
+    return {name for name in names if not _is_own(name)}
 
 
 def mask(value):
@@ -130,30 +212,51 @@ def env_names(*configs) -> set[str]:
     return names
 
 
-def redact(value, *, names: set[str]):
-    """`value` (a JSON-like error or result) with the values of the named environment variables,
-    and any credential they contain, replaced by the mask: what a worker or an external
-    processor reports is stored and shown, so a DSN echoed in an exception must not be."""
+def redact(value, *, names: set[str] = frozenset()):
+    """`value` (a JSON-like error) with the values of the named environment variables and of
+    every configured credential (TIDEMARK_CREDENTIALS), and any credential they contain, replaced
+    by the mask, secret-looking keys masked too: what a worker or an external processor reports
+    is stored and shown, so a DSN echoed in an exception must not be."""
+    return mask(scrub(value, names=names))
+
+
+def scrub(value, *, names: set[str] = frozenset()):
+    """`value` with every configured credential's value (and the named variables' values, and any
+    credential in a string) replaced by the mask; keys left as they are (a result's metrics)."""
     secrets = []
-    for name in names:
+    for name in set(names) | configured_credentials():
         secret = os.environ.get(name)
         if secret and len(secret) >= 4:
             secrets.append(secret)
             secrets.extend(_credentials_in(secret))
     secrets.sort(key=len, reverse=True)
 
-    def scrub(inner):
+    def walk(inner):
         if isinstance(inner, dict):
-            return {key: scrub(item) for key, item in inner.items()}
+            return {key: walk(item) for key, item in inner.items()}
         if isinstance(inner, list):
-            return [scrub(item) for item in inner]
+            return [walk(item) for item in inner]
         if isinstance(inner, str):
             for secret in secrets:
                 inner = inner.replace(secret, MASK)
             return mask_text(inner)
         return inner
 
-    return mask(scrub(value))
+    return walk(value)
+
+
+class RedactingFilter:
+    """A logging filter (settings.LOGGING) that removes configured credentials from log lines."""
+
+    def filter(self, record) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string is logging's own problem to report
+            return True
+        cleaned = scrub(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
 
 
 def _credentials_in(text: str) -> list[str]:

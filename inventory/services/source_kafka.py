@@ -19,8 +19,9 @@ import re
 from django.db import transaction
 
 from inventory.models import Asset, Batch, Connector, ConnectorState, WatermarkType
-from inventory.services import assets
+from inventory.services import assets, endpoints
 from inventory.services.errors import InvalidInput
+from inventory.services.secrets import credential_name_check
 from inventory.services.source_kinds import check_known_keys
 from workers.spark.kafka_client import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -63,6 +64,7 @@ def validate(config: dict) -> dict:
     explicit `start_from` offsets lie within their partitions."""
     check_known_keys(config, KEYS, kind="kafka")
     _check_offline(config)
+    confine(config)
     try:
         bounds = topic_bounds(config, timeout=_timeout(config))
     except KafkaSourceError as exc:
@@ -71,6 +73,16 @@ def validate(config: dict) -> dict:
     if isinstance(start_from, dict):
         _check_explicit_offsets(start_from, bounds)
     return config
+
+
+def confine(config: dict) -> None:
+    """Before any connection: credentials only from allowed variables, and only to allowed
+    brokers (`kafka://host:port` in TIDEMARK_ALLOWED_ENDPOINTS)."""
+    named = [key for key in ("sasl_username_env", "sasl_password_env") if config.get(key)]
+    for key in named:
+        credential_name_check(config[key], field=f"config.{key}")
+    if named:
+        endpoints.kafka_check(config.get("bootstrap_servers"), field="config.bootstrap_servers")
 
 
 def _check_offline(config: dict) -> None:
@@ -193,6 +205,7 @@ def discover(connector: Connector) -> int:
     config = connector.config or {}
     if config.get("handover") and connector.state == ConnectorState.WAITING:
         return 0
+    confine(config)
     try:
         bounds = topic_bounds(config, timeout=_timeout(config))  # broker I/O, outside the lock
     except KafkaSourceError as exc:

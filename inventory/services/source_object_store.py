@@ -27,8 +27,9 @@ from urllib.parse import urlparse
 from django.db import transaction
 
 from inventory.models import Asset, Batch, Connector
-from inventory.services import assets
+from inventory.services import assets, endpoints
 from inventory.services.errors import InvalidInput
+from inventory.services.secrets import credential_value
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +58,31 @@ def validate(config: dict) -> dict:
     return config
 
 
+# Object stores reached by their own public endpoints (or a configured endpoint_url, confined
+# by endpoints.py), and fsspec's in-memory store. Local-file-backed, archive and chained
+# filesystems (`file://`, `local://`, `zip://`, `a::b`) could read this machine's files; plain
+# http(s) only at an allowed endpoint.
+OBJECT_STORE_SCHEMES = (*S3_SCHEMES, "gs", "gcs", "az", "abfs", "abfss", "memory")
+
+
+def _check_scheme(path: str, scheme: str) -> None:
+    if "::" in path:
+        raise InvalidInput("config.path", "chained fsspec URLs (a::b) are not accepted")
+    if scheme in ("http", "https"):
+        endpoints.url_check(path, field="config.path")
+    elif scheme not in OBJECT_STORE_SCHEMES:
+        raise InvalidInput(
+            "config.path",
+            f"{scheme}:// is not an object store Tidemark reads; use one of "
+            f"{', '.join(OBJECT_STORE_SCHEMES)} (or an absolute directory path under "
+            "TIDEMARK_ALLOWED_ROOTS)",
+        )
+
+
 def _check_keys(config: dict, scheme: str) -> None:
     import fsspec
 
+    _check_scheme(config["path"], scheme)
     try:
         fsspec.get_filesystem_class(scheme)
     except (ValueError, ImportError) as exc:
@@ -113,12 +136,18 @@ def s3_filesystem(config: dict):
     (none named: botocore's usual chain, e.g. an instance role)."""
     import s3fs
 
+    # checked before any request: credentials only from allowed variables, only to an allowed
+    # endpoint (none given: AWS's own)
+    if config.get("endpoint_url"):
+        endpoints.url_check(config["endpoint_url"], field="config.endpoint_url")
     options = {}
     if config.get("key_env"):
-        options["key"] = os.environ.get(config["key_env"])
-        options["secret"] = os.environ.get(config["secret_env"])
+        options["key"] = credential_value(config["key_env"], field="config.key_env")
+        options["secret"] = credential_value(config["secret_env"], field="config.secret_env")
     if config.get("session_token_env"):
-        options["token"] = os.environ.get(config["session_token_env"])
+        options["token"] = credential_value(
+            config["session_token_env"], field="config.session_token_env"
+        )
     client = {"region_name": config["region"]} if config.get("region") else {}
     return s3fs.S3FileSystem(
         endpoint_url=config.get("endpoint_url"),
@@ -284,6 +313,7 @@ def _discover_full(connector: Connector, config: dict, scheme: str) -> int:
             for obj in list_s3(fs, bucket=bucket, prefix=prefix)
         ]
     else:
+        _check_scheme(config["path"], scheme)
         fs, root = _fsspec_root(config["path"])
         listed = [
             (fs.unstrip_protocol(name), name[len(root) + 1 :], _as_listed(info))

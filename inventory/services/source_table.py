@@ -17,7 +17,6 @@ its upsert sink removes the duplicates. `snapshot: true` registers only up to th
 the first look; the connector is completed once its jobs committed all of it (orchestration).
 """
 
-import os
 import re
 from datetime import datetime, timedelta
 
@@ -26,10 +25,11 @@ from django.db import connection, transaction
 from psycopg2 import sql
 
 from inventory.models import Asset, Batch, Connector
+from inventory.services import endpoints
 from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
 from inventory.services.items import quote_identifier, quote_table
-from inventory.services.secrets import mask_text
+from inventory.services.secrets import credential_value, mask_text
 from inventory.services.source_kinds import check_known_keys
 from inventory.services.sources import source_table_check
 from inventory.sql import query, source_query
@@ -103,11 +103,12 @@ class source_connection:  # noqa: N801 - a context manager used as a function
 
     def __enter__(self):
         name = self.config["dsn_env"]
-        dsn = os.environ.get(name)
+        dsn = credential_value(name, field=self.field)
         if not dsn:
             raise InvalidInput(
                 self.field, f"environment variable {name} is not set in the control plane"
             )
+        endpoints.dsn_check(dsn, field=self.field)
         try:
             self.conn = psycopg2.connect(
                 dsn, connect_timeout=CONNECT_TIMEOUT, application_name="tidemark-source"

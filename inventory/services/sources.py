@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 from django.apps import apps
 from django.db import connection
 
+from inventory.services.confinement import path_confined
 from inventory.services.errors import InvalidInput
 
 # config keys whose change re-points a connector's jobs at other data
@@ -131,12 +132,11 @@ def check_local_directory(path, *, field: str = "config.path") -> None:
         raise InvalidInput(field, "must be a directory path")
     scheme = urlparse(path).scheme
     if scheme == "file":
-        path = urlparse(path).path
-    elif len(scheme) > 1:  # one letter: a Windows drive, not a scheme
+        raise InvalidInput(field, "file:// URLs are not accepted; give the absolute directory path")
+    if scheme:
         raise InvalidInput(field, f"{scheme}:// is an object-store URL, not a local directory")
+    path_confined(path, field)
     root = Path(path)
-    if not root.is_absolute():
-        raise InvalidInput(field, f"{path} is not an absolute path")
     if not root.exists():
         raise InvalidInput(field, f"{path} does not exist")
     if not root.is_dir():

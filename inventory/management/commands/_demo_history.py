@@ -25,7 +25,7 @@ from inventory.services.jobs import job_create, job_delete
 from inventory.services.outputs import control_plane_dsn
 
 SOURCE_DB = "tidemark_demo_source"
-SOURCE_DSN_ENV = "TIDEMARK_DEMO_SOURCE_DSN"
+SOURCE_DSN_ENV = "DEMO_SOURCE_DSN"
 HISTORY = "demo-orders-history"
 LIVE = "demo-orders-live"
 HISTORY_JOB = "demo-load-history"

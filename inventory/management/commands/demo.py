@@ -40,7 +40,7 @@ CONNECTOR = "demo-orders"
 HOURLY_JOB = "demo-orders-hourly"
 CUSTOMERS_JOB = "demo-customers"
 CUSTOMERS_TABLE = "demo_customers"
-SINK_DSN_ENV = "TIDEMARK_DEMO_SINK_DSN"
+SINK_DSN_ENV = "DEMO_SINK_DSN"
 CITIES = ["Lisbon", "Oslo", "Lyon", "Graz", "Turin", "Ghent", None]
 
 
@@ -93,6 +93,7 @@ class Command(BaseCommand):
         self._admin_user()
         self._reset(root)
         os.environ[SINK_DSN_ENV] = settings.DATABASE_URL
+        _allow_demo_names()
         connector, hourly, customers = self._pipeline()
         history = None
         if history_then_live.available():
@@ -428,6 +429,23 @@ class Command(BaseCommand):
 
     def _say(self, step: str, text: str) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING(step) + (f" {text}" if text else ""))
+
+
+def _allow_demo_names() -> None:
+    """The demo's deployment lets its connectors and jobs name its two DSN variables and reach
+    its own PostgreSQL (docs/security-names.md); its worker and web processes inherit this."""
+    from inventory.management.commands._demo_history import SOURCE_DSN_ENV
+
+    database = settings.DATABASES["default"]
+    additions = {
+        "TIDEMARK_CREDENTIALS": [SINK_DSN_ENV, SOURCE_DSN_ENV],
+        "TIDEMARK_ALLOWED_ENDPOINTS": [f"postgresql://{database.get('HOST') or 'localhost'}"],
+    }
+    for name, wanted in additions.items():
+        current = getattr(settings, name)
+        merged = current + [item for item in wanted if item not in current]
+        setattr(settings, name, merged)
+        os.environ[name] = ",".join(merged)
 
 
 def _names(paths: list[Path]) -> str:

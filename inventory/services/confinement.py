@@ -1,0 +1,115 @@
+"""Where on this machine a user's names may point: under the deployment's allowed roots.
+
+Every local path a user names (a files connector's directory, a files sink's directory, an
+asset's location) passes `path_confined` when it is saved and again when it is used: the path is
+resolved (`..` and every symlink, os.path.realpath) and must then lie under one of the
+directories of the setting `TIDEMARK_ALLOWED_ROOTS` (by default the data folder). URLs are not
+local paths (`file://` included): a files connector with a scheme is an object store, served by
+source_object_store.py.
+
+`walk` is the one directory walk of a local connector: it never leaves its root (a directory
+symlink that resolves outside it, or to a directory already walked, an ancestor included, is not
+followed), and it stops with an error past a depth or an entry budget
+(`TIDEMARK_WALK_MAX_DEPTH`, `TIDEMARK_WALK_MAX_ENTRIES`), so a landing directory full of
+symlink loops cannot tie up a worker.
+"""
+
+import os
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+from django.conf import settings
+
+from inventory.services.errors import InvalidInput
+
+
+def allowed_roots() -> list[str]:
+    return [os.path.realpath(root) for root in settings.TIDEMARK_ALLOWED_ROOTS]
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def path_confined(path, field: str) -> str:
+    """The resolved form of a local absolute `path` that lies under an allowed root; otherwise
+    InvalidInput naming `field` (and, for a path outside the roots, the setting that allows it)."""
+    if not isinstance(path, str) or not path.strip():
+        raise InvalidInput(field, "must be an absolute local path")
+    if "\x00" in path:
+        raise InvalidInput(field, "must not contain NUL characters")
+    scheme = urlparse(path).scheme
+    if scheme:
+        raise InvalidInput(
+            field, f"{scheme}: URLs are not local paths here; give an absolute directory path"
+        )
+    if not os.path.isabs(path):
+        raise InvalidInput(field, f"{path} is not an absolute path")
+    real = os.path.realpath(path)
+    if any(_under(real, root) for root in allowed_roots()):
+        return real
+    raise InvalidInput(
+        field,
+        f"{path} lies outside the directories this deployment allows (after resolving .. and "
+        "symlinks); an administrator allows a directory by adding it to the setting "
+        "TIDEMARK_ALLOWED_ROOTS",
+    )
+
+
+def location_within(location, *, base: str, field: str) -> str:
+    """A local `location` confined (path_confined) and lying under the directory `base` (itself
+    resolved): an asset of a files connector stays inside its connector's directory."""
+    real = path_confined(location, field)
+    real_base = os.path.realpath(base)
+    if not _under(real, real_base) or real == real_base:
+        raise InvalidInput(field, f"{location} is not inside the connector's directory {base}")
+    return real
+
+
+class WalkBudgetExceeded(InvalidInput):
+    """A directory walk went past its depth or entry budget."""
+
+
+def walk(root: str, *, field: str = "config.path") -> Iterator[tuple[str, list[str]]]:
+    """(directory, names of the files in it) for `root` and every directory below it that
+    resolves inside `root`, each directory once. One `os.scandir` per directory."""
+    real_root = os.path.realpath(root)
+    max_depth = settings.TIDEMARK_WALK_MAX_DEPTH
+    max_entries = settings.TIDEMARK_WALK_MAX_ENTRIES
+    seen = {real_root}
+    entries_seen = 0
+    pending = [(root, 0)]
+    while pending:
+        directory, depth = pending.pop()
+        names = []
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    entries_seen += 1
+                    if entries_seen > max_entries:
+                        raise WalkBudgetExceeded(
+                            field,
+                            f"{root} holds more than {max_entries} entries; the walk stopped "
+                            "(setting TIDEMARK_WALK_MAX_ENTRIES)",
+                        )
+                    if entry.is_dir():
+                        real = os.path.realpath(entry.path)
+                        if not _under(real, real_root) or real in seen:
+                            continue  # a symlink out of the root, or back to a walked directory
+                        if depth + 1 > max_depth:
+                            raise WalkBudgetExceeded(
+                                field,
+                                f"{root} is nested deeper than {max_depth} directories; the walk "
+                                "stopped (setting TIDEMARK_WALK_MAX_DEPTH)",
+                            )
+                        seen.add(real)
+                        pending.append((entry.path, depth + 1))
+                    elif entry.is_symlink() and not _under(os.path.realpath(entry.path), real_root):
+                        continue  # a file symlink out of the root is never read
+                    else:
+                        names.append(entry.name)
+        except OSError:
+            if directory == root:
+                raise
+            continue  # a subdirectory that vanished or is unreadable: nothing of it to register
+        yield directory, names

@@ -1,0 +1,130 @@
+"""Issue 17, items 8 and 9: every configured credential's value is redacted from what is stored or
+shown (not only the job's own variables), and bad input (NUL bytes, over-long values, malformed
+JSON) is a 400 naming the field on the API, a normal page on the dashboard, never a 500."""
+
+import json
+import logging
+
+import pytest
+
+from inventory.models import Batch
+from inventory.services.secrets import RedactingFilter
+from tests.api_support import session_client, token_client
+from tests.factories import ConnectorFactory, make_job
+
+pytestmark = pytest.mark.django_db
+
+OTHER_SECRET = "other-secret-value-93b1d7"
+
+
+@pytest.fixture
+def other_secret(monkeypatch):
+    # a credential the deployment offers (TM_* in the tests' TIDEMARK_CREDENTIALS) that the job
+    # below never names
+    monkeypatch.setenv("TM_OTHER_WAREHOUSE_PASSWORD", OTHER_SECRET)
+
+
+def _taken(role_users, tmp_path):
+    connector = ConnectorFactory(config={"path": str(tmp_path)})
+    from inventory.services.assets import assets_register
+
+    assets_register(connector=connector, items=[(str(tmp_path / "a.csv"), 1, {})])
+    job = make_job(connector=connector, name="ext")
+    api = token_client(role_users["operator"])
+    return api, api.post(f"/api/v1/jobs/{job.name}/acquire/", {}, format="json").json()
+
+
+def test_another_configured_secret_is_redacted_from_a_reported_error(
+    role_users, tmp_path, other_secret
+):
+    api, taken = _taken(role_users, tmp_path)
+    response = api.post(
+        f"/api/v1/batches/{taken['id']}/fail/",
+        {
+            "attempt": taken["attempt"],
+            "error": {"type": "Leak", "message": f"cat /etc/app.env: PW={OTHER_SECRET} failed"},
+        },
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    assert OTHER_SECRET not in response.content.decode()
+    stored = Batch.objects.get(pk=taken["id"]).error
+    assert "failed" in stored["message"] and OTHER_SECRET not in repr(stored)
+    page = session_client(role_users["viewer"]).get(f"/batches/{taken['id']}/")
+    assert page.status_code == 200 and OTHER_SECRET not in page.content.decode()
+
+
+def test_another_configured_secret_is_redacted_from_a_reported_result(
+    role_users, tmp_path, other_secret
+):
+    api, taken = _taken(role_users, tmp_path)
+    response = api.post(
+        f"/api/v1/batches/{taken['id']}/succeed/",
+        {"attempt": taken["attempt"], "result": {"rows_out": 3, "note": f"pw {OTHER_SECRET}"}},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    stored = Batch.objects.get(pk=taken["id"]).result
+    assert stored["rows_out"] == 3 and OTHER_SECRET not in repr(stored)
+
+
+def test_configured_secrets_never_reach_a_log_line(other_secret):
+    record = logging.LogRecord(
+        "x", logging.ERROR, __file__, 1, "connect failed with %s", (OTHER_SECRET,), None
+    )
+    assert RedactingFilter().filter(record)
+    assert OTHER_SECRET not in record.getMessage() and "connect failed" in record.getMessage()
+
+
+def test_nul_in_a_dashboard_search_is_a_normal_page(role_users):
+    ConnectorFactory(name="landing")
+    client = session_client(role_users["viewer"])
+    for url in ["/connectors/?q=%00", "/connectors/?q=land%00ing", "/?q=%00", "/connectors/?%00=x"]:
+        response = client.get(url)
+        assert response.status_code == 200, url
+
+
+def test_nul_anywhere_in_the_api_is_a_400_naming_the_field(role_users, tmp_path):
+    admin = token_client(role_users["admin"])
+    assert admin.get("/api/v1/connectors/?name=%00").status_code == 400
+    assert "name" in admin.get("/api/v1/connectors/?name=%00").json()
+    assert admin.get("/api/v1/connectors/%00/").status_code == 404
+    for body, field in [
+        ({"name": "a\x00b", "kind": "files", "config": {"path": str(tmp_path)}}, "name"),
+        ({"name": "nul", "kind": "files", "config": {"path": f"{tmp_path}\x00"}}, "config.path"),
+        ({"name": "nul", "kind": "files", "config": {"path": str(tmp_path), "k\x00": 1}}, None),
+        ({"name": "nul", "kind": "files", "labels": ["x\x00"], "config": {}}, "labels[0]"),
+    ]:
+        response = admin.post("/api/v1/connectors/", body, format="json")
+        assert response.status_code == 400, (body, response.content)
+        if field:
+            assert field in response.json(), response.json()
+    connector = ConnectorFactory(name="plain")
+    job = admin.post(
+        "/api/v1/jobs/",
+        {"name": "j", "connector": connector.name, "batch_weight": 10, "params": {"x": "\x00"}},
+        format="json",
+    )
+    assert job.status_code == 400 and "params.x" in job.json(), job.content
+
+
+def test_over_long_values_and_malformed_json_are_400s(role_users, tmp_path):
+    admin = token_client(role_users["admin"])
+    too_long = admin.post(
+        "/api/v1/connectors/",
+        {"name": "n" * 5000, "kind": "files", "config": {"path": str(tmp_path)}},
+        format="json",
+    )
+    assert too_long.status_code == 400 and "name" in too_long.json()
+    assert admin.get("/api/v1/connectors/?name=" + "n" * 5000).status_code in (200, 400)
+    malformed = admin.post(
+        "/api/v1/connectors/", '{"name": "x", "config": {', content_type="application/json"
+    )
+    assert malformed.status_code == 400
+    for field, value in [("config", "not an object"), ("labels", {"a": 1}), ("kind", ["files"])]:
+        body = {"name": "shape", "kind": "files", "config": {"path": str(tmp_path)}, field: value}
+        response = admin.post(
+            "/api/v1/connectors/", json.dumps(body), content_type="application/json"
+        )
+        assert response.status_code == 400, (field, response.content)
+        assert field in response.json(), (field, response.json())

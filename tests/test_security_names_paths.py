@@ -1,0 +1,207 @@
+"""Issue 17, items 3 and 4: paths a hostile operator or admin names stay under
+TIDEMARK_ALLOWED_ROOTS (after `..` and symlinks), assets stay inside their connector, and the
+directory walk neither leaves its root nor loops (docs/security-names.md)."""
+
+import os
+
+import pytest
+
+from inventory.models import Asset, Batch, BatchStatus, Connector, Job
+from inventory.services import assets, execution
+from inventory.services import lifecycle as batches
+from inventory.services.errors import InvalidInput
+from tests.api_support import token_client
+from tests.factories import ConnectorFactory, make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def _create(api, config, name="hostile"):
+    return api.post(
+        "/api/v1/connectors/", {"name": name, "kind": "files", "config": config}, format="json"
+    )
+
+
+def test_files_connectors_outside_the_allowed_roots_are_refused(role_users, tmp_path):
+    api = token_client(role_users["admin"])
+    escape = tmp_path / "landing-link"
+    escape.symlink_to("/etc")
+    hostile = [
+        ("/etc", "TIDEMARK_ALLOWED_ROOTS"),
+        ("/root", "TIDEMARK_ALLOWED_ROOTS"),
+        ("/proc/self", "TIDEMARK_ALLOWED_ROOTS"),
+        (f"{tmp_path}/../../../../../../etc", "TIDEMARK_ALLOWED_ROOTS"),
+        (str(escape), "TIDEMARK_ALLOWED_ROOTS"),
+        (f"file://{tmp_path}", "file://"),
+    ]
+    for path, reason in hostile:
+        refused = _create(api, {"path": path})
+        assert refused.status_code == 400, (path, refused.content)
+        assert reason in refused.json()["config.path"][0], path
+    assert not Connector.objects.filter(name="hostile").exists()
+    assert _create(api, {"path": str(tmp_path)}).status_code == 201
+
+
+def test_object_store_urls_that_reach_local_files_are_refused(role_users, tmp_path):
+    api = token_client(role_users["admin"])
+    for path in ["local:///etc/", f"simplecache::file://{tmp_path}", "zip://x::/tmp/a.zip"]:
+        refused = _create(api, {"path": path})
+        assert refused.status_code == 400, (path, refused.content)
+        assert "config.path" in refused.json()
+
+
+def test_files_sinks_outside_the_allowed_roots_are_refused(role_users, tmp_path):
+    api = token_client(role_users["admin"])
+    connector = ConnectorFactory(name="plain")
+    for path in ["/etc/cron.d", f"{tmp_path}/../../../../../etc/cron.d", "file:///etc/cron.d"]:
+        refused = api.post(
+            "/api/v1/jobs/",
+            {
+                "name": "hostile-job",
+                "connector": connector.name,
+                "batch_weight": 10,
+                "sink": {"kind": "files", "path": path},
+            },
+            format="json",
+        )
+        assert refused.status_code == 400, (path, refused.content)
+        assert "sink.path" in refused.json(), refused.json()
+    assert not Job.objects.filter(name="hostile-job").exists()
+
+
+def test_assets_register_only_inside_their_connector(role_users, tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "ok.parquet").write_bytes(b"x")
+    (landing / "out").symlink_to("/etc")
+    local = ConnectorFactory(name="local", config={"path": str(landing)})
+    bucket = ConnectorFactory(name="bucket", config={"path": "s3://bucket/in/"})
+    operator = token_client(role_users["operator"])
+    hostile = {
+        local: [
+            "/etc/passwd",
+            "../../../etc/shadow",
+            f"{landing}/../../../../../../etc/passwd",
+            "/proc/self/environ",
+            "out/passwd",
+            f"file://{landing}/ok.parquet",
+            "s3://bucket/in/a.parquet",
+            str(tmp_path / "beside.parquet"),
+        ],
+        bucket: [
+            "s3://bucket/other/a.parquet",
+            "s3://elsewhere/in/a.parquet",
+            "s3://bucket/in/../secrets/a.parquet",
+            "/etc/passwd",
+        ],
+    }
+    for connector, locations in hostile.items():
+        for location in locations:
+            refused = operator.post(
+                f"/api/v1/connectors/{connector.name}/assets/",
+                {"assets": [{"location": location}]},
+                format="json",
+            )
+            assert refused.status_code == 400, (location, refused.content)
+            assert "assets[0].location" in refused.json(), location
+    assert not Asset.objects.exists()
+    for connector, location in [(local, "ok.parquet"), (bucket, "s3://bucket/in/2026/a.parquet")]:
+        accepted = operator.post(
+            f"/api/v1/connectors/{connector.name}/assets/",
+            {"assets": [{"location": location}]},
+            format="json",
+        )
+        assert accepted.status_code == 200, accepted.content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stored_asset_outside_its_connector_is_never_read(tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    connector = ConnectorFactory(name="stored", config={"path": str(landing)})
+    Asset.objects.create(connector=connector, location="/etc/passwd", weight=1)
+    job = make_job(
+        connector=connector, batch_weight=100, sink={"kind": "files", "path": str(tmp_path / "o")}
+    )
+    (batch,) = batches.batches_plan(job=job, limit=1)
+
+    def executor(name):
+        def run(spec, cancel):
+            raise AssertionError("the Spark side must not be reached")
+
+        return run
+
+    execution.batch_execute(batch_id=batch.pk, executor_for=executor, worker="w:1")
+    stored = Batch.objects.get(pk=batch.pk)
+    assert stored.status in (BatchStatus.FAILED, BatchStatus.DEAD)
+    assert "TIDEMARK_ALLOWED_ROOTS" in stored.error["message"]
+    assert "root:" not in str(stored.error)
+
+
+def _files(directory, names):
+    for name in names:
+        (directory / name).write_bytes(b"PAR1")
+        os.utime(directory / name, (1_000_000_000, 1_000_000_000))
+
+
+def test_discovery_never_follows_a_symlink_loop_or_leaves_its_root(tmp_path):
+    landing = tmp_path / "landing"
+    (landing / "sub").mkdir(parents=True)
+    _files(landing, ["a.parquet"])
+    _files(landing / "sub", ["b.parquet"])
+    (landing / "loop-1").symlink_to(".")
+    (landing / "loop-2").symlink_to(".")
+    (landing / "sub" / "up").symlink_to("..")
+    (landing / "parent").symlink_to(tmp_path)
+    (landing / "etc").symlink_to("/etc")
+    (landing / "passwd.parquet").symlink_to("/etc/passwd")
+    connector = ConnectorFactory(name="loops", config={"path": str(landing), "settle_seconds": 0})
+    registered = assets.assets_discover(connector=connector)
+    locations = sorted(Asset.objects.filter(connector=connector).values_list("location", flat=True))
+    assert locations == [str(landing / "a.parquet"), str(landing / "sub" / "b.parquet")]
+    assert registered == 2
+
+
+def test_the_walk_stops_with_an_error_past_its_budgets(tmp_path, settings):
+    deep = tmp_path / "deep"
+    nested = deep / "1" / "2" / "3" / "4"
+    nested.mkdir(parents=True)
+    _files(nested, ["a.parquet"])
+    connector = ConnectorFactory(name="deep", config={"path": str(deep), "settle_seconds": 0})
+    settings.TIDEMARK_WALK_MAX_DEPTH = 3
+    with pytest.raises(InvalidInput, match="TIDEMARK_WALK_MAX_DEPTH") as refused:
+        assets.assets_discover(connector=connector)
+    assert refused.value.field == "config.path"
+
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    _files(wide, [f"f{n}.parquet" for n in range(20)])
+    settings.TIDEMARK_WALK_MAX_DEPTH = 32
+    settings.TIDEMARK_WALK_MAX_ENTRIES = 10
+    connector = ConnectorFactory(name="wide", config={"path": str(wide), "settle_seconds": 0})
+    with pytest.raises(InvalidInput, match="TIDEMARK_WALK_MAX_ENTRIES"):
+        assets.assets_discover(connector=connector)
+    assert not Asset.objects.filter(connector__name__in=["deep", "wide"]).exists()
+
+
+def test_an_upstream_commit_reported_at_a_path_outside_the_roots_is_never_read(tmp_path):
+    """An external processor reports its output location through succeed/; a job reading that
+    job's output must not read a location outside the allowed roots (`/etc`)."""
+    from tests.test_source_job_output import commit, downstream_job, upstream_job
+
+    up = upstream_job(tmp_path, "reported", items=1)
+    taken = batches.batch_acquire(job=up, worker="external")
+    commit(taken, {"rows_out": 3, "location": "/etc"})
+    down = downstream_job("reads-reported", up, {"kind": "files", "path": str(tmp_path / "d")})
+    (batch,) = batches.batches_plan(job=down, limit=1)
+
+    def executor(name):
+        def run(spec, cancel):
+            raise AssertionError("the Spark side must not be reached")
+
+        return run
+
+    execution.batch_execute(batch_id=batch.pk, executor_for=executor, worker="w:1")
+    stored = Batch.objects.get(pk=batch.pk)
+    assert stored.status in (BatchStatus.FAILED, BatchStatus.DEAD)
+    assert "TIDEMARK_ALLOWED_ROOTS" in stored.error["message"]
