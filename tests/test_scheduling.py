@@ -235,8 +235,12 @@ def _no_executor(name):
 @pytest.mark.django_db
 def test_backfill_priority_against_incremental_work():
     connector = ConnectorFactory()
-    assets = make_assets(connector, [10] * 4)
+    assets = make_assets(connector, [10] * 5)
     job = make_job(connector=connector, batch_weight=10, max_items=1)
+    done = dispatch.job_run(job=job)  # items 0 and 1 committed: the backfill reworks them
+    Batch.objects.filter(pk__in=done.planned).update(status=BatchStatus.SUCCEEDED)
+    done = dispatch.job_run(job=job)
+    Batch.objects.filter(pk__in=done.planned).update(status=BatchStatus.SUCCEEDED)
     low = backfill_create(job=job, range_start=assets[0].pk, range_end=assets[1].pk, priority=-1)
     live = dispatch.job_run(job=job)
     assert len(live.planned) == 1
@@ -245,7 +249,7 @@ def test_backfill_priority_against_incremental_work():
     Batch.objects.filter(pk__in=live.planned).update(status=BatchStatus.SUCCEEDED)
     assert len(dispatch.backfills_pace()[low.pk]) == 1
 
-    urgent = backfill_create(job=job, range_start=assets[2].pk, range_end=assets[3].pk, priority=5)
+    urgent = backfill_create(job=job, range_start=assets[3].pk, range_end=assets[4].pk, priority=5)
     held = dispatch.job_run(job=job)
     assert held.planned == [] and f"backfill {urgent.pk}" in held.reason
     assert list(dispatch.backfills_pace())[0] == urgent.pk
@@ -253,11 +257,11 @@ def test_backfill_priority_against_incremental_work():
 
 @pytest.mark.django_db
 def test_orchestration_releases_waiting_connectors_and_runs_their_jobs(
-    django_capture_on_commit_callbacks,
+    django_capture_on_commit_callbacks, tmp_path
 ):
     first = ConnectorFactory(name="raw", state=ConnectorState.ACTIVE)
     second = connector_create(
-        name="curated", kind="files", config={"path": "/tmp"}, start_after="raw"
+        name="curated", kind="files", config={"path": str(tmp_path)}, start_after="raw"
     )
     assert second.state == ConnectorState.WAITING
     make_assets(second, [10])
