@@ -3,6 +3,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect
+from django.templatetags.static import static
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
@@ -20,7 +22,13 @@ class LoginView(auth_views.LoginView):
         return {**admin.site.each_context(self.request), **super().get_context_data(**kwargs)}
 
 
+def favicon(request):
+    """Browsers ask for /favicon.ico whatever the page says: the static file's (hashed) URL."""
+    return redirect(static("favicon.ico"), permanent=True)
+
+
 urlpatterns = [
+    path("favicon.ico", favicon),
     path("admin/", admin.site.urls),
     path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

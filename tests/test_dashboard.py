@@ -42,7 +42,9 @@ def test_the_overview_shows_watermark_lag_and_a_dead_batch_holding_it(job, role_
     page = _client(role_users["viewer"]).get("/").content.decode()
     assert "orders-hourly" in page
     assert "1 dead: watermark held" in page
-    assert "5 items / 150" in page  # nothing committed: all five items (weight 150) are lag
+    assert (
+        '5 items<br><span class="muted">weight 150</span>' in page
+    )  # nothing committed: all five items (weight 150) are lag
 
 
 def test_the_job_page_names_the_batch_the_watermark_waits_for(job, role_users):
@@ -177,4 +179,31 @@ def test_the_overview_says_when_the_reaper_is_overdue(job, role_users):
         last_run_at=timezone.now() - timezone.timedelta(minutes=10)
     )
     page = viewer.get("/").content.decode()
-    assert "The lease reaper last ran 6" in page and "is celery beat running" in page
+    assert "The lease reaper last ran 10 min" in page and "is celery beat running" in page
+
+
+def test_favicon_ico_is_served():
+    response = Client().get("/favicon.ico", follow=True)
+    assert response.status_code == 200
+    body = b"".join(response.streaming_content)
+    assert body[:4] == b"\x00\x00\x01\x00"  # an icon file, not a page
+
+
+def test_the_admin_calls_them_batches(role_users):
+    page = _client(role_users["admin"]).get("/admin/").content.decode()
+    assert "Batches" in page and "Batchs" not in page
+
+
+def test_a_batch_shows_the_ids_of_its_items_not_where_its_span_starts(role_users):
+    connector = ConnectorFactory(name="ranged")
+    assets = make_assets(connector, [10] * 8)
+    job = make_job(connector=connector, name="ranged-job", batch_weight=30, max_items=3)
+    job.start_position = 0
+    job.save(update_fields=["start_position"])
+    batch = batches.batch_acquire(job=job, worker="w")
+    assert batch.span.lower < assets[0].id  # the span starts before the first item
+    client = _client(role_users["viewer"])
+    page = client.get(f"/batches/{batch.id}/").content.decode()
+    assert f"ids {assets[0].id}–{assets[2].id}:" in page
+    table = client.get("/jobs/ranged-job/batches/").content.decode()
+    assert f"<td>{assets[0].id}–{assets[2].id}</td>" in table
