@@ -14,12 +14,7 @@ from inventory.api.metrics import metrics_view
 class LoginView(auth_views.LoginView):
     """Session login for the dashboard, the API's browsable docs and the admin alike."""
 
-    def get_template_names(self):
-        # the dashboard's own template when it has one, else the admin's login page
-        return ["registration/login.html", "admin/login.html"]
-
-    def get_context_data(self, **kwargs):
-        return {**admin.site.each_context(self.request), **super().get_context_data(**kwargs)}
+    template_name = "registration/login.html"  # the dashboard's look, not the admin's
 
 
 def favicon(request):

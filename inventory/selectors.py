@@ -148,13 +148,18 @@ def batch_item_bounds(*, batch: Batch) -> tuple[int, int] | None:
     """The first and last item ids a batch holds. Its span starts where the previous batch
     ended (or at the job's start position), which may lie before its first item: [0, 4) holds
     items 1-3 when ids start at 1. None when no item is left in the span."""
-    items_sql, params = source_for_connector(batch.job.connector).select(
-        lower=batch.span.lower, upper=batch.span.upper, limit=None, with_item=False
-    )
+    return batches_item_bounds(job=batch.job, batches=[batch]).get(batch.pk)
+
+
+def batches_item_bounds(*, job: Job, batches) -> dict[int, tuple[int, int]]:
+    """batch_item_bounds of several batches of one job, by one query."""
+    spans = [(b.pk, b.span.lower, b.span.upper) for b in batches]
+    if not spans:
+        return {}
+    sql, params = source_for_connector(job.connector).select_bounds(spans)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT min(uid), max(uid) FROM ({items_sql}) AS items", params)
-        first, last = cursor.fetchone()
-    return None if first is None else (first, last)
+        cursor.execute(sql, params)
+        return {key: (first, last) for key, first, last in cursor.fetchall() if first is not None}
 
 
 def error_summary(error: dict) -> str:

@@ -15,7 +15,6 @@ from django.utils.dateparse import parse_datetime
 
 from inventory import selectors
 from inventory.links import link
-from inventory.templatetags.human import duration
 from inventory.models import (
     Backfill,
     Connector,
@@ -23,6 +22,7 @@ from inventory.models import (
     Job,
     WatermarkType,
 )
+from inventory.templatetags.human import duration
 
 HOURS = 24  # the sparklines' window, one bucket per hour
 STALLED_AFTER = timedelta(minutes=10)  # a running backfill with nothing finished for this long

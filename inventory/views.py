@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from inventory import selectors, selectors_coverage, selectors_health
 from inventory.actions import ACTIONS, allowed, allowed_keys, role_of
-from inventory.forms import BackfillForm, GapRangeForm, HolesBackfillForm, ReasonForm
+from inventory.forms import BackfillForm, GapRangeForm, HolesBackfillForm, ReasonForm, ThrottleForm
 from inventory.models import (
     Backfill,
     BackfillStatus,
@@ -165,9 +165,9 @@ def _batches_context(request, job, counts) -> dict:
     if kind in BatchKind.values:
         batches = batches.filter(kind=kind)
     page = Paginator(batches.order_by("-id"), BATCH_PAGE).get_page(request.GET.get("page"))
+    bounds = selectors.batches_item_bounds(job=job, batches=page.object_list)
     for batch in page.object_list:
-        batch.job = job  # the items' source, without a query per row
-        batch.items_bounds = selectors.batch_item_bounds(batch=batch)
+        batch.items_bounds = bounds.get(batch.pk)
     return {
         "batches": page,
         "status_filter": status,
@@ -357,6 +357,7 @@ def backfills(request):
                 return redirect("dashboard:backfills")
     context = {
         "form": form,
+        "throttle_form": ThrottleForm(),
         **_time_basis(form),
         **_backfills_context(),
         **_page_context(request),
