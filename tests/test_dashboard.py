@@ -207,3 +207,28 @@ def test_a_batch_shows_the_ids_of_its_items_not_where_its_span_starts(role_users
     assert f"ids {assets[0].id}–{assets[2].id}:" in page
     table = client.get("/jobs/ranged-job/batches/").content.decode()
     assert f"<td>{assets[0].id}–{assets[2].id}</td>" in table
+
+
+def test_a_small_backfills_estimated_duration_follows_the_jobs_batch_times(job, role_users):
+    from datetime import timedelta
+
+    from inventory.models import Batch
+
+    for _ in range(2):
+        batch = batches.batch_acquire(job=job, worker="w")
+        batches.batch_succeed(batch_id=batch.id, attempt=batch.attempt)
+    done = Batch.objects.filter(job=job, status=BatchStatus.SUCCEEDED)
+    for batch in done:  # each took 4 s
+        Batch.objects.filter(pk=batch.pk).update(
+            started_at=batch.finished_at - timedelta(seconds=4)
+        )
+    first, last = job.connector.assets.order_by("id").values_list("id", flat=True)[::4]
+    form = {"job": job.name, "by": "ids", "range_start": first, "range_end": last}
+    client = _client(role_users["operator"])
+    page = client.post("/backfills/preview/", {**form, "max_concurrency": 1, "priority": 0})
+    text = page.content.decode()
+    # 3 batches of 60 weight one after the other: 3 waves of the 4 s a batch takes
+    assert "3 batch(es), 5 items" in text
+    assert "Estimated duration about 12 s" in text
+    page = client.post("/backfills/preview/", {**form, "max_concurrency": 3, "priority": 0})
+    assert "Estimated duration about 4 s" in page.content.decode()
