@@ -27,8 +27,14 @@ from tests.api_support import make_inventory, token_client
 
 pytestmark = pytest.mark.django_db
 
-# logging in, and logging out (which only ends one's own session)
-PUBLIC = {"accounts/login/", "admin/login/", "accounts/logout/", "admin/logout/"}
+# logging in, logging out (which only ends one's own session), and the icon browsers ask for
+PUBLIC = {
+    "accounts/login/",
+    "admin/login/",
+    "accounts/logout/",
+    "admin/logout/",
+    "favicon.ico",  # a redirect to the static icon, as /static/ itself is public
+}
 
 
 def _patterns(resolver=None, prefix=""):
@@ -214,7 +220,8 @@ def test_pages_need_the_viewer_role_and_actions_the_operator_role(world, role_us
     norole.force_login(role_users["norole"])
     viewer.force_login(role_users["viewer"])
     operator.force_login(role_users["operator"])
-    dashboard = [url for url in _all_urls(world) if not url.startswith(("/admin", "/api", "/acc"))]
+    public = ("/admin", "/api", "/acc", "/favicon.ico")
+    dashboard = [url for url in _all_urls(world) if not url.startswith(public)]
     for url in dashboard:
         assert norole.get(url).status_code in (401, 403, 405), url
         assert norole.post(url).status_code in (401, 403, 405), url
@@ -227,6 +234,11 @@ def test_pages_need_the_viewer_role_and_actions_the_operator_role(world, role_us
         "/backfills/preview/",
         f"/backfills/{world['backfill'].pk}/cancel/",
         f"/batches/{world['dead'].pk}/retry/",
+        "/backfills/throttle/",
+        "/new/connector/",
+        "/new/job/",
+        f"/connectors/{connector}/edit/",
+        f"/jobs/{job}/edit/",
     ):
         assert viewer.post(url).status_code == 403, url
     assert operator.post(f"/batches/{world['dead'].pk}/skip/", {"reason": "x"}).status_code == 403
