@@ -37,6 +37,7 @@ from inventory.models import (
 )
 from inventory.services.errors import InvalidInput
 from inventory.services.items import source_for_connector
+from inventory.templatetags.human import compact
 
 log = logging.getLogger(__name__)
 
@@ -275,9 +276,9 @@ def weight_histogram(plan, *, budget: int, buckets: int = 10) -> list[dict]:
     top = max(counts) or 1
     return [
         {
-            "label": f"> {budget}"
+            "label": f"> {compact(budget)}"
             if i == buckets
-            else f"{round(i * size)}–{round((i + 1) * size)}",
+            else f"{compact(round(i * size))}–{compact(round((i + 1) * size))}",
             "count": n,
             "pct": 100 * n / top,
             "over": i == buckets,

@@ -54,3 +54,15 @@ def test_the_filters_work_in_a_template():
         '{% load human %}{{ lag|duration }} behind · {{ b|size }} · {{ n|count:"item" }}'
     ).render(Context({"lag": timedelta(days=3, hours=4), "b": 1_200_000_000, "n": 12345}))
     assert html == "3 d 4 h behind · 1.2 GB · 12,345 items"
+
+
+def test_a_large_number_is_compact_for_axis_labels():
+    from inventory.templatetags.human import compact
+
+    assert [compact(v) for v in (950, 12_000, 1_200_000, 100_000_000, 3e9)] == [
+        "950",
+        "12k",
+        "1.2M",
+        "100M",
+        "3G",
+    ]

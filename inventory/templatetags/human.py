@@ -78,6 +78,24 @@ def count(value, noun: str = "") -> str:
     return f"{text} {noun if number == 1 else plural(noun)}"
 
 
+@register.filter
+def compact(value) -> str:
+    """A large number in few characters: 950, 12k, 1.2M, 3G (axis labels, histogram bins)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    for size, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(number) >= size:
+            scaled = number / size
+            return (
+                f"{scaled:.1f}".rstrip("0").rstrip(".") + suffix
+                if scaled < 10
+                else f"{scaled:.0f}{suffix}"
+            )
+    return f"{number:.0f}"
+
+
 def plural(noun: str) -> str:
     return noun + ("es" if noun.endswith(("s", "sh", "ch", "x")) else "s")
 

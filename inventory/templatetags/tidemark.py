@@ -37,8 +37,8 @@ def sparkline(values, kind="count"):
     # so there is nothing to escape (format_html per bar cost more than the rest of the page)
     bars = {"ok": [], "bad": []}  # one path per colour, a bar per hour
     for i, value in enumerate(values):
-        if value is None:
-            continue
+        if value is None or (kind != "rate" and value == 0):
+            continue  # no attempt that hour (rate), nothing committed (count)
         # at least 2 px high and 3 px wide, so that one batch in a day still shows
         height = max(HEIGHT * float(value) / top, 2)
         colour = "bad" if kind == "rate" and value < 0.9 else "ok"
