@@ -232,3 +232,18 @@ def test_a_small_backfills_estimated_duration_follows_the_jobs_batch_times(job, 
     assert "Estimated duration about 12 s" in text
     page = client.post("/backfills/preview/", {**form, "max_concurrency": 3, "priority": 0})
     assert "Estimated duration about 4 s" in page.content.decode()
+
+
+def test_a_state_says_what_it_means_on_hover_and_an_idle_sparkline_says_no_data_yet(
+    job, role_users
+):
+    job.max_attempts = 1
+    job.save()
+    batch = batches.batch_acquire(job=job, worker="w")
+    batches.batch_fail(batch_id=batch.id, attempt=batch.attempt, error={"message": "boom"})
+    client = _client(role_users["viewer"])
+    page = client.get(f"/batches/{batch.id}/").content.decode()
+    assert 'title="every attempt failed: the watermark stops in front of it' in page
+    overview = client.get("/").content.decode()
+    assert 'title="a dead batch holds the watermark: retry or skip it">blocked<' in overview
+    assert "no data yet" in overview  # nothing committed in the last day: no empty box
