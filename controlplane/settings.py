@@ -132,10 +132,19 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 # `manage.py collectstatic` fills it (the demo and the image do); WhiteNoise serves it.
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(DATA_DIR / "staticfiles"))).resolve()
+# Development (DEBUG / TIDEMARK_DEV) serves the files where they lie, found by the staticfiles
+# finders, so `runserver` needs no `collectstatic`; production serves the collected, hashed and
+# compressed copies (the manifest storage refuses a file that was not collected).
+STATIC_FROM_SOURCE = env_bool("TIDEMARK_STATIC_FROM_SOURCE", DEBUG or DEV)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if STATIC_FROM_SOURCE
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
 }
+WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = STATIC_FROM_SOURCE
 
 # --- HTTPS and cookies -------------------------------------------------------------------------
 # On by default outside development: `manage.py check --deploy` passes with no extra settings.

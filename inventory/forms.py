@@ -56,3 +56,12 @@ class HolesBackfillForm(GapRangeForm):
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(max_length=2000)
+
+
+class ThrottleForm(forms.Form):
+    connector = forms.CharField(
+        max_length=100, required=False, help_text="empty: the budget of all connectors"
+    )
+    weight_per_minute = forms.IntegerField(
+        required=False, min_value=1, help_text="empty: remove the budget"
+    )

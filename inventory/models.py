@@ -262,7 +262,8 @@ def _point_range(expression):
 
 
 class Batch(models.Model):
-    """One unit of work of one job: the half-open id range `span` = [first item, last item + 1)."""
+    """One unit of work of one job: the half-open id range `span`, from where the job's previous
+    batch ended (or its start position) to its last item + 1; ids may skip inside it."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="batches")
     backfill = models.ForeignKey(
@@ -308,6 +309,7 @@ class Batch(models.Model):
     )
 
     class Meta:
+        verbose_name_plural = "batches"
         ordering = ["-id"]
         constraints = [
             models.CheckConstraint(

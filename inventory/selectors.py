@@ -5,7 +5,7 @@ The API, the dashboard, the admin and /metrics read through these; nothing here 
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import DatabaseError, connection, transaction
 from django.db.models import (
@@ -38,6 +38,7 @@ from inventory.models import (
 )
 from inventory.services.errors import InvalidInput
 from inventory.services.items import source_for_connector
+from inventory.templatetags.human import compact
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,24 @@ def batch_items(*, batch: Batch, offset: int = 0, limit: int | None = None) -> l
         ]
 
 
+def batch_item_bounds(*, batch: Batch) -> tuple[int, int] | None:
+    """The first and last item ids a batch holds. Its span starts where the previous batch
+    ended (or at the job's start position), which may lie before its first item: [0, 4) holds
+    items 1-3 when ids start at 1. None when no item is left in the span."""
+    return batches_item_bounds(job=batch.job, batches=[batch]).get(batch.pk)
+
+
+def batches_item_bounds(*, job: Job, batches) -> dict[int, tuple[int, int]]:
+    """batch_item_bounds of several batches of one job, by one query."""
+    spans = [(b.pk, b.span.lower, b.span.upper) for b in batches]
+    if not spans:
+        return {}
+    sql, params = source_for_connector(job.connector).select_bounds(spans)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {key: (first, last) for key, first, last in cursor.fetchall() if first is not None}
+
+
 def error_summary(error: dict) -> str:
     """One line for a stored error: its type and the first line of its message (a Spark error's
     message starts with the cause; the JVM stack trace follows in `detail`)."""
@@ -222,6 +241,35 @@ def backfill_throttle_for(*, job: Job) -> int | None:
     return min(budgets, default=None)
 
 
+RECENT_BATCHES = 20  # the job's last succeeded batches a backfill's duration is estimated from
+
+
+def backfill_duration_estimate(
+    *, job: Job, plan, concurrency: int, throttle: int | None
+) -> timedelta | None:
+    """How long a backfill of `plan` should take: waves of `concurrency` batches, each as long as
+    the job's recent batches took (median), and no faster than the shared throttle admits. None
+    when the job has no finished batch to judge by and no throttle."""
+    recent = (
+        Batch.objects.filter(
+            job=job, status=BatchStatus.SUCCEEDED, started_at__isnull=False
+        )  # batch_job_succeeded_idx
+        .order_by("-finished_at")
+        .values_list("started_at", "finished_at")[:RECENT_BATCHES]
+    )
+    took = sorted((finished - started).total_seconds() for started, finished in recent)
+    estimates = []
+    if took:
+        waves = -(-len(plan) // max(concurrency, 1))
+        estimates.append(waves * took[len(took) // 2])
+    if throttle:
+        # the first minute's budget is spent at once; each further one waits for the next minute
+        estimates.append(60 * (sum(p.weight for p in plan) // throttle))
+    if not estimates:
+        return None
+    return timedelta(seconds=max(estimates))
+
+
 def weight_histogram(plan, *, budget: int, buckets: int = 10) -> list[dict]:
     """Planned batches by weight, in `buckets` equal bins from 0 to the budget (a batch of one
     item heavier than the budget lands in an extra bin past it)."""
@@ -234,9 +282,9 @@ def weight_histogram(plan, *, budget: int, buckets: int = 10) -> list[dict]:
     top = max(counts) or 1
     return [
         {
-            "label": f"> {budget}"
+            "label": f"> {compact(budget)}"
             if i == buckets
-            else f"{round(i * size)}–{round((i + 1) * size)}",
+            else f"{compact(round(i * size))}–{compact(round((i + 1) * size))}",
             "count": n,
             "pct": 100 * n / top,
             "over": i == buckets,

@@ -22,6 +22,7 @@ from inventory.models import (
     Job,
     WatermarkType,
 )
+from inventory.templatetags.human import duration
 
 HOURS = 24  # the sparklines' window, one bucket per hour
 STALLED_AFTER = timedelta(minutes=10)  # a running backfill with nothing finished for this long
@@ -419,7 +420,7 @@ def alerts(jobs: list[JobRow] | None = None) -> list[Alert]:
                 Alert(
                     "watermark_late",
                     job.name,
-                    f"{job.name}: watermark has not moved for {_human(job.late)} "
+                    f"{job.name}: watermark has not moved for {duration(job.late)} "
                     f"(schedule every {job.schedule_seconds} s) with {job.lag.items} items waiting",
                     job_url(job.name),
                 )
@@ -457,17 +458,6 @@ def alerts(jobs: list[JobRow] | None = None) -> list[Alert]:
             )
         )
     return found
-
-
-def _human(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min"
-    if seconds < 2 * 86400:
-        return f"{seconds // 3600} h"
-    return f"{seconds // 86400} d"
 
 
 def attempt_counts() -> list[tuple[int, str, int]]:

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from inventory import selectors, selectors_coverage, selectors_health
 from inventory.actions import ACTIONS, allowed, allowed_keys, role_of
-from inventory.forms import BackfillForm, GapRangeForm, HolesBackfillForm, ReasonForm
+from inventory.forms import BackfillForm, GapRangeForm, HolesBackfillForm, ReasonForm, ThrottleForm
 from inventory.models import (
     Backfill,
     BackfillStatus,
@@ -165,6 +165,9 @@ def _batches_context(request, job, counts) -> dict:
     if kind in BatchKind.values:
         batches = batches.filter(kind=kind)
     page = Paginator(batches.order_by("-id"), BATCH_PAGE).get_page(request.GET.get("page"))
+    bounds = selectors.batches_item_bounds(job=job, batches=page.object_list)
+    for batch in page.object_list:
+        batch.items_bounds = bounds.get(batch.pk)
     return {
         "batches": page,
         "status_filter": status,
@@ -354,6 +357,7 @@ def backfills(request):
                 return redirect("dashboard:backfills")
     context = {
         "form": form,
+        "throttle_form": ThrottleForm(),
         **_time_basis(form),
         **_backfills_context(),
         **_page_context(request),
@@ -400,18 +404,17 @@ def backfill_preview(request):
         job = form.cleaned_data["job"]
         budget = form.cleaned_data.get("batch_weight") or job.batch_weight
         total_weight = sum(p.weight for p in plan)
-        rate = selectors_health.jobs_rates(job.pk).get(job.pk)
-        per_second = (rate.weight_per_second if rate else 0) * form.cleaned_data["max_concurrency"]
         throttle = selectors.backfill_throttle_for(job=job)
-        if throttle:
-            per_second = min(per_second or throttle / 60, throttle / 60)
+        duration = selectors.backfill_duration_estimate(
+            job=job, plan=plan, concurrency=form.cleaned_data["max_concurrency"], throttle=throttle
+        )
         context.update(
             total_weight=total_weight,
             total_items=sum(p.item_count for p in plan),
             max_weight=max(p.weight for p in plan),
             budget=budget,
             histogram=selectors.weight_histogram(plan, budget=budget),
-            duration=timedelta(seconds=round(total_weight / per_second)) if per_second else None,
+            duration=duration,
             throttle=throttle,
         )
     return render(request, "inventory/_backfill_preview.html", context)
@@ -456,6 +459,7 @@ def batch_detail(request, pk):
     )
     context = {
         "batch": batch,
+        "items_bounds": selectors.batch_item_bounds(batch=batch),
         "attempts": attempts,
         "items": items[:ITEMS_PAGE],
         "items_page": page_number,

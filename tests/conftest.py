@@ -87,10 +87,18 @@ def static_root(tmp_path_factory):
     render any page, and WhiteNoise serves them (also to the web server subprocesses)."""
     from django.conf import settings
     from django.core.management import call_command
+    from django.test import override_settings
 
     root = tmp_path_factory.mktemp("staticfiles")
     settings.STATIC_ROOT = root
-    call_command("collectstatic", interactive=False, verbosity=0)
+    # with the production storage (hashed names and their manifest) whatever mode this process
+    # runs in: the web servers the tests start serve it as production does
+    production = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
+    with override_settings(STORAGES=production):
+        call_command("collectstatic", interactive=False, verbosity=0)
     return root
 
 

@@ -56,6 +56,8 @@ def web_server(worker_env, static_root, cache_of_this_session, tmp_path_factory)
         env={
             **worker_env,
             "DEBUG": "false",
+            # the collected, hashed files, as production serves them (not development's finders)
+            "TIDEMARK_STATIC_FROM_SOURCE": "false",
             "STATIC_ROOT": str(static_root),
             "API_RATE_READ": f"{TOKEN_READS_PER_MINUTE}/min",
         },

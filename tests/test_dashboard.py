@@ -42,7 +42,9 @@ def test_the_overview_shows_watermark_lag_and_a_dead_batch_holding_it(job, role_
     page = _client(role_users["viewer"]).get("/").content.decode()
     assert "orders-hourly" in page
     assert "1 dead: watermark held" in page
-    assert "5 items / 150" in page  # nothing committed: all five items (weight 150) are lag
+    assert (
+        '5 items<br><span class="muted">weight 150</span>' in page
+    )  # nothing committed: all five items (weight 150) are lag
 
 
 def test_the_job_page_names_the_batch_the_watermark_waits_for(job, role_users):
@@ -177,4 +179,71 @@ def test_the_overview_says_when_the_reaper_is_overdue(job, role_users):
         last_run_at=timezone.now() - timezone.timedelta(minutes=10)
     )
     page = viewer.get("/").content.decode()
-    assert "The lease reaper last ran 6" in page and "is celery beat running" in page
+    assert "The lease reaper last ran 10 min" in page and "is celery beat running" in page
+
+
+def test_favicon_ico_is_served():
+    response = Client().get("/favicon.ico", follow=True)
+    assert response.status_code == 200
+    body = b"".join(response.streaming_content)
+    assert body[:4] == b"\x00\x00\x01\x00"  # an icon file, not a page
+
+
+def test_the_admin_calls_them_batches(role_users):
+    page = _client(role_users["admin"]).get("/admin/").content.decode()
+    assert "Batches" in page and "Batchs" not in page
+
+
+def test_a_batch_shows_the_ids_of_its_items_not_where_its_span_starts(role_users):
+    connector = ConnectorFactory(name="ranged")
+    assets = make_assets(connector, [10] * 8)
+    job = make_job(connector=connector, name="ranged-job", batch_weight=30, max_items=3)
+    job.start_position = 0
+    job.save(update_fields=["start_position"])
+    batch = batches.batch_acquire(job=job, worker="w")
+    assert batch.span.lower < assets[0].id  # the span starts before the first item
+    client = _client(role_users["viewer"])
+    page = client.get(f"/batches/{batch.id}/").content.decode()
+    assert f"ids {assets[0].id}–{assets[2].id}:" in page
+    table = client.get("/jobs/ranged-job/batches/").content.decode()
+    assert f"<td>{assets[0].id}–{assets[2].id}</td>" in table
+
+
+def test_a_small_backfills_estimated_duration_follows_the_jobs_batch_times(job, role_users):
+    from datetime import timedelta
+
+    from inventory.models import Batch
+
+    for _ in range(2):
+        batch = batches.batch_acquire(job=job, worker="w")
+        batches.batch_succeed(batch_id=batch.id, attempt=batch.attempt)
+    done = Batch.objects.filter(job=job, status=BatchStatus.SUCCEEDED)
+    for batch in done:  # each took 4 s
+        Batch.objects.filter(pk=batch.pk).update(
+            started_at=batch.finished_at - timedelta(seconds=4)
+        )
+    first, last = job.connector.assets.order_by("id").values_list("id", flat=True)[::4]
+    form = {"job": job.name, "by": "ids", "range_start": first, "range_end": last}
+    client = _client(role_users["operator"])
+    page = client.post("/backfills/preview/", {**form, "max_concurrency": 1, "priority": 0})
+    text = page.content.decode()
+    # 3 batches of 60 weight one after the other: 3 waves of the 4 s a batch takes
+    assert "3 batch(es), 5 items" in text
+    assert "Estimated duration about 12 s" in text
+    page = client.post("/backfills/preview/", {**form, "max_concurrency": 3, "priority": 0})
+    assert "Estimated duration about 4 s" in page.content.decode()
+
+
+def test_a_state_says_what_it_means_on_hover_and_an_idle_sparkline_says_no_data_yet(
+    job, role_users
+):
+    job.max_attempts = 1
+    job.save()
+    batch = batches.batch_acquire(job=job, worker="w")
+    batches.batch_fail(batch_id=batch.id, attempt=batch.attempt, error={"message": "boom"})
+    client = _client(role_users["viewer"])
+    page = client.get(f"/batches/{batch.id}/").content.decode()
+    assert 'title="every attempt failed: the watermark stops in front of it' in page
+    overview = client.get("/").content.decode()
+    assert 'title="a dead batch holds the watermark: retry or skip it">blocked<' in overview
+    assert "no data yet" in overview  # nothing committed in the last day: no empty box

@@ -19,10 +19,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 
 
-def _shot(page, name: str) -> None:
+WIDTHS = {"phone": 390, "desktop": 1440}
+
+
+def shoot(page, name: str) -> None:
+    """The page as it is now at a phone's and a desktop's width: docs/screenshots/NAME-390.png
+    and NAME-1440.png (the desktop width stays for what the test does next)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.set_viewport_size({"width": 1280, "height": 800})
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    for width in WIDTHS.values():
+        page.set_viewport_size({"width": width, "height": 900})
+        page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
 
 
 def _files_connector(name: str, landing: Path):
@@ -82,17 +88,17 @@ def test_an_operator_sees_why_data_is_late_and_acts_on_it(
     strip = page.locator("#alerts a[data-kind=dead_batches]")
     assert "reads-garbage" in strip.inner_text()
     assert f"waits for batch {dead.pk}" in strip.inner_text()
-    _shot(page, "overview")
+    shoot(page, "overview")
     strip.click()
     page.wait_for_url(f"{web_server.url}/batches/{dead.pk}/")
     assert page.locator("#error-summary").is_visible()
     assert not page.locator("#error-detail pre").is_visible()  # the detail is folded
-    _shot(page, "batch-detail")
+    shoot(page, "batch-detail")
 
     page.goto(f"{web_server.url}/jobs/{good_job.name}/")
     page.wait_for_function("() => Chart.getChart(document.getElementById('history'))")
     assert page.locator(".coverage .seg.succeeded").count() >= 1
-    _shot(page, "job-detail")
+    shoot(page, "job-detail")
 
     # pause and resume a connector in place: the page is not reloaded
     page.goto(f"{web_server.url}/connectors/")
@@ -100,7 +106,7 @@ def test_an_operator_sees_why_data_is_late_and_acts_on_it(
     row = page.locator("#connector-landing-orders")
     row.locator("button", has_text="Pause").click()
     page.wait_for_selector("#connector-landing-orders .state-paused")
-    _shot(page, "connectors")
+    shoot(page, "connectors")
     page.locator("#connector-landing-orders button", has_text="Resume").click()
     page.wait_for_selector("#connector-landing-orders .state-active")
     assert page.evaluate("window.__notReloaded") is True
@@ -117,7 +123,7 @@ def test_an_operator_sees_why_data_is_late_and_acts_on_it(
     assert "3 batch(es), 6 items" in page.inner_text("#plan-summary")
     assert page.locator(".histogram .bin").count() >= 1
     assert not Backfill.objects.exists()
-    _shot(page, "backfill-preview")
+    shoot(page, "backfill-preview")
     page.click("#schedule")
     page.wait_for_url(f"{web_server.url}/backfills/")
     backfill = Backfill.objects.get()
@@ -126,7 +132,7 @@ def test_an_operator_sees_why_data_is_late_and_acts_on_it(
         f"#backfill-{backfill.pk} progress.batches[data-pct='100']", timeout=120_000
     )
     assert "3/3" in page.inner_text(f"#backfill-{backfill.pk}")
-    _shot(page, "backfills")
+    shoot(page, "backfills")
 
 
 def test_the_gap_report_backfills_exactly_the_cancelled_and_dead_ranges(
@@ -152,7 +158,7 @@ def test_the_gap_report_backfills_exactly_the_cancelled_and_dead_ranges(
     assert states == ["dead", "cancelled"]
     page.click("text=Preview")
     page.wait_for_selector("#holes-preview table")
-    _shot(page, "gap-report")
+    shoot(page, "gap-report")
     page.click("#backfill-holes")
     page.wait_for_url(f"{web_server.url}/backfills/")
     spans = sorted((b.span.lower, b.span.upper - 1) for b in Batch.objects.filter(kind="backfill"))

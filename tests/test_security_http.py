@@ -27,14 +27,15 @@ from tests.api_support import make_inventory, token_client
 
 pytestmark = pytest.mark.django_db
 
-# logging in, and logging out (which only ends one's own session)
-# the login pages, and the API's login (a token for a username and password: tidemark login)
+# logging in, logging out (which only ends one's own session), the API's login (a token for a
+# username and password: tidemark login), and the icon browsers ask for
 PUBLIC = {
     "accounts/login/",
     "admin/login/",
     "accounts/logout/",
     "admin/logout/",
     "api/v1/auth/token/",
+    "favicon.ico",  # a redirect to the static icon, as /static/ itself is public
 }
 
 
@@ -221,7 +222,8 @@ def test_pages_need_the_viewer_role_and_actions_the_operator_role(world, role_us
     norole.force_login(role_users["norole"])
     viewer.force_login(role_users["viewer"])
     operator.force_login(role_users["operator"])
-    dashboard = [url for url in _all_urls(world) if not url.startswith(("/admin", "/api", "/acc"))]
+    public = ("/admin", "/api", "/acc", "/favicon.ico")
+    dashboard = [url for url in _all_urls(world) if not url.startswith(public)]
     for url in dashboard:
         assert norole.get(url).status_code in (401, 403, 405), url
         assert norole.post(url).status_code in (401, 403, 405), url
@@ -234,6 +236,11 @@ def test_pages_need_the_viewer_role_and_actions_the_operator_role(world, role_us
         "/backfills/preview/",
         f"/backfills/{world['backfill'].pk}/cancel/",
         f"/batches/{world['dead'].pk}/retry/",
+        "/backfills/throttle/",
+        "/new/connector/",
+        "/new/job/",
+        f"/connectors/{connector}/edit/",
+        f"/jobs/{job}/edit/",
     ):
         assert viewer.post(url).status_code == 403, url
     assert operator.post(f"/batches/{world['dead'].pk}/skip/", {"reason": "x"}).status_code == 403

@@ -6,6 +6,6 @@ from inventory.sql.migrations_utils import RunSQLFile
 
 
 class Migration(migrations.Migration):
-    dependencies = [("inventory", "0018_refuse")]
+    dependencies = [("inventory", "0023_dash_batch_plural")]
 
     operations = [RunSQLFile("0024_watermark_boundaries.sql")]

@@ -84,6 +84,21 @@ class ItemSource:
             params.append(limit)
         return sql, params
 
+    def select_bounds(self, spans: list[tuple[int, int, int]]) -> tuple[str, list]:
+        """(key, first uid, last uid) of each (key, lower, upper) half-open span, in one
+        statement (an index range scan per span); first and last are NULL for an empty span."""
+        where = [*self.where, f"{self.uid} >= tm_span.lo", f"{self.uid} < tm_span.hi"]
+        keys, lows, highs = (
+            (list(column) for column in zip(*spans, strict=True)) if spans else ([], [], [])
+        )
+        sql = (
+            "SELECT tm_span.k, tm_bounds.first, tm_bounds.last "
+            "FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS tm_span(k, lo, hi) "
+            f"CROSS JOIN LATERAL (SELECT min({self.uid}) AS first, max({self.uid}) AS last "
+            f"FROM {self.relation} WHERE {' AND '.join(where)}) AS tm_bounds"
+        )
+        return sql, [keys, lows, highs, *self.params]
+
     def planning_query(self) -> str:
         """(uid, weight, settled) rows in uid order from uid $1 on, as the text the planning
         functions execute (they add the end bound and stop at the first unsettled row); filter

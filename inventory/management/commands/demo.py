@@ -61,6 +61,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, once: bool, port: int, timeout: int, **options):
         self.children: list[tuple[str, subprocess.Popen]] = []
+        self._named_children: list[tuple[str, subprocess.Popen]] = []
         self.timeout = timeout
         # Ctrl-C (SIGINT, which a terminal sends to the whole process group) and SIGTERM both
         # end the demo the same way, at any step: children stopped, no traceback.
@@ -87,31 +88,40 @@ class Command(BaseCommand):
     def _demonstrate(self, *, once: bool, port: int) -> None:
         root = Path(settings.DATA_DIR) / "demo"
         self.landing, self.sink, self.logs = root / "landing", root / "sinks", root / "logs"
+        self.began = time.monotonic()
         self._say("1. database", "migrating the embedded PostgreSQL (or DATABASE_URL)")
         call_command("migrate", verbosity=0)
-        call_command("collectstatic", interactive=False, verbosity=0)
-        self._admin_user()
+        if not settings.STATIC_FROM_SOURCE:
+            call_command("collectstatic", interactive=False, verbosity=0)
+        password = self._admin_user()
         self._reset(root)
+        _allow_demo_names()  # before any child starts: they inherit what the demo may name
+        # the web server first: the dashboard is open while the walkthrough goes on
+        port = self._free_port(port)
+        self._start_children(port, names=("web",))
+        self._web_ready(port, password)
         os.environ[SINK_DSN_ENV] = settings.DATABASE_URL
-        _allow_demo_names()
-        connector, hourly, customers = self._pipeline()
+        files = self._write_days(first_day=1, days=3)
+        connector, hourly, customers = self._pipeline(files)
         history = None
         if history_then_live.available():
             # before the worker starts: it inherits the history database's DSN variable
             history = history_then_live.HistoryThenLive(self, sink_env=SINK_DSN_ENV)
             history.prepare(self.logs)
         call_command("sync_schedules", verbosity=0)
-        port = self._free_port(port)
-        self._start_children(port)
+        self._start_children(port, names=("worker", "beat"))
         self._say("4. first files", "registering and processing the first files")
-        self._round(connector, [hourly, customers])
+        self._round(connector, [hourly, customers], expect=files, known=set())
+        # batches before the new files: beat's periodic discovery may register and plan them
+        # before this walkthrough looks, and the round lists them all the same
+        known = set(Batch.objects.filter(job__in=[hourly, customers]).values_list("pk", flat=True))
         new_files = self._write_days(first_day=4, days=1, renames=True)
         self._say(
             "5. new files",
             f"{len(new_files)} more files arrived (their customer fields are partial: a new "
             "name, no email or city): " + _names(new_files),
         )
-        self._round(connector, [hourly, customers], expect=new_files)
+        self._round(connector, [hourly, customers], expect=new_files, known=known, only=True)
         if history is not None:
             history.run()
         else:
@@ -135,6 +145,7 @@ class Command(BaseCommand):
         user.set_password(password)
         user.save()
         self._say("2. admin user", f"username admin, password {password} (new on every demo run)")
+        return password
 
     def _reset(self, root: Path) -> None:
         """Start from a clean slate: the demo's own jobs, connector, files and sink table."""
@@ -154,8 +165,7 @@ class Command(BaseCommand):
         for folder in (self.landing, self.sink, self.logs):
             folder.mkdir(parents=True, exist_ok=True)
 
-    def _pipeline(self):
-        files = self._write_days(first_day=1, days=3)
+    def _pipeline(self, files: list[Path]):
         self._say("3. sample data", f"{len(files)} Parquet files of order events in {self.landing}")
         connector = connector_create(
             name=CONNECTOR,
@@ -269,7 +279,33 @@ class Command(BaseCommand):
             sock.bind(("127.0.0.1", 0))
             return sock.getsockname()[1]
 
-    def _start_children(self, port: int) -> None:
+    def _web_ready(self, port: int, password: str) -> None:
+        """Wait until the web server answers, then say how to log in, at once."""
+        from urllib.error import HTTPError
+        from urllib.request import urlopen
+
+        url = f"http://127.0.0.1:{port}/"
+        while True:
+            self._check_children()
+            try:
+                with urlopen(f"{url}accounts/login/", timeout=2):
+                    break
+            except HTTPError:
+                break  # an answer all the same
+            except OSError:
+                if time.monotonic() - self.began > self.timeout:
+                    raise CommandError(f"the web server did not answer; see {self.logs}") from None
+                time.sleep(0.3)
+        line = "-" * 72
+        self.stdout.write(
+            f"{line}\n"
+            f"   The dashboard is up ({time.monotonic() - self.began:.0f} s after the start): {url}\n"
+            f"   Log in as: admin   password: {password}\n"
+            "   The walkthrough below goes on while you look; refresh to see it arrive.\n"
+            f"{line}"
+        )
+
+    def _start_children(self, port: int, *, names: tuple[str, ...]) -> None:
         env = {
             **os.environ,
             "DATABASE_URL": settings.DATABASE_URL,
@@ -297,7 +333,10 @@ class Command(BaseCommand):
             # the production web process: gunicorn, static files served by WhiteNoise
             "web": gunicorn_argv(bind=f"127.0.0.1:{port}"),
         }
+        started = []
         for name, argv in commands.items():
+            if name not in names:
+                continue
             log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - the child holds it
             proc = subprocess.Popen(
                 argv,
@@ -309,9 +348,14 @@ class Command(BaseCommand):
             )
             log.close()
             self.children.append((name, proc))
+            started.append((name, proc))
+        # the broker the history scenario started is named once, with the worker
+        named = {name for name, _ in self._named_children}
+        shown = [(n, p) for n, p in self.children if n not in named]
+        self._named_children += shown
         self._say(
-            "   children",
-            ", ".join(f"{name} (pid {proc.pid})" for name, proc in self.children)
+            "   started",
+            ", ".join(f"{name} (pid {proc.pid})" for name, proc in shown)
             + f"; logs in {self.logs}",
         )
 
@@ -349,14 +393,37 @@ class Command(BaseCommand):
 
     # ---- the demonstration ---------------------------------------------------------------------
 
-    def _round(self, connector, jobs, *, expect: list[Path] | None = None) -> None:
-        new = assets.assets_discover(connector=connector)
-        self.stdout.write(f"   discovery registered {new} new file(s)")
-        known = set(Batch.objects.filter(job__in=jobs).values_list("pk", flat=True))
+    def _round(
+        self, connector, jobs, *, expect: list[Path], known: set[int], only: bool = False
+    ) -> None:
+        """Register `expect` (this look, or beat's periodic one if it came first), process it,
+        and list every batch planned since `known`: what was printed is what happened."""
+        started = time.monotonic()
+        wanted = {p.name for p in expect}
+        here = 0
+        while True:
+            here += assets.assets_discover(connector=connector)
+            registered = [
+                pk
+                for pk, location in Asset.objects.filter(connector=connector).values_list(
+                    "pk", "location"
+                )
+                if Path(location).name in wanted
+            ]
+            if len(registered) == len(wanted):
+                break
+            self._check_children()
+            if time.monotonic() - started > self.timeout:
+                raise CommandError(f"the files were not all registered; see {self.logs}")
+            time.sleep(0.5)  # a file is registered once it has stopped changing
+        by_beat = len(wanted) - here
+        self.stdout.write(
+            f"   discovery registered {len(wanted)} new file(s)"
+            + (f" ({by_beat} of them by beat's periodic discovery)" if by_beat > 0 else "")
+        )
         for job in jobs:
             dispatch.job_run(job=job)
-        last = Asset.objects.filter(connector=connector).order_by("-pk").first().pk
-        started = time.monotonic()
+        last = max(registered)
         while not all(self._settled(job, last) for job in jobs):
             self._check_children()
             if time.monotonic() - started > self.timeout:
@@ -380,7 +447,7 @@ class Command(BaseCommand):
                 )
             watermark = Watermark.objects.get(job=job)
             self.stdout.write(f"   {job.name:20} watermark -> {watermark.value}")
-        if expect is not None:
+        if only:
             only_new = read == {p.name for p in expect}
             self.stdout.write(
                 f"   only the new files were processed: {'yes' if only_new else 'NO'} "

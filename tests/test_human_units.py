@@ -1,0 +1,68 @@
+"""The dashboard's human units: durations, sizes and counts (inventory/templatetags/human.py)."""
+
+from datetime import timedelta
+
+import pytest
+from django.template import Context, Template
+
+from inventory.templatetags.human import count, duration, metric, size
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        (timedelta(days=265, hours=12, minutes=17, seconds=38.275097), "265 d 12 h"),
+        (timedelta(days=3, hours=4, minutes=59), "3 d 4 h"),
+        (timedelta(hours=2), "2 h"),
+        (timedelta(minutes=12, seconds=5), "12 min 5 s"),
+        (timedelta(seconds=42), "42 s"),
+        (timedelta(seconds=0.4), "0.4 s"),
+        (0, "0 s"),
+        (3600, "1 h"),
+        (3661, "1 h 1 min"),
+        (None, "—"),
+    ],
+)
+def test_a_duration_shows_its_two_largest_units(value, shown):
+    assert duration(value) == shown
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [(0, "0 B"), (512, "512 B"), (1_234, "1.2 kB"), (1_200_000_000, "1.2 GB"), (345e6, "345 MB")],
+)
+def test_a_size_is_in_decimal_units(value, shown):
+    assert size(value) == shown
+
+
+def test_a_count_has_separators_and_a_noun_in_the_right_number():
+    assert count(12345) == "12,345"
+    assert count(12345, "item") == "12,345 items"
+    assert count(1, "item") == "1 item"
+    assert count(2, "batch") == "2 batches"
+
+
+def test_a_result_metric_is_shown_in_its_unit():
+    assert metric(1_500_000, "bytes") == "1.5 MB"
+    assert metric(75.2, "seconds") == "1 min 15 s"
+    assert metric(12000, "rows_out") == "12,000"
+    assert metric("s3://b/p", "location") == "s3://b/p"
+
+
+def test_the_filters_work_in_a_template():
+    html = Template(
+        '{% load human %}{{ lag|duration }} behind · {{ b|size }} · {{ n|count:"item" }}'
+    ).render(Context({"lag": timedelta(days=3, hours=4), "b": 1_200_000_000, "n": 12345}))
+    assert html == "3 d 4 h behind · 1.2 GB · 12,345 items"
+
+
+def test_a_large_number_is_compact_for_axis_labels():
+    from inventory.templatetags.human import compact
+
+    assert [compact(v) for v in (950, 12_000, 1_200_000, 100_000_000, 3e9)] == [
+        "950",
+        "12k",
+        "1.2M",
+        "100M",
+        "3G",
+    ]
