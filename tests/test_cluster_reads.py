@@ -83,6 +83,8 @@ def test_kafka_and_object_store_batches_are_read_by_executor_processes(
     }
     # the cluster's JVMs (and so its executors) never see the S3 credentials
     cluster_env = {k: v for k, v in os.environ.items() if k not in (KEY_ENV, SECRET_ENV)}
+    # executors import the readers: a cluster's machines have the project installed (its image)
+    cluster_env["PYTHONPATH"] = str(ROOT)
     with standalone_cluster(tmp_path, env=cluster_env) as cluster:
         request = {
             "master": cluster["master"],
