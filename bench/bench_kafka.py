@@ -8,10 +8,9 @@ alternating, ROUNDS times each (the median is reported):
 
 - baseline: one confluent-kafka Consumer, partitions assigned at their start offsets, `consume()`
   in batches of 10,000 until every partition reached its end, touching each message's value;
-- Tidemark, to Arrow: `workers.spark.read_kafka.consume_ranges` (the same consumer loop plus the
-  slice-end checks, the log-start check and the Arrow columns);
-- Tidemark, to Spark: `read_kafka.read` (the above, then `createDataFrame`) and a `count()` on the
-  DataFrame, in a local[2] SparkSession: what a batch pays before its processor runs.
+- Tidemark, to Spark: `read_kafka.read` (offsets checked on the driver, ranges read on the
+  executors by the Kafka data source) and a `count()` on the DataFrame, in a local[2]
+  SparkSession: what a batch pays before its processor runs.
 
 Figures: messages per second and the ratio to the baseline. No database is used.
 BENCH_QUICK=1 runs a smaller version.
@@ -156,19 +155,14 @@ def main() -> None:
             spark = get_session("local[2]")
             spec = {"source": source}
 
-            def arrow():
-                table = read_kafka.consume_ranges(source, ranges, timeout=600)
-                assert table.num_rows == total
-
             def to_spark():
                 assert read_kafka.read(spark, spec).count() == total
 
             assert baseline(bootstrap, ranges) == total * VALUE_BYTES
             to_spark()  # warm-up: the JVM's first Arrow conversion
-            times = {"baseline": [], "arrow": [], "spark": []}
+            times = {"baseline": [], "spark": []}
             for _ in range(ROUNDS):
                 times["baseline"].append(timed(lambda: baseline(bootstrap, ranges)))
-                times["arrow"].append(timed(arrow))
                 times["spark"].append(timed(to_spark))
             stop_session()
         finally:
@@ -186,7 +180,6 @@ def main() -> None:
         ]
         for name, label in (
             ("baseline", "plain confluent-kafka consumer"),
-            ("arrow", "Tidemark reader, to Arrow (`consume_ranges`)"),
             ("spark", "Tidemark reader, to a Spark DataFrame + count (`read`)"),
         )
     ]
@@ -198,8 +191,8 @@ each reader reads all of them by offset ranges, median of {ROUNDS} alternating r
 
 {common.table(["reader", "seconds", "messages/s", "ratio to plain consumer"], rows)}
 
-The Arrow figure is the reader's own cost next to the consumer loop; the Spark figure adds the
-transfer into the JVM (`createDataFrame` from Arrow) that every batch pays before its processor.
+The Spark figure is what a batch pays before its processor: the executors' consumers, their Arrow
+batches into the JVM and Spark's count.
 """
     common.write_section(
         "kafka",

@@ -65,3 +65,69 @@ def test_dsn_passwords_stay_out_of_the_spark_conf_and_the_batch(
     }
     for where, text in seen.items():
         assert CANARY not in text, where
+
+
+def _spark_visible_text(spark, df) -> dict:
+    context = spark.sparkContext
+    return {
+        "SparkConf": repr(context.getConf().getAll()),
+        "SQL conf": repr(spark.conf.getAll),
+        "local properties": repr(context._jsc.sc().getLocalProperties()),
+        "plan": df._jdf.queryExecution().toString(),
+    }
+
+
+def test_object_store_credentials_reach_executors_only_inside_the_data_source(
+    spark, s3_server, s3_bucket, monkeypatch
+):
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.s3_fixtures import KEY_ENV, SECRET_ENV, SECRET_VALUE
+    from workers.spark import read_object_store
+
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"order_id": [1, 2, 3]}), buffer)
+    s3_server.client().put_object(Bucket=s3_bucket, Key="in/a.parquet", Body=buffer.getvalue())
+    spec = {
+        "format": "parquet",
+        "source": {
+            "kind": "object_store",
+            "objects": [{"location": f"s3://{s3_bucket}/in/a.parquet", "size": None}],
+            "endpoint_url": s3_server.endpoint_url,
+            "region": "us-east-1",
+            "key_env": KEY_ENV,
+            "secret_env": SECRET_ENV,
+        },
+    }
+    df = read_object_store.read(spark, spec)
+    # the executors read with the credentials that came inside the data source
+    assert sorted(row.order_id for row in df.collect()) == [1, 2, 3]
+    for where, text in _spark_visible_text(spark, df).items():
+        assert SECRET_VALUE not in text, where
+    assert SECRET_VALUE not in repr(spec)
+
+
+def test_kafka_sasl_passwords_stay_out_of_the_spark_conf_and_the_plan(spark, monkeypatch):
+    from workers.spark import read_kafka
+
+    monkeypatch.setenv("TIDEMARK_TEST_KAFKA_USER", "reader")
+    monkeypatch.setenv("TIDEMARK_TEST_KAFKA_PASS", CANARY)
+    # the broker's offsets are looked at on the driver with the same credentials; no broker here
+    monkeypatch.setattr(read_kafka, "check_offsets", lambda *args, **kwargs: None)
+    source = {
+        "kind": "kafka",
+        "bootstrap_servers": "127.0.0.1:9",
+        "topic": "orders",
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_username_env": "TIDEMARK_TEST_KAFKA_USER",
+        "sasl_password_env": "TIDEMARK_TEST_KAFKA_PASS",
+        "slices": [{"partition": 0, "start": 0, "end": 10}],
+    }
+    df = read_kafka.read(spark, {"source": source})
+    assert df.columns[:2] == ["key", "value"]
+    for where, text in _spark_visible_text(spark, df).items():
+        assert CANARY not in text, where

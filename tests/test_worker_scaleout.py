@@ -1,14 +1,8 @@
 """Scale-out is real: two Celery workers share one job's batches; a worker whose SPARK_MASTER is a
 Spark standalone cluster (master + worker started from the pyspark distribution on loopback)."""
 
-import json
-import os
-import socket
-import subprocess
-import urllib.request
 from pathlib import Path
 
-import pyspark
 import pytest
 
 import tests.worker_processors  # noqa: F401 - registers the test processors here too
@@ -16,6 +10,7 @@ from inventory.models import Asset, Batch, BatchStatus, Watermark, WatermarkEven
 from inventory.services import assets, dispatch
 from inventory.services.connectors import connector_create
 from tests.factories import make_job
+from tests.spark_cluster import spark_standalone  # noqa: F401 - fixture
 from tests.worker_fixtures import read_sink, wait_until, write_orders
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -69,77 +64,11 @@ def test_slow_two_workers_share_one_jobs_batches(tmp_path, celery_worker, start_
     assert WatermarkEvent.objects.filter(watermark__job=job).count() >= 1
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def spark_standalone(tmp_path):
-    """A Spark standalone master and one worker (1 core, 1 GB) on 127.0.0.1."""
-    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    port, ui, worker_ui = _free_port(), _free_port(), _free_port()
-    env = {
-        **os.environ,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_DAEMON_MEMORY": "256m",
-        "SPARK_WORKER_DIR": str(tmp_path / "spark-work"),
-        "SPARK_LOG_DIR": str(tmp_path / "spark-logs"),
-    }
-    logs = []
-    procs = []
-    for name, args in (
-        (
-            "master",
-            ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)]
-            + ["--webui-port", str(ui)],
-        ),
-        (
-            "worker",
-            ["org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}"]
-            + ["--cores", "1", "--memory", "1g", "--host", "127.0.0.1"]
-            + ["--webui-port", str(worker_ui)],
-        ),
-    ):
-        log = tmp_path / f"spark-{name}.log"
-        logs.append(log)
-        with open(log, "wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [str(spark_class), *args],
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-
-    def state():
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as response:
-                return json.load(response)
-        except OSError:
-            return None
-
-    try:
-        wait_until(
-            lambda: (state() or {}).get("aliveworkers", 0) >= 1,
-            timeout=120,
-            message="the standalone master with one worker",
-        )
-        yield {"master": f"spark://127.0.0.1:{port}", "state": state}
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
-def test_slow_a_batch_runs_on_a_spark_standalone_cluster(tmp_path, spark_standalone, start_worker):
+def test_slow_a_batch_runs_on_a_spark_standalone_cluster(
+    tmp_path,
+    spark_standalone,  # noqa: F811
+    start_worker,
+):
     worker = start_worker(
         name="standalone",
         env={

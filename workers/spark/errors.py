@@ -146,6 +146,21 @@ def input_failed(exc: BaseException) -> bool:
     return _INPUT_FAILURE.search(text) is not None
 
 
+_EXECUTOR_READ_ERROR = re.compile(r"^workers\.spark\.errors\.ReadError: (.+)$", re.MULTILINE)
+
+
+def executor_read_error(exc: BaseException) -> ReadError | None:
+    """The ReadError that a reader raised on an executor (a Python data source's partition),
+    carried back inside Spark's error; None if the failure was something else."""
+    root = _root_spark_error(exc)
+    found = _EXECUTOR_READ_ERROR.findall(error_text(root))
+    if not found:
+        return None
+    error = ReadError(found[-1].strip())
+    error.detail = spark_error_detail(root)
+    return error
+
+
 def input_failure_summary(exc: BaseException) -> str:
     root = _root_spark_error(exc)
     if root is exc:

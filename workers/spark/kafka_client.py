@@ -53,10 +53,12 @@ def client_config(source: dict, *, environ=None) -> dict:
     return config
 
 
-def open_consumer(source: dict, **settings) -> Consumer:
+def open_consumer(source: dict, *, environ=None, **settings) -> Consumer:
+    """A consumer for the source; `environ` maps the credential variables' names to their values
+    (default: this process's environment)."""
     return Consumer(
         {
-            **client_config(source),
+            **client_config(source, environ=environ),
             "group.id": "tidemark",  # never joined: partitions are assigned, offsets never committed
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,

@@ -3,9 +3,11 @@
 A spec's `source` is {"kind": "kafka", "bootstrap_servers", "topic", "slices": [{"partition",
 "start", "end"}, ...], "read_timeout_seconds", optional SASL env-var names, "spark_native"}. The
 slices of one partition in a batch are contiguous (a batch is a contiguous id range and each
-partition's slices are registered in offset order), so each partition is read as one range
-`[start, end)`: assigned at `start`, consumed until the message at `end - 1` (or a position at or
-past `end`), and nothing past `end` is kept, whatever the broker reports as the partition's end.
+partition's slices are registered in offset order), so each partition's range `[start, end)`
+is checked on the driver (still on the broker, not truncated: metadata only), cut into pieces of
+at most `partition_rows` offsets (default `PARTITION_ROWS`) and each piece is read by an executor
+(`kafka_source.py`): the rows never pass through the driver. SASL credentials are read from the
+named variables on the driver and shipped inside the data source, never in an option or the conf.
 
 The columns are those of Spark's Kafka source: key, value (binary), topic, partition, offset,
 timestamp, timestampType. With `spark_native: true` Spark's own Kafka batch source reads the same
@@ -14,12 +16,10 @@ ranges (the cluster needs the spark-sql-kafka package).
 
 import json
 import os
-import time
 
-import pyarrow as pa
-from confluent_kafka import KafkaError, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 
+from workers.spark import python_sources
 from workers.spark.errors import ReadError
 from workers.spark.kafka_client import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -29,21 +29,13 @@ from workers.spark.kafka_client import (
     open_consumer,
     partition_bounds,
 )
+from workers.spark.kafka_source import KafkaSource
 
-SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("ms", tz="UTC")),
-        ("timestampType", pa.int32()),
-    ]
-)
-# librdkafka's timestamp types -> Spark's timestampType (0 CreateTime, 1 LogAppendTime)
-_TIMESTAMP_TYPES = {1: 0, 2: 1}
-_POLL_MESSAGES = 10_000
+# offsets per Spark partition: a task's consumer holds one record batch at a time, so this bounds
+# the work a task retries, not its memory
+PARTITION_ROWS = 200_000
+# spec keys the driver uses and executors do not need
+_PLAN_ONLY_KEYS = ("slices", "partition_rows", "read_timeout_seconds", "spark_native", "kind")
 
 
 def slice_ranges(source: dict) -> dict[int, tuple[int, int]]:
@@ -81,21 +73,48 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
     if source.get("spark_native"):
         return spark.read.format("kafka").options(**native_options(source, ranges)).load()
     timeout = float(source.get("read_timeout_seconds") or 300)
-    table = consume_ranges(source, ranges, timeout=timeout)
-    return spark.createDataFrame(table)
+    secrets = credentials(source)
+    check_offsets(source, ranges, secrets, timeout=timeout)
+    settings = {key: value for key, value in source.items() if key not in _PLAN_ONLY_KEYS}
+    plan = {
+        "source": settings,
+        "ranges": split_ranges(ranges, int(source.get("partition_rows") or PARTITION_ROWS)),
+        "timeout": timeout,
+    }
+    return python_sources.load(spark, KafkaSource, secrets, plan)
 
 
-def consume_ranges(source: dict, ranges: dict[int, tuple[int, int]], *, timeout: float) -> pa.Table:
-    """Exactly the messages of `ranges` ({partition: (start, end)}) of the source's topic."""
-    topic = source["topic"]
+def credentials(source: dict, *, environ=None) -> dict:
+    """{variable: value} of the credential variables the source names, read in this process."""
+    environ = os.environ if environ is None else environ
     try:
-        consumer = open_consumer(
-            source,
-            # an offset the broker no longer has is an error, never a jump to another offset
-            **{"auto.offset.reset": "error", "enable.partition.eof": True},
-        )
+        client_config(source, environ=environ)  # says which variable is missing, naming its key
     except KafkaSourceError as exc:
         raise ReadError(f"{exc.field}: {exc.message}") from None
+    names = [source.get(key) for key in ("sasl_username_env", "sasl_password_env")]
+    if source.get("security_protocol") not in ("SASL_PLAINTEXT", "SASL_SSL"):
+        return {}
+    return {name: environ[name] for name in names if name}
+
+
+def split_ranges(ranges: dict[int, tuple[int, int]], budget: int) -> list[list[int]]:
+    """[[partition, start, end], ...]: each partition's range cut into pieces of at most `budget`
+    offsets, one Spark partition each, interleaved across Kafka partitions."""
+    if budget < 1:
+        raise ReadError(f"partition_rows must be a positive number of offsets, got {budget}")
+    per_partition = [
+        [[partition, offset, min(offset + budget, end)] for offset in range(start, end, budget)]
+        for partition, (start, end) in sorted(ranges.items())
+    ]
+    rounds = max(len(pieces) for pieces in per_partition)
+    return [pieces[i] for i in range(rounds) for pieces in per_partition if i < len(pieces)]
+
+
+def check_offsets(source: dict, ranges: dict, secrets: dict, *, timeout: float) -> None:
+    """Before any row is read (on the driver, metadata only): the batch's offsets are all still on
+    the broker, and no partition ends before the batch's end."""
+    topic = source["topic"]
+    consumer = open_consumer(source, environ=secrets)
     try:
         try:
             bounds = partition_bounds(
@@ -103,84 +122,19 @@ def consume_ranges(source: dict, ranges: dict[int, tuple[int, int]], *, timeout:
             )
         except KafkaSourceError as exc:
             raise ReadError(exc.message) from None
-        lost = below_log_start(ranges, bounds)
-        if lost:
-            raise ReadError(f"topic {topic}, {lost}")
-        for partition, (_start, end) in sorted(ranges.items()):
-            high = bounds[partition][1]
-            if high < end:
-                # the end a discovery saw never moves back in a healthy partition
-                raise ReadError(
-                    f"topic {topic}, partition {partition} ends at offset {high}, before the "
-                    f"batch's end {end}: the topic was recreated or truncated"
-                )
-        return _consume(consumer, topic, ranges, timeout)
     finally:
         consumer.close()
-
-
-def _consume(consumer, topic: str, ranges: dict, timeout: float) -> pa.Table:
-    kept: list = []
-    pending = {partition: end for partition, (_start, end) in ranges.items()}
-    position = {partition: start for partition, (start, _end) in ranges.items()}
-    consumer.assign([TopicPartition(topic, p, start) for p, (start, _end) in ranges.items()])
-    deadline = time.monotonic() + timeout
-
-    def finish(partition: int) -> None:
-        del pending[partition]
-        consumer.pause([TopicPartition(topic, partition)])
-
-    while pending:
-        if time.monotonic() > deadline:
-            behind = ", ".join(
-                f"partition {p} at offset {position[p]} of {end}"
-                for p, end in sorted(pending.items())
-            )
+    lost = below_log_start(ranges, bounds)
+    if lost:
+        raise ReadError(f"topic {topic}, {lost}")
+    for partition, (_start, end) in sorted(ranges.items()):
+        high = bounds[partition][1]
+        if high < end:
+            # the end a discovery saw never moves back in a healthy partition
             raise ReadError(
-                f"topic {topic}: the batch's offsets were not all readable within {timeout:g} s "
-                f"({behind}); the partition may have been truncated or the broker is unreachable"
+                f"topic {topic}, partition {partition} ends at offset {high}, before the "
+                f"batch's end {end}: the topic was recreated or truncated"
             )
-        for message in consumer.consume(_POLL_MESSAGES, 0.5):
-            partition = message.partition()
-            end = pending.get(partition)
-            if end is None:
-                continue  # fetched before the partition was paused, or past its slice
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    # the broker's end: enough only if it is at or past the slice's end (a
-                    # compacted or transactional tail has no message at end - 1)
-                    if message.offset() >= end:
-                        finish(partition)
-                    continue
-                raise ReadError(f"topic {topic}, partition {partition}: {error.str()}")
-            offset = message.offset()
-            if offset >= end:
-                finish(partition)
-                continue
-            kept.append(message)
-            position[partition] = offset + 1
-            if offset >= end - 1:
-                finish(partition)
-    return _table(topic, kept)
-
-
-def _table(topic: str, messages: list) -> pa.Table:
-    stamps = [message.timestamp() for message in messages]
-    return pa.Table.from_arrays(
-        [
-            pa.array([message.key() for message in messages], pa.binary()),
-            pa.array([message.value() for message in messages], pa.binary()),
-            pa.array([topic] * len(messages), pa.string()),
-            pa.array([message.partition() for message in messages], pa.int32()),
-            pa.array([message.offset() for message in messages], pa.int64()),
-            pa.array(
-                [stamp if kind in _TIMESTAMP_TYPES else None for kind, stamp in stamps], pa.int64()
-            ).cast(pa.timestamp("ms", tz="UTC")),
-            pa.array([_TIMESTAMP_TYPES.get(kind) for kind, _stamp in stamps], pa.int32()),
-        ],
-        schema=SCHEMA,
-    )
 
 
 def native_options(source: dict, ranges: dict[int, tuple[int, int]], *, environ=None) -> dict:

@@ -2,32 +2,45 @@
 
 spec["source"] = {"kind": "object_store", "objects": [{"location", "size", "etag"}, ...],
 "format": "parquet" | "json" | "csv", "spark_native": bool, "endpoint_url", "region",
-"key_env", "secret_env", "session_token_env"} (credentials by environment-variable name only).
+"key_env", "secret_env", "session_token_env", optional "partition_bytes"} (credentials by
+environment-variable name only).
 
 With `spark_native` the locations go to `spark.read` as `s3a://` paths: that needs the cluster's
-Hadoop S3A connector (hadoop-aws) and its credentials configured in Spark. Without it, this
-process reads each object with pyarrow (`pyarrow.fs.S3FileSystem`, or any fsspec filesystem
-through `FSSpecHandler`) into Arrow tables and hands Spark one DataFrame built from them: the
-batch's data passes through the driver's memory, so `batch_weight` bounds it.
+Hadoop S3A connector (hadoop-aws) and its credentials configured in Spark. Without it, the driver
+plans and executors read: the driver checks that each object is still there with its registered
+size and takes the batch's schema from the objects' metadata (Parquet footers; the first block of
+a JSON or CSV object), then groups the objects in id order into Spark partitions of at most
+`partition_bytes` (default `PARTITION_BYTES`; an object larger than that is a partition of its
+own), and each group is read with pyarrow by an executor (`object_store_source.py`). No row passes
+through the driver, so `batch_weight` bounds a batch's work, not the driver's memory.
 """
 
-import os
 from urllib.parse import urlparse
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
+from workers.spark import python_sources
 from workers.spark.errors import ReadError
+from workers.spark.object_store_source import (
+    SOURCE_FILE,
+    ObjectStoreSource,
+    credentials,
+    filesystem,
+    read_object,
+)
 from workers.spark.readers import FORMATS, read_items
 
-S3_SCHEMES = ("s3", "s3a")
-SOURCE_FILE = "_tm_source_file"
+PARTITION_BYTES = 128 * 1024 * 1024
 # Spark reader options that mean something here, and what pyarrow does without them
 _ARROW_OPTIONS = {
     "parquet": set(),
     "json": {"mode"},
     "csv": {"mode", "header", "sep", "delimiter", "quote"},
 }
+_PLAN_KEYS = ("endpoint_url", "region", "key_env", "secret_env", "session_token_env")
 
 
 def read(spark: SparkSession, spec: dict) -> DataFrame:
@@ -50,12 +63,54 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
         if spec.get("lineage"):
             df = df.select("*", F.col("_metadata.file_path").alias(SOURCE_FILE))
         return df
-    table = _read_arrow(source, objects, fmt, spec.get("read_options") or {}, spec.get("lineage"))
+    options = spec.get("read_options") or {}
+    _check_options(fmt, options)
+    secrets = credentials(source)
+    settings = {key: source[key] for key in _PLAN_KEYS if source.get(key)}
+    sizes, schemas = [], []
+    for obj in objects:
+        fs, path = filesystem(settings, obj["location"], secrets)
+        sizes.append(_check_present(fs, path, obj))
+        schemas.append(_schema_of(fs, path, obj["location"], fmt, options))
     try:
-        df = spark.createDataFrame(table)
+        schema = pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise ReadError(f"the batch's {fmt} objects have incompatible schemas: {exc}") from exc
+    if spec.get("lineage"):
+        schema = schema.append(pa.field(SOURCE_FILE, pa.string()))
+    try:
+        spark_schema = from_arrow_schema(schema)
     except Exception as exc:
-        raise ReadError(f"cannot turn the {fmt} objects into a Spark DataFrame: {exc}") from exc
+        raise ReadError(
+            f"the batch's {fmt} objects have a column Spark cannot hold: {exc}"
+        ) from exc
+    budget = int(source.get("partition_bytes") or PARTITION_BYTES)
+    plan = {
+        "source": settings,
+        "format": fmt,
+        "options": options,
+        "lineage": bool(spec.get("lineage")),
+        "schema": spark_schema.jsonValue(),
+        "groups": group_by_bytes(locations, sizes, budget),
+    }
+    df = python_sources.load(spark, ObjectStoreSource, secrets, plan)
     return _with_schema(spark, df, spec.get("schema"))
+
+
+def group_by_bytes(locations: list[str], sizes: list[int], budget: int) -> list[list[str]]:
+    """Consecutive objects whose sizes sum to at most `budget` (at least one object a group)."""
+    if budget < 1:
+        raise ReadError(f"partition_bytes must be a positive number of bytes, got {budget}")
+    groups: list[list[str]] = []
+    total = 0
+    for location, size in zip(locations, sizes, strict=True):
+        if groups and total + size <= budget:
+            groups[-1].append(location)
+            total += size
+        else:
+            groups.append([location])
+            total = size
+    return groups
 
 
 def _s3a(location: str) -> str:
@@ -65,34 +120,7 @@ def _s3a(location: str) -> str:
     )
 
 
-def _read_arrow(source: dict, objects: list[dict], fmt: str, options: dict, lineage):
-    import pyarrow as pa
-
-    tables = []
-    for obj in objects:
-        location = obj["location"]
-        fs, path = _filesystem(source, location)
-        _check_present(fs, path, obj)
-        try:
-            table = _read_one(fs, path, fmt, options)
-        except ReadError:
-            raise
-        except Exception as exc:  # ArrowInvalid, a truncated file, an S3 error mid-read
-            raise ReadError(f"cannot read {fmt} object {location}: {exc}") from exc
-        if lineage:
-            table = table.append_column(SOURCE_FILE, pa.array([location] * table.num_rows))
-        tables.append(table)
-    try:
-        return pa.concat_tables(tables, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise ReadError(f"the batch's {fmt} objects have incompatible schemas: {exc}") from exc
-
-
-def _read_one(fs, path: str, fmt: str, options: dict):
-    import pyarrow.csv as pcsv
-    import pyarrow.json as pjson
-    import pyarrow.parquet as pq
-
+def _check_options(fmt: str, options: dict) -> None:
     unsupported = sorted(set(options) - _ARROW_OPTIONS[fmt])
     if unsupported:
         raise ReadError(
@@ -102,19 +130,21 @@ def _read_one(fs, path: str, fmt: str, options: dict):
         )
     if str(options.get("mode", "FAILFAST")).upper() != "FAILFAST":
         raise ReadError("read option mode: only FAILFAST when the worker reads objects itself")
-    if fmt == "parquet":
-        return pq.read_table(path, filesystem=fs)
-    with fs.open_input_stream(path) as stream:
-        if fmt == "json":
-            return pjson.read_json(stream)
-        header = str(options.get("header", "true")).lower() == "true"
-        delimiter = str(options.get("sep", options.get("delimiter", ",")))
-        parse = pcsv.ParseOptions(delimiter=delimiter, quote_char=str(options.get("quote", '"')))
-        read = pcsv.ReadOptions(autogenerate_column_names=not header)
-        return pcsv.read_csv(stream, read_options=read, parse_options=parse)
 
 
-def _check_present(fs, path: str, obj: dict) -> None:
+def _schema_of(fs, path: str, location: str, fmt: str, options: dict) -> pa.Schema:
+    try:
+        return read_object(fs, path, fmt, options, first_block=True)
+    except StopIteration:
+        return pa.schema([])  # an empty JSON object: no rows, no columns
+    except ReadError:
+        raise
+    except Exception as exc:  # a footer that is not Parquet's, a first line that is not JSON
+        raise ReadError(f"cannot read {fmt} object {location}: {exc}") from exc
+
+
+def _check_present(fs, path: str, obj: dict) -> int:
+    """The object's size, once it is known to be the one registered."""
     import pyarrow.fs as pafs
 
     location = obj["location"]
@@ -132,52 +162,7 @@ def _check_present(fs, path: str, obj: dict) -> None:
             f"object {location} changed after it was registered ({size} bytes then, "
             f"{info.size} now); write new content under a new key"
         )
-
-
-def _filesystem(source: dict, location: str):
-    """(pyarrow filesystem, path in it) for one object."""
-    parsed = urlparse(location)
-    if parsed.scheme in S3_SCHEMES:
-        return _s3(source), f"{parsed.netloc}{parsed.path}"
-    import fsspec
-    import pyarrow.fs as pafs
-
-    try:
-        fs, path = fsspec.core.url_to_fs(location)
-    except Exception as exc:
-        raise ReadError(f"no filesystem for {location}: {exc}") from exc
-    return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), path
-
-
-_S3_CACHE: dict[tuple, object] = {}
-
-
-def _s3(source: dict):
-    import pyarrow.fs as pafs
-
-    credentials = {}
-    for key, option in (
-        ("key_env", "access_key"),
-        ("secret_env", "secret_key"),
-        ("session_token_env", "session_token"),
-    ):
-        name = source.get(key)
-        if name:
-            value = os.environ.get(name)
-            if not value:
-                raise ReadError(
-                    f"environment variable {name} (the source's {key}) is not set on this worker"
-                )
-            credentials[option] = value
-    options = {"connect_timeout": 10, "request_timeout": 60}
-    if source.get("endpoint_url"):
-        options["endpoint_override"] = source["endpoint_url"]
-    if source.get("region"):
-        options["region"] = source["region"]
-    key = tuple(sorted({**options, **credentials}.items()))
-    if key not in _S3_CACHE:
-        _S3_CACHE[key] = pafs.S3FileSystem(**options, **credentials)
-    return _S3_CACHE[key]
+    return info.size or 0
 
 
 def _with_schema(spark: SparkSession, df: DataFrame, schema) -> DataFrame:

@@ -25,6 +25,7 @@ from workers.spark.errors import (
     BatchError,
     ReadError,
     SinkError,
+    executor_read_error,
     input_failed,
     input_failure_detail,
     input_failure_summary,
@@ -121,6 +122,10 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
             version=spec["upper"] - 1,
         )
     except Exception as exc:
+        # a Kafka or object-store partition read on an executor: the reader's own message
+        executor_error = executor_read_error(exc)
+        if executor_error is not None:
+            raise _batch_error("read", executor_error) from exc
         if input_failed(exc):
             # Spark reads lazily: a malformed file surfaces in the write, but it is a read error
             error = ReadError(f"cannot read {spec['format']} input: {input_failure_summary(exc)}")
