@@ -113,3 +113,36 @@ def test_a_version_whose_files_were_vacuumed_fails_the_batch_naming_it(spark, tm
     batch = lifecycle.batch_acquire(job=job, worker="w")
     with pytest.raises(BatchError, match="version 0 of the Delta table .* was vacuumed"):
         run_batch(spark, execution.batch_spec(batch=batch))
+
+
+def test_a_partitioned_table_is_read_with_its_typed_partition_columns(spark, tmp_path):
+    table = str(tmp_path / "t")
+    data = _rows([1, 2, 3]).append_column("day", pa.array([1, 1, 2], pa.int32()))
+    write_deltalake(table, data, partition_by=["day"])
+    job = _delta_job("partitioned", table, str(tmp_path / "out"))
+    batch = lifecycle.batch_acquire(job=job, worker="w")
+    spec = execution.batch_spec(batch=batch)
+    assert len(spec["source"]["files"]) == 2
+    result = run_batch(spark, spec)
+    assert result["rows_out"] == 3
+    out = DeltaTable(str(tmp_path / "out")).to_pyarrow_table()
+    assert out.schema.field("day").type == pa.int32()
+    assert sorted(
+        zip(out.column("key").to_pylist(), out.column("day").to_pylist(), strict=False)
+    ) == [
+        (1, 1),
+        (2, 1),
+        (3, 2),
+    ]
+
+
+def test_a_version_cleaned_from_the_log_is_an_error_naming_it(tmp_path):
+    table = tmp_path / "t"
+    write_deltalake(str(table), _rows([1]))
+    write_deltalake(str(table), _rows([2]), mode="append")
+    DeltaTable(str(table)).create_checkpoint()
+    (table / "_delta_log" / f"{0:020d}.json").unlink()  # what log cleanup does after a checkpoint
+    connector = connector_create(name="cleaned", kind="delta", config={"path": str(table)})
+    with pytest.raises(InvalidInput, match="version 0 of the Delta table .* no longer in its log"):
+        discovery.discover(connector)
+    assert Asset.objects.filter(connector=connector).count() == 0
