@@ -16,6 +16,7 @@ class ConnectorKind(models.TextChoices):
     TABLE = "table", "table"
     KAFKA = "kafka", "kafka"
     JOB_OUTPUT = "job_output", "job output"
+    DELTA = "delta", "delta"
 
 
 class ConnectorState(models.TextChoices):

@@ -5,7 +5,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("inventory", "0018_refuse"),
+        ("inventory", "0021_delta_publish_token"),
     ]
 
     operations = [

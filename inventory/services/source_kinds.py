@@ -30,6 +30,7 @@ _MODULES = {
     "table": "inventory.services.source_table",
     "kafka": "inventory.services.source_kafka",
     "job_output": "inventory.services.source_job_output",
+    "delta": "inventory.services.source_delta",
 }
 
 

@@ -11,6 +11,10 @@ attempt's leftovers of a refilled hole); the sink removes them in the same step.
   records the new output and the replaced ones. No Django here: psycopg2 and two SQL functions.
 - `static_publish`: no control plane (tests, a processor run by hand): replaces what it is told.
 
+What the fence yields is a `Replaced` list; its `token` is a number that grows with every publish
+(tidemark_publish_token, drawn after tidemark_publish_begin, so in publish order; None without a
+control plane). The Delta sink writes it as its application-transaction version.
+
 `publish_from_spec` picks one from run_batch's spec: {"fence": {"dsn_env": VAR}} or
 {"replaces": [ids]}.
 """
@@ -21,7 +25,16 @@ from contextlib import AbstractContextManager, contextmanager
 
 from workers.spark.errors import SinkError
 
-Publish = Callable[[], AbstractContextManager[list[int]]]
+
+class Replaced(list):
+    """The ids of the batches whose output the publishing one replaces, and the publish's token."""
+
+    def __init__(self, ids, *, token: int | None = None):
+        super().__init__(int(i) for i in ids)
+        self.token = token
+
+
+Publish = Callable[[], AbstractContextManager[Replaced]]
 
 
 class FencedOut(SinkError):
@@ -36,15 +49,15 @@ def static_publish(replaces: list[int] | None = None) -> Publish:
     replaced = [int(i) for i in replaces or []]
 
     @contextmanager
-    def publish() -> Iterator[list[int]]:
-        yield list(replaced)
+    def publish() -> Iterator[Replaced]:
+        yield Replaced(replaced)
 
     return publish
 
 
 def database_publish(*, dsn: str, batch_id: int, attempt: int) -> Publish:
     @contextmanager
-    def publish() -> Iterator[list[int]]:
+    def publish() -> Iterator[Replaced]:
         import psycopg2
 
         try:
@@ -66,11 +79,13 @@ def database_publish(*, dsn: str, batch_id: int, attempt: int) -> Publish:
                     if exc.pgcode == "TM422":
                         raise OutputConflict(message) from None
                     raise SinkError(f"publish fence failed: {message}") from None
-                replaced = [row[0] for row in cur.fetchall()]
+                ids = [row[0] for row in cur.fetchall()]
+                cur.execute("SELECT tidemark_publish_token()")
+                replaced = Replaced(ids, token=cur.fetchone()[0])
                 yield replaced
                 cur.execute(
                     "SELECT tidemark_publish_end(%s, %s, %s::bigint[])",
-                    [batch_id, attempt, replaced],
+                    [batch_id, attempt, list(replaced)],
                 )
             conn.commit()
         finally:

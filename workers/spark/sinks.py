@@ -13,6 +13,7 @@ which earlier batches' outputs the new one replaces; those leave in the same ste
   never a later one's. The renames are not one atomic step: a reader listing the directory in
   the milliseconds between them may miss the replaced rows, never see them twice.
 - "postgres": see workers/spark/pgsink.py.
+- "delta": a Delta Lake table, one Delta commit per batch; see workers/spark/delta_sink.py.
 """
 
 import os
@@ -22,11 +23,13 @@ import uuid
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
+from workers.spark.delta_sink import check_delta, write_delta
 from workers.spark.errors import SinkError, spark_error_summary
 from workers.spark.fence import Publish, static_publish
 from workers.spark.pgsink import check_postgres, write_postgres
 
 FILE_FORMATS = ("parquet", "json", "csv", "orc")
+SINK_KINDS = "files, postgres, delta"
 
 
 def write_sink(
@@ -37,11 +40,13 @@ def write_sink(
     attempt: int = 0,
     publish: Publish | None = None,
     version: int | None = None,
+    job: str | None = None,
 ) -> dict:
     """Write `df` as batch `batch_id`'s output; returns {"rows_out", "bytes", "location", ...}.
 
     `publish` is the fence (default: replace nothing, no control plane); `version` is the batch's
-    source order, what a table sink compares when no version column is declared.
+    source order, what a table sink compares when no version column is declared; `job` names
+    the Delta sink's application transaction.
     """
     if not isinstance(sink, dict):
         raise SinkError("sink must be an object with a 'kind'")
@@ -53,7 +58,17 @@ def write_sink(
         return write_postgres(
             df, sink, batch_id=batch_id, attempt=attempt, publish=publish, version=version
         )
-    raise SinkError(f"unknown sink kind {kind!r}; supported kinds: files, postgres")
+    if kind == "delta":
+        return write_delta(
+            df,
+            sink,
+            table_path=sink_path,
+            batch_id=batch_id,
+            job=job or "default",
+            attempt=attempt,
+            publish=publish,
+        )
+    raise SinkError(f"unknown sink kind {kind!r}; supported kinds: {SINK_KINDS}")
 
 
 def check_sink(sink: dict) -> None:
@@ -65,14 +80,22 @@ def check_sink(sink: dict) -> None:
         _file_settings(sink)
     elif kind == "postgres":
         check_postgres(sink)
+    elif kind == "delta":
+        check_delta(sink, sink_path)
     else:
-        raise SinkError(f"unknown sink kind {kind!r}; supported kinds: files, postgres")
+        raise SinkError(f"unknown sink kind {kind!r}; supported kinds: {SINK_KINDS}")
 
 
-def _file_settings(sink: dict) -> tuple[str, str, list[str], dict]:
+def sink_path(sink: dict) -> str:
+    """The directory a files or Delta sink writes to: the one check of a sink's path."""
     path = sink.get("path")
     if not isinstance(path, str) or not path.strip():
         raise SinkError("sink 'path' must be a directory path or URI")
+    return path
+
+
+def _file_settings(sink: dict) -> tuple[str, str, list[str], dict]:
+    path = sink_path(sink)
     fmt = sink.get("format", "parquet")
     if fmt not in FILE_FORMATS:
         raise SinkError(f"sink 'format' must be one of {', '.join(FILE_FORMATS)}, got {fmt!r}")

@@ -17,6 +17,7 @@ READERS = {
     "table": "workers.spark.read_table",
     "kafka": "workers.spark.read_kafka",
     "job_output": "workers.spark.read_job_output",
+    "delta": "workers.spark.read_delta",
 }
 
 

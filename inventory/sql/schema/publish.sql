@@ -54,3 +54,11 @@ RETURNS void LANGUAGE sql AS $$
     UPDATE inventory_batch SET replaced_by_id = p_batch
     WHERE id = ANY(p_replaced) AND id <> p_batch AND replaced_by_id IS NULL;
 $$;
+
+-- A number that grows with every publish, drawn inside the fence after tidemark_publish_begin
+-- (so, per job, in publish order): the Delta sink's application-transaction version, which lets
+-- the Delta log itself refuse an older publish that arrives late (docs/sinks/delta.md).
+CREATE OR REPLACE FUNCTION tidemark_publish_token()
+RETURNS bigint LANGUAGE sql AS $$
+    SELECT nextval('tidemark_publish_seq');
+$$;

@@ -1,0 +1,148 @@
+"""`delta` connectors (issue 22): a Delta table's versions are the items, read from their added
+files; a Delta-to-Delta chain replays exactly once; a vacuumed version is an explicit error."""
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from inventory.models import Asset, Batch, BatchStatus
+from inventory.services import discovery, execution, lifecycle
+from inventory.services.connectors import connector_create
+from inventory.services.corrections import watermark_correct
+from inventory.services.errors import InvalidInput
+from inventory.services.jobs import job_create
+from tests.test_delta_sink import assert_each_row_at_most_once_at_every_version, rows_at
+from tests.test_exactly_once import drain, expected_rows, make_files_job
+from workers.spark.errors import BatchError
+from workers.spark.run import run_batch
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _rows(keys, v="x"):
+    return pa.table(
+        {"key": pa.array(keys, pa.int64()), "v": pa.array([v] * len(keys), pa.string())}
+    )
+
+
+def test_a_path_that_is_not_a_delta_table_or_an_unknown_key_is_a_400(tmp_path):
+    with pytest.raises(InvalidInput) as refused:
+        connector_create(name="not-delta", kind="delta", config={"path": str(tmp_path)})
+    assert (refused.value.field, "not a Delta table" in str(refused.value)) == (
+        "config.path",
+        True,
+    )
+    write_deltalake(str(tmp_path / "t"), _rows([1]))
+    with pytest.raises(InvalidInput) as refused:
+        connector_create(
+            name="typo", kind="delta", config={"path": str(tmp_path / "t"), "format": "x"}
+        )
+    assert refused.value.field == "config.format"
+
+
+def test_versions_are_registered_in_commit_order_with_their_added_bytes_and_rows(tmp_path):
+    table = str(tmp_path / "t")
+    write_deltalake(table, _rows([1, 2]))
+    write_deltalake(table, _rows([3]), mode="append")
+    connector = connector_create(name="versions", kind="delta", config={"path": table})
+    assert discovery.discover(connector) == 2
+    write_deltalake(table, _rows([4, 5, 6]), mode="append")
+    assert discovery.discover(connector) == 1
+    assert discovery.discover(connector) == 0
+    assets = list(Asset.objects.filter(connector=connector).order_by("id"))
+    assert [(a.extra["version"], a.extra["rows"]) for a in assets] == [(0, 2), (1, 1), (2, 3)]
+    assert all(a.weight > 0 for a in assets)
+    assert [a.location for a in assets] == [f"{table}@v{v}" for v in range(3)]
+    assert connector.cursor == {"version": 2}
+
+
+def _delta_job(name: str, source: str, sink: str, **options):
+    connector = connector_create(name=f"{name}-src", kind="delta", config={"path": source})
+    discovery.discover(connector)
+    return job_create(
+        name=name,
+        connector=connector,
+        batch_weight=10**12,
+        max_items=options.pop("max_items", 2),
+        sink={"kind": "delta", "path": sink},
+        retry_backoff_seconds=0,
+        max_attempts=10,
+        **options,
+    )
+
+
+def test_a_delta_to_delta_chain_replays_exactly_once(spark, tmp_path):
+    upstream_table, downstream_table = tmp_path / "up", tmp_path / "down"
+    upstream, _ = make_files_job(
+        tmp_path, "chain-up", {"kind": "delta", "path": str(upstream_table)}, items=4
+    )
+    drain(spark, upstream)
+    downstream = _delta_job("chain-down", str(upstream_table), str(downstream_table))
+    drain(spark, downstream)
+    assert rows_at(downstream_table) == expected_rows(range(4))
+
+    # the upstream job replays its second batch: a new upstream version restates those rows
+    second = Batch.objects.filter(job=upstream, status=BatchStatus.SUCCEEDED).order_by("span")[1]
+    watermark_correct(
+        job=upstream, value=second.span.lower - 1, actor="a", reason="fix", replay=True
+    )
+    drain(spark, upstream)
+    assert rows_at(upstream_table) == expected_rows(range(4))
+
+    # the downstream job replays from its start: the restated version contributes nothing, the
+    # replaying one holds those rows
+    discovery.discover(downstream.connector)
+    first = Batch.objects.filter(job=downstream).order_by("span").first()
+    watermark_correct(
+        job=downstream, value=first.span.lower - 1, actor="a", reason="fix", replay=True
+    )
+    drain(spark, downstream)
+    assert_each_row_at_most_once_at_every_version(downstream_table)
+    assert rows_at(downstream_table) == expected_rows(range(4))
+    assert Batch.objects.filter(job=downstream, status=BatchStatus.SUPERSEDED).exists()
+
+
+def test_a_version_whose_files_were_vacuumed_fails_the_batch_naming_it(spark, tmp_path):
+    table = str(tmp_path / "t")
+    write_deltalake(table, _rows([1, 2]))
+    write_deltalake(table, _rows([3]), mode="append")
+    job = _delta_job("vacuumed", table, str(tmp_path / "out"), max_items=1)
+    # compaction moves the rows into a new file (no data change); VACUUM deletes the originals
+    DeltaTable(table).optimize.compact()
+    DeltaTable(table).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    batch = lifecycle.batch_acquire(job=job, worker="w")
+    with pytest.raises(BatchError, match="version 0 of the Delta table .* was vacuumed"):
+        run_batch(spark, execution.batch_spec(batch=batch))
+
+
+def test_a_partitioned_table_is_read_with_its_typed_partition_columns(spark, tmp_path):
+    table = str(tmp_path / "t")
+    data = _rows([1, 2, 3]).append_column("day", pa.array([1, 1, 2], pa.int32()))
+    write_deltalake(table, data, partition_by=["day"])
+    job = _delta_job("partitioned", table, str(tmp_path / "out"))
+    batch = lifecycle.batch_acquire(job=job, worker="w")
+    spec = execution.batch_spec(batch=batch)
+    assert len(spec["source"]["files"]) == 2
+    result = run_batch(spark, spec)
+    assert result["rows_out"] == 3
+    out = DeltaTable(str(tmp_path / "out")).to_pyarrow_table()
+    assert out.schema.field("day").type == pa.int32()
+    assert sorted(
+        zip(out.column("key").to_pylist(), out.column("day").to_pylist(), strict=False)
+    ) == [
+        (1, 1),
+        (2, 1),
+        (3, 2),
+    ]
+
+
+def test_a_version_cleaned_from_the_log_is_an_error_naming_it(tmp_path):
+    table = tmp_path / "t"
+    write_deltalake(str(table), _rows([1]))
+    write_deltalake(str(table), _rows([2]), mode="append")
+    DeltaTable(str(table)).create_checkpoint()
+    (table / "_delta_log" / f"{0:020d}.json").unlink()  # what log cleanup does after a checkpoint
+    connector = connector_create(name="cleaned", kind="delta", config={"path": str(table)})
+    with pytest.raises(InvalidInput, match="version 0 of the Delta table .* no longer in its log"):
+        discovery.discover(connector)
+    assert Asset.objects.filter(connector=connector).count() == 0
