@@ -50,7 +50,8 @@ def test_object_store_urls_that_reach_local_files_are_refused(role_users, tmp_pa
         assert "config.path" in refused.json()
 
 
-def test_files_sinks_outside_the_allowed_roots_are_refused(role_users, tmp_path):
+@pytest.mark.parametrize("kind", ["files", "delta"])
+def test_files_and_delta_sinks_outside_the_allowed_roots_are_refused(role_users, tmp_path, kind):
     api = token_client(role_users["admin"])
     connector = ConnectorFactory(name="plain")
     for path in ["/etc/cron.d", f"{tmp_path}/../../../../../etc/cron.d", "file:///etc/cron.d"]:
@@ -60,7 +61,7 @@ def test_files_sinks_outside_the_allowed_roots_are_refused(role_users, tmp_path)
                 "name": "hostile-job",
                 "connector": connector.name,
                 "batch_weight": 10,
-                "sink": {"kind": "files", "path": path},
+                "sink": {"kind": kind, "path": path},
             },
             format="json",
         )

@@ -25,7 +25,7 @@ def sink_confine(sink: dict | None, *, field: str = "sink") -> None:
     if not isinstance(sink, dict):
         return
     kind = sink.get("kind")
-    if kind == "files":
+    if kind in ("files", "delta"):
         path_confined(sink.get("path"), f"{field}.path")
     elif kind == "postgres":
         name = sink.get("dsn_env")
@@ -62,6 +62,8 @@ def source_confine(source: dict | None, *, field: str = "connector.config") -> N
             endpoints.dsn_check(dsn, field=f"{field}.dsn_env")
     elif kind == "kafka":
         source_kafka.confine(source)
+    elif kind == "delta":  # a table's files are read from under its (confined) directory
+        path_confined(source.get("path"), f"{field}.path")
     elif kind == "job_output":
         # an upstream commit's location comes from its result, which an external processor
         # reports through succeed/: read only where a sink may write
