@@ -57,7 +57,8 @@ def job_validate_runtime(
         try:
             validate_params(processor, params if params is not None else {})
         except ProcessorError as exc:
-            raise InvalidInput("params", str(exc)) from None
+            param = getattr(exc, "param", None)
+            raise InvalidInput(f"params.{param}" if param else "params", str(exc)) from None
     if executor is not None and executor not in EXECUTORS:
         raise InvalidInput(
             "executor", f"unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}"
