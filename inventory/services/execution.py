@@ -28,6 +28,7 @@ from inventory.models import Batch, BatchStatus, ConnectorKind, Job, WatermarkTy
 from inventory.services import dispatch, lifecycle, outputs
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.items import source_for_connector
+from inventory.services.own_database import own_database_identity
 from inventory.services.source_kinds import connector_source
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ def batch_spec(*, batch: Batch) -> dict:
         "processor": snapshot.get("processor", job.processor),
         "params": snapshot.get("params", job.params) or {},
         "sink": snapshot.get("sink", job.sink) or {},
+        # a table sink refuses to write when its connection lands here (invariant 10)
+        "own_database": own_database_identity(),
         "attempt": batch.attempt,
         "watermark_type": job.watermark_type,
         # the sink publishes only through the fence, which names the outputs this one replaces

@@ -10,6 +10,7 @@ import importlib
 from django.conf import settings
 
 from inventory.services.errors import InvalidInput
+from inventory.services.own_database import sink_refuse_own_database
 from inventory.services.scheduling import parse_cron
 
 EXECUTORS = ("warm", "submit")
@@ -45,6 +46,8 @@ def job_validate_runtime(
             check_sink(sink)
         except SinkError as exc:
             raise InvalidInput("sink", str(exc)) from None
+        if sink.get("kind") == "postgres":
+            sink_refuse_own_database(sink)
     if processor is not None:
         from workers.spark.processors import ProcessorError, validate_params
 

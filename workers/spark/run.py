@@ -119,6 +119,7 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
             publish=publish_from_spec(spec),
             # the batch's source order: its last item id (a later range wins in a table sink)
             version=spec["upper"] - 1,
+            own_database=spec.get("own_database"),
         )
     except Exception as exc:
         if input_failed(exc):

@@ -37,11 +37,13 @@ def write_sink(
     attempt: int = 0,
     publish: Publish | None = None,
     version: int | None = None,
+    own_database: list[str] | None = None,
 ) -> dict:
     """Write `df` as batch `batch_id`'s output; returns {"rows_out", "bytes", "location", ...}.
 
     `publish` is the fence (default: replace nothing, no control plane); `version` is the batch's
-    source order, what a table sink compares when no version column is declared.
+    source order, what a table sink compares when no version column is declared; `own_database`
+    is the control plane's [system identifier, database]: a table sink never writes there.
     """
     if not isinstance(sink, dict):
         raise SinkError("sink must be an object with a 'kind'")
@@ -51,7 +53,13 @@ def write_sink(
         return write_files(df, sink, batch_id=batch_id, attempt=attempt, publish=publish)
     if kind == "postgres":
         return write_postgres(
-            df, sink, batch_id=batch_id, attempt=attempt, publish=publish, version=version
+            df,
+            sink,
+            batch_id=batch_id,
+            attempt=attempt,
+            publish=publish,
+            version=version,
+            own_database=own_database,
         )
     raise SinkError(f"unknown sink kind {kind!r}; supported kinds: files, postgres")
 
