@@ -276,7 +276,8 @@ def test_ids_committing_out_of_order_in_a_meta_table_are_not_lost():
     setup.autocommit = True
     with setup.cursor() as cur:
         cur.execute(
-            "CREATE TABLE ooo_meta (uid bigserial PRIMARY KEY, item text NOT NULL, weight bigint)"
+            "CREATE TABLE ooo_meta (uid bigserial PRIMARY KEY, item text NOT NULL, weight bigint);"
+            "GRANT SELECT ON ooo_meta TO tidemark_reader"
         )
     connector = connector_create(
         name="ooo", kind=ConnectorKind.FILES, config={"meta_table": {"table": "ooo_meta"}}
@@ -324,7 +325,8 @@ def test_an_emptied_hole_does_not_stop_the_job_and_a_waiting_hole_is_named():
     with connection.cursor() as cursor:
         cursor.execute(
             "CREATE TABLE hole_meta (uid bigint PRIMARY KEY, item text, weight bigint, keep bool);"
-            "INSERT INTO hole_meta SELECT g, 'i' || g, 1, true FROM generate_series(1, 6) AS g"
+            "INSERT INTO hole_meta SELECT g, 'i' || g, 1, true FROM generate_series(1, 6) AS g;"
+            "GRANT SELECT ON hole_meta TO tidemark_reader"
         )
     connector = connector_create(
         name="holes",

@@ -33,6 +33,8 @@ def meta_table(db):
                    CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END,
                    CASE WHEN g % 3 = 0 THEN NULL ELSE 'eu' END
             FROM generate_series(1, 40) AS g;
+            -- Tidemark reads local meta tables as tidemark_reader (docs/security.md)
+            GRANT SELECT ON meta_events TO tidemark_reader;
             """
         )
         cursor.execute("UPDATE meta_events SET kind = %s WHERE uid = 40", [INJECTION])

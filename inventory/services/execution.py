@@ -27,7 +27,7 @@ from django.db import (
 from inventory.models import Batch, BatchStatus, ConnectorKind, Job, WatermarkType
 from inventory.services import dispatch, lifecycle, outputs
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
-from inventory.services.items import source_for_connector
+from inventory.services.items import fetch_items, source_for_connector
 from inventory.services.own_database import own_database_identity
 from inventory.services.source_kinds import connector_source
 
@@ -63,9 +63,7 @@ def batch_spec(*, batch: Batch) -> dict:
     else:
         source = source_for_connector(connector)
         sql, params = source.select(lower=batch.span.lower, upper=batch.span.upper, limit=None)
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            items = [row[2] for row in cursor.fetchall()]
+        items = [row[2] for row in fetch_items(source, sql, params)]
         read = {}
     return {
         "job": job.name,
