@@ -39,7 +39,8 @@ class ThrottledTokenAuthentication(TokenAuthentication):
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if not header.split(" ", 1)[0].lower() == self.keyword.lower():
             return None  # no token offered: other authenticators (sessions) decide
-        address = get_client_ip_address(request._request) or "unknown"
+        django_request = getattr(request, "_request", request)  # DRF's Request or Django's
+        address = get_client_ip_address(django_request) or "unknown"
         limit = settings.TIDEMARK_TOKEN_FAILURE_LIMIT
         window = settings.TIDEMARK_TOKEN_FAILURE_WINDOW
         if token_failures(address) >= limit:
@@ -62,6 +63,6 @@ class ThrottledTokenAuthentication(TokenAuthentication):
             user_login_failed.send(
                 sender=__name__,
                 credentials={"username": TOKEN_USERNAME},
-                request=request._request,
+                request=django_request,
             )
             raise
