@@ -4,15 +4,16 @@ Every request with a bad token counts one failure for its client address (the ad
 sees), in the cache for TIDEMARK_TOKEN_FAILURE_WINDOW
 seconds. Past TIDEMARK_TOKEN_FAILURE_LIMIT failures the address gets 429 on any token until the
 window has passed, even with a good token, so guessing cannot be told apart from a hit. Each
-failure is logged and recorded by django-axes (an access failure under the username "(api token)",
-visible in the admin next to password failures); a good token does not reset the count.
+failure is logged and recorded as a django-axes access failure under the username "(api token)",
+visible in the admin next to password failures (it does not count towards the password lockout);
+a good token does not reset the count.
 """
 
 import logging
 
 from axes.helpers import get_client_ip_address
+from axes.models import AccessFailureLog
 from django.conf import settings
-from django.contrib.auth.signals import user_login_failed
 from django.core.cache import cache
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
@@ -60,9 +61,12 @@ class ThrottledTokenAuthentication(TokenAuthentication):
                     cache.set(_key(address), 1, timeout=window)
                     count = 1
             log.warning("bad API token from %s (%d of %d)", address, count, limit)
-            user_login_failed.send(
-                sender=__name__,
-                credentials={"username": TOKEN_USERNAME},
-                request=django_request,
+            AccessFailureLog.objects.create(
+                username=TOKEN_USERNAME,
+                ip_address=address if address != "unknown" else None,
+                user_agent=django_request.META.get("HTTP_USER_AGENT", "<unknown>")[:255],
+                http_accept=django_request.META.get("HTTP_ACCEPT", "<unknown>")[:1025],
+                path_info=django_request.path_info[:255],
+                locked_out=count >= limit,
             )
             raise
