@@ -81,7 +81,11 @@ def batch_spec(*, batch: Batch) -> dict:
         "params": snapshot.get("params", job.params) or {},
         "sink": snapshot.get("sink", job.sink) or {},
         # a table sink refuses to write when its connection lands here (invariant 10)
-        "own_database": own_database_identity(),
+        **(
+            {"own_database": own_database_identity()}
+            if (snapshot.get("sink", job.sink) or {}).get("kind") == "postgres"
+            else {}
+        ),
         "attempt": batch.attempt,
         "watermark_type": job.watermark_type,
         # the sink publishes only through the fence, which names the outputs this one replaces

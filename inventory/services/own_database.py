@@ -1,7 +1,8 @@
 """Tidemark's own database, recognised whatever the route to it (DESIGN.md, invariant 10).
 
 One rule for sources and sinks: a connection reaches Tidemark's database when it lands on the same
-server (PostgreSQL's `system_identifier`) and the same database (`current_database()`), however
+running server (its start time, `pg_postmaster_start_time()`, or PostgreSQL's `system_identifier`
+where it can be read, which also catches a replica) and the same database, however
 the DSN spells host, port, user or schema. A source on it may name no Tidemark table
 (`source_table.refuse_own_tables`); a sink may not write into it at all, in any schema (users,
 tokens, the inventory, `pg_catalog`, views), checked here when a job is saved and again by the
@@ -13,7 +14,7 @@ import os
 
 import psycopg2
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from psycopg2.extensions import parse_dsn
 
 from inventory.services.errors import InvalidInput
@@ -31,21 +32,36 @@ REFUSED = (
 
 
 def own_database_identity() -> list[str]:
-    """[system identifier, database name] of the database Tidemark runs on."""
+    """[server start time, database name] of the database Tidemark runs on (what the PostgreSQL
+    sink compares on its own connection, `workers/spark/pgsink.py`)."""
     with connection.cursor() as cursor:
-        cursor.execute(source_query("table_identity"))
+        cursor.execute(source_query("server_identity"))
         return [str(value) for value in cursor.fetchone()]
 
 
 def connection_identity(conn) -> list[str]:
     """The same pair for any psycopg2 connection."""
     with conn.cursor() as cursor:
-        cursor.execute(source_query("table_identity"))
+        cursor.execute(source_query("server_identity"))
         return [str(value) for value in cursor.fetchone()]
 
 
 def is_own_database(conn) -> bool:
-    return connection_identity(conn) == own_database_identity()
+    if connection_identity(conn) == own_database_identity():
+        return True
+    # a replica of Tidemark's database: the same system identifier, where both can read it
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(source_query("table_identity"))
+            theirs = [str(value) for value in cursor.fetchone()]
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(source_query("table_identity"))
+            ours = [str(value) for value in cursor.fetchone()]
+    except (psycopg2.Error, DatabaseError):
+        if not conn.autocommit:
+            conn.rollback()
+        return False
+    return theirs == ours
 
 
 def sink_refuse_own_database(sink: dict) -> None:

@@ -239,8 +239,7 @@ def _refuse_own_database(conn, own_database: list[str] | None, dsn: str) -> None
     try:
         with conn.cursor() as cur:
             cur.execute(
-                "SELECT (SELECT system_identifier FROM pg_control_system())::text, "
-                "current_database()"
+                "SELECT extract(epoch FROM pg_postmaster_start_time())::text, current_database()"
             )
             theirs = [str(value) for value in cur.fetchone()]
         conn.rollback()
