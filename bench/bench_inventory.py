@@ -120,6 +120,8 @@ def create_tables() -> float:
         cur.execute(
             f"CREATE TABLE {META} (uid bigint NOT NULL, item text NOT NULL, weight integer NOT NULL)"
         )
+        # Tidemark reads local meta tables as tidemark_reader (docs/security.md)
+        cur.execute(f"GRANT SELECT ON {META} TO tidemark_reader")
         cur.execute(
             f"INSERT INTO {META} (uid, item, weight) "
             f"SELECT g, 'bench/part-' || lpad(g::text, 7, '0') || '.parquet', {WEIGHT_SQL} "

@@ -1,5 +1,6 @@
 """Tidemark settings: one module, typed environment variables, embedded services when none are given."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -39,6 +40,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    # lockout of repeated login failures; its attempts and logs are in the admin
+    "axes",
     "inventory",
 ]
 
@@ -56,7 +59,27 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # last: answers 429 to a locked-out login (docs/security.md, Logins)
+    "axes.middleware.AxesMiddleware",
 ]
+
+# --- Logins (docs/security.md) ------------------------------------------------------------------
+# django-axes counts failed logins (/accounts/login/, /admin/login/) per user and, separately, per
+# client address; past the limit both are locked out for the cool-off (429).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("TIDEMARK_LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("TIDEMARK_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_ENABLE_ACCESS_FAILURE_LOG = True  # every failure, with its address, in the admin
+# the client address is REMOTE_ADDR (behind a reverse proxy: every client is the proxy's
+# address; see docs/security.md)
+# bad API tokens: past this many per address within the window (seconds), 429 for the window
+TIDEMARK_TOKEN_FAILURE_LIMIT = env_int("TIDEMARK_TOKEN_FAILURE_LIMIT", 20, minimum=1)
+TIDEMARK_TOKEN_FAILURE_WINDOW = env_int("TIDEMARK_TOKEN_FAILURE_WINDOW", 900, minimum=1)
 
 # Largest request body accepted (bytes); bigger ones get 413 (controlplane/middleware.py).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("TIDEMARK_MAX_REQUEST_BYTES", 10 * 1024 * 1024, minimum=1024)
@@ -168,7 +191,7 @@ LOGIN_REDIRECT_URL = "/"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # first, so an anonymous request gets 401 with a WWW-Authenticate header
-        "rest_framework.authentication.TokenAuthentication",
+        "inventory.api.authentication.ThrottledTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["inventory.api.permissions.HasRole"],
@@ -261,7 +284,7 @@ TIDEMARK_LEASE_SECONDS = env_int("TIDEMARK_LEASE_SECONDS", 120, minimum=1)
 # Extra modules that register processors (imported by workers, spark-submit runs and job validation).
 TIDEMARK_PROCESSOR_MODULES = env_list("TIDEMARK_PROCESSOR_MODULES", [])
 
-# --- What a user may name (docs/security-names.md) -------------------------------------------
+# --- What a user may name (docs/security.md) -------------------------------------------
 # Environment variables a connector's or job's `*_env` key may name (comma-separated; `PREFIX*`
 # allows every name with that prefix). Tidemark's own settings are never allowed, even if listed.
 TIDEMARK_CREDENTIALS = env_list("TIDEMARK_CREDENTIALS", [])

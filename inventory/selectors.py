@@ -37,7 +37,7 @@ from inventory.models import (
     WatermarkEvent,
 )
 from inventory.services.errors import InvalidInput
-from inventory.services.items import source_for_connector
+from inventory.services.items import fetch_items, source_for_connector
 from inventory.templatetags.human import compact
 
 log = logging.getLogger(__name__)
@@ -139,16 +139,16 @@ def watermark_history(*, job: Job) -> QuerySet[WatermarkEvent]:
 
 def batch_items(*, batch: Batch, offset: int = 0, limit: int | None = None) -> list[dict]:
     """The items a batch covers, in id order: id, item (a file location or meta-table item), weight."""
-    items_sql, params = source_for_connector(batch.job.connector).select(
+    source = source_for_connector(batch.job.connector)
+    items_sql, params = source.select(
         lower=batch.span.lower, upper=batch.span.upper, limit=limit, with_item=True
     )
     if offset:
         items_sql, params = f"{items_sql} OFFSET %s", [*params, offset]
-    with connection.cursor() as cursor:
-        cursor.execute(items_sql, params)
-        return [
-            {"id": uid, "item": item, "weight": weight} for uid, weight, item in cursor.fetchall()
-        ]
+    return [
+        {"id": uid, "item": item, "weight": weight}
+        for uid, weight, item in fetch_items(source, items_sql, params)
+    ]
 
 
 def batch_item_bounds(*, batch: Batch) -> tuple[int, int] | None:

@@ -9,7 +9,7 @@ from django.conf import settings as _settings
 
 
 def _names_the_tests_may_use() -> None:
-    """What this deployment (the test run) lets users name (docs/security-names.md): pytest's temp
+    """What this deployment (the test run) lets users name (docs/security.md): pytest's temp
     folders and the data folder as roots; the test variables (`TM_*` and a few others) as
     credentials; the loopback servers the tests start (moto, Tansu, any port) and the test
     PostgreSQL as endpoints. Set in os.environ so the worker and web subprocesses inherit them,
@@ -67,6 +67,25 @@ def _close_stray_test_connections(django_db_setup, django_db_blocker):
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
+        # the sinks' database of this run (tests/sink_database.py), if a test made one
+        cursor.execute(
+            f'DROP DATABASE IF EXISTS "{connection.settings_dict["NAME"]}_sinks" WITH (FORCE)'
+        )
+
+
+@pytest.fixture(autouse=True)
+def _token_failures_reset(request):
+    """Bad API tokens sent by one test do not throttle the next one (inventory/api/
+    authentication.py counts them per address in the cache; every test client is loopback)."""
+    yield
+    uses_services = request.node.get_closest_marker("django_db") or any(
+        "server" in name or name in ("db", "transactional_db") for name in request.fixturenames
+    )
+    if uses_services:
+        from inventory.api.authentication import token_failures_reset
+
+        for address in ("127.0.0.1", "::1"):
+            token_failures_reset(address)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -23,6 +23,7 @@ from inventory.services.connectors import connector_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.jobs import job_create
+from tests.sink_database import sink_cursor, sink_database_dsn
 from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
 from workers.spark.sinks import write_sink
@@ -90,7 +91,7 @@ def sink_rows(spark, sink: dict) -> list[tuple[int, str]]:
             return []
         df = spark.read.parquet(sink["path"])
         return sorted((r["key"], r["v"]) for r in df.select("key", "v").collect())
-    with connection.cursor() as cursor:
+    with sink_cursor() as cursor:
         cursor.execute("SELECT to_regclass(%s)", [f'"{sink["table"]}"'])
         if cursor.fetchone()[0] is None:
             return []  # no batch has written yet
@@ -104,8 +105,9 @@ def expected_rows(items) -> list[tuple[int, str]]:
 
 @pytest.fixture
 def sink_dsn(monkeypatch):
-    """The PostgreSQL sink writes into the test database, its DSN read from this variable."""
-    monkeypatch.setenv("TM_TEST_SINK_DSN", outputs.control_plane_dsn())
+    """The PostgreSQL sink writes into a database of its own (never Tidemark's), its DSN read from
+    this variable."""
+    monkeypatch.setenv("TM_TEST_SINK_DSN", sink_database_dsn())
     return "TM_TEST_SINK_DSN"
 
 
@@ -177,7 +179,7 @@ def test_a_declared_version_column_decides_which_row_wins(spark, sink_dsn):
     }
     write_sink(spark.createDataFrame([(1, "b", 2)], schema), sink, batch_id=2, version=1)
     write_sink(spark.createDataFrame([(1, "a", 1)], schema), sink, batch_id=1, version=99)
-    with connection.cursor() as cursor:
+    with sink_cursor() as cursor:
         cursor.execute("SELECT key, v, seq FROM versioned")
         assert cursor.fetchall() == [(1, "b", 2)]
 
@@ -192,7 +194,7 @@ def test_an_append_retry_after_the_merge_committed_replaces_instead_of_adding(
     expire_and_reap(batch)
     drain(spark, job)
     assert sink_rows(spark, sink) == expected_rows(range(2))
-    with connection.cursor() as cursor:
+    with sink_cursor() as cursor:
         cursor.execute(
             "SELECT attempt, rows FROM tidemark_sink.ledger WHERE batch_id = %s", [batch.pk]
         )
@@ -274,7 +276,8 @@ def test_ids_committing_out_of_order_in_a_meta_table_are_not_lost():
     setup.autocommit = True
     with setup.cursor() as cur:
         cur.execute(
-            "CREATE TABLE ooo_meta (uid bigserial PRIMARY KEY, item text NOT NULL, weight bigint)"
+            "CREATE TABLE ooo_meta (uid bigserial PRIMARY KEY, item text NOT NULL, weight bigint);"
+            "GRANT SELECT ON ooo_meta TO tidemark_reader"
         )
     connector = connector_create(
         name="ooo", kind=ConnectorKind.FILES, config={"meta_table": {"table": "ooo_meta"}}
@@ -322,7 +325,8 @@ def test_an_emptied_hole_does_not_stop_the_job_and_a_waiting_hole_is_named():
     with connection.cursor() as cursor:
         cursor.execute(
             "CREATE TABLE hole_meta (uid bigint PRIMARY KEY, item text, weight bigint, keep bool);"
-            "INSERT INTO hole_meta SELECT g, 'i' || g, 1, true FROM generate_series(1, 6) AS g"
+            "INSERT INTO hole_meta SELECT g, 'i' || g, 1, true FROM generate_series(1, 6) AS g;"
+            "GRANT SELECT ON hole_meta TO tidemark_reader"
         )
     connector = connector_create(
         name="holes",

@@ -11,13 +11,13 @@ import json
 
 import psycopg2
 import pytest
-from django.db import connection
 
 from inventory.models import ConnectorEvent, ConnectorState
 from inventory.services import lifecycle, scheduling
 from inventory.services.connectors import connector_create
 from inventory.services.discovery import discover
 from inventory.services.jobs import job_create
+from tests.sink_database import sink_cursor
 from tests.test_source_table import (  # noqa: F401 - fixture
     SINK_ENV,
     SOURCE_ENV,
@@ -125,7 +125,7 @@ def test_history_then_live_loses_and_doubles_nothing_at_the_switch(
         pass
     drain(spark, live_job)
 
-    with connection.cursor() as cursor:
+    with sink_cursor() as cursor:
         cursor.execute("SELECT id, count(*) FROM orders_all GROUP BY id ORDER BY id")
         counts = dict(cursor.fetchall())
     assert sorted(counts) == list(range(1, 35))  # none lost

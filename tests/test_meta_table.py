@@ -33,6 +33,8 @@ def meta_table(db):
                    CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END,
                    CASE WHEN g % 3 = 0 THEN NULL ELSE 'eu' END
             FROM generate_series(1, 40) AS g;
+            -- Tidemark reads local meta tables as tidemark_reader (docs/security.md)
+            GRANT SELECT ON meta_events TO tidemark_reader;
             """
         )
         cursor.execute("UPDATE meta_events SET kind = %s WHERE uid = 40", [INJECTION])
@@ -232,7 +234,8 @@ def test_a_meta_table_with_a_duplicate_uid_is_refused_naming_the_uid(db):
     with connection.cursor() as cursor:
         cursor.execute(
             "CREATE TABLE meta_dups (uid bigint, item text, weight bigint);"
-            "INSERT INTO meta_dups VALUES (1, 'a', 1), (2, 'b', 1), (2, 'c', 1), (3, 'd', 1)"
+            "INSERT INTO meta_dups VALUES (1, 'a', 1), (2, 'b', 1), (2, 'c', 1), (3, 'd', 1);"
+            "GRANT SELECT ON meta_dups TO tidemark_reader"
         )
     with pytest.raises(InvalidInput) as refused:
         connector_create(

@@ -1,5 +1,5 @@
 """Issue 17, items 1 and 8: what a hostile operator or admin may *name* as a credential, and where
-a credential may go (docs/security-names.md).
+a credential may go (docs/security.md).
 
 Variables: only those in TIDEMARK_CREDENTIALS, never Tidemark's own. Endpoints: a credential
 goes only to TIDEMARK_ALLOWED_ENDPOINTS (or a kind's public default), checked before any

@@ -1,6 +1,6 @@
 """Issue 17, items 3 and 4: paths a hostile operator or admin names stay under
 TIDEMARK_ALLOWED_ROOTS (after `..` and symlinks), assets stay inside their connector, and the
-directory walk neither leaves its root nor loops (docs/security-names.md)."""
+directory walk neither leaves its root nor loops (docs/security.md)."""
 
 import os
 

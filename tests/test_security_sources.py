@@ -53,6 +53,8 @@ def views_and_tables(db):
             CREATE SCHEMA lake;
             CREATE TABLE lake.auth_user (uid bigint PRIMARY KEY, item text, weight bigint);
             INSERT INTO lake.auth_user SELECT g, 'row-' || g, 1 FROM generate_series(1, 3) g;
+            GRANT USAGE ON SCHEMA lake TO tidemark_reader;
+            GRANT SELECT ON lake.auth_user TO tidemark_reader;
             CREATE VIEW innocent_users AS
                 SELECT id AS uid, password AS item, 1 AS weight FROM auth_user;
             CREATE VIEW innocent_users_2 AS SELECT * FROM innocent_users;
@@ -113,6 +115,8 @@ def test_the_check_follows_the_search_path_not_the_spelling(role_users):
         cursor.execute(
             "CREATE SCHEMA first; "
             "CREATE TABLE first.my_events (uid bigint, item text, weight bigint); "
+            "GRANT USAGE ON SCHEMA first TO tidemark_reader; "
+            "GRANT SELECT ON first.my_events TO tidemark_reader; "
             "CREATE VIEW public.my_events AS "
             "SELECT id AS uid, password AS item, 1 AS weight FROM public.auth_user"
         )
@@ -167,7 +171,8 @@ def two_tables(db):
         for table in ("source_a", "source_b"):
             cursor.execute(
                 f"CREATE TABLE {table} (uid bigint PRIMARY KEY, item text, weight bigint);"
-                f"INSERT INTO {table} SELECT g, '{table}-' || g, 1 FROM generate_series(1, 10) g"
+                f"INSERT INTO {table} SELECT g, '{table}-' || g, 1 FROM generate_series(1, 10) g;"
+                f"GRANT SELECT ON {table} TO tidemark_reader"
             )
 
 

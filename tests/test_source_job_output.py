@@ -26,6 +26,7 @@ from inventory.services.corrections import watermark_correct
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.jobs import job_create, job_delete
 from tests.api_support import token_client
+from tests.sink_database import sink_cursor, sink_database_dsn
 from tests.worker_fixtures import wait_until, write_orders
 from workers.spark.run import run_batch
 
@@ -109,7 +110,7 @@ def file_rows(spark, path: Path) -> list[tuple[int, str]]:
 
 
 def table_rows(table: str) -> list[tuple[int, str]]:
-    with connection.cursor() as cursor:
+    with sink_cursor() as cursor:
         cursor.execute(f'SELECT key, v FROM "{table}"')
         return sorted(cursor.fetchall())
 
@@ -124,7 +125,7 @@ def commit_seqs(job) -> dict[int, int]:
 
 @pytest.fixture
 def sink_dsn(monkeypatch):
-    monkeypatch.setenv("TM_CHAIN_SINK_DSN", outputs.control_plane_dsn())
+    monkeypatch.setenv("TM_CHAIN_SINK_DSN", sink_database_dsn())
     return "TM_CHAIN_SINK_DSN"
 
 

@@ -20,6 +20,7 @@ from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
 from inventory.services.outputs import control_plane_dsn
 from tests.api_support import token_client
+from tests.sink_database import sink_cursor, sink_database_dsn
 from tests.test_exactly_once import run_spark
 from workers.spark.errors import BatchError
 
@@ -44,7 +45,7 @@ def source_dsn(monkeypatch):
         )
         cursor.execute("CREATE INDEX ON orders (updated_at)")
     monkeypatch.setenv(SOURCE_ENV, dsn)
-    monkeypatch.setenv(SINK_ENV, control_plane_dsn())
+    monkeypatch.setenv(SINK_ENV, sink_database_dsn())  # never Tidemark's own database
     yield dsn
     with connection.cursor() as cursor:
         cursor.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
@@ -184,7 +185,7 @@ def _sink(table: str) -> dict:
 
 
 def _sink_rows(table: str) -> list[tuple]:
-    with connection.cursor() as cursor:
+    with sink_cursor() as cursor:
         cursor.execute(f'SELECT id, amount FROM "{table}" ORDER BY id')
         return cursor.fetchall()
 

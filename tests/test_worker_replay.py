@@ -1,7 +1,7 @@
 """Replays leave sinks unchanged; `coalesce` keeps stored values where new ones are null.
 
-The PostgreSQL sink writes into this test database (the worker's DATABASE_URL names it, and the
-job's sink reads the DSN from that variable). The files job runs with the spark-submit executor.
+The PostgreSQL sink writes into the tests' sink database (never Tidemark's own): the worker's
+environment names it in WORKER_SINK_ENV (tests/worker_fixtures.py). The files job runs with the spark-submit executor.
 """
 
 import threading
@@ -12,14 +12,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from django.db import connection
 
 from inventory.models import Asset, Backfill, BackfillStatus, Batch, BatchStatus, Watermark
 from inventory.services import assets, dispatch, execution
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from tests.factories import make_job
-from tests.worker_fixtures import read_sink, wait_until
+from tests.sink_database import sink_cursor
+from tests.worker_fixtures import WORKER_SINK_ENV, read_sink, wait_until
 from workers import executors
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,7 +47,7 @@ def _customers_file(path: Path, hour: int, rows: list[tuple]) -> None:
 
 
 def _table(name: str) -> list[tuple]:
-    with connection.cursor() as cursor:
+    with sink_cursor() as cursor:
         cursor.execute(f'SELECT customer_id, email, name, city FROM "{name}" ORDER BY customer_id')
         return cursor.fetchall()
 
@@ -78,7 +78,7 @@ def test_coalesce_keeps_stored_values_and_a_backfill_replay_leaves_the_table_unc
         processor="customers_latest",
         sink={
             "kind": "postgres",
-            "dsn_env": "TM_TEST_DATABASE_URL",
+            "dsn_env": WORKER_SINK_ENV,
             "table": table,
             "key": ["customer_id"],
             "mode": "coalesce",

@@ -25,6 +25,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CELERY = ROOT / ".venv" / "bin" / "celery"
 TEST_PROCESSOR_MODULE = "tests.worker_processors"
+# the variable naming the tests' sink database in a worker's environment (tests/sink_database.py)
+WORKER_SINK_ENV = "TM_TEST_WORKER_SINK_DSN"
 
 
 def wait_until(predicate, *, timeout: float, interval: float = 0.2, message: str = ""):
@@ -154,6 +156,7 @@ def worker_env(django_db_setup, celery_queue) -> dict:
     from django.conf import settings
 
     from controlplane.celery import app
+    from tests.sink_database import sink_database_dsn
 
     # the app reads Django settings under the CELERY_ namespace: set the namespaced key
     app.conf.CELERY_TASK_DEFAULT_QUEUE = celery_queue
@@ -163,6 +166,8 @@ def worker_env(django_db_setup, celery_queue) -> dict:
         "DATABASE_URL": database_url(),
         # the test database under a name a sink may use (Tidemark's own settings never are)
         "TM_TEST_DATABASE_URL": database_url(),
+        # table sinks write to a database of their own, never Tidemark's (invariant 10)
+        WORKER_SINK_ENV: sink_database_dsn(),
         "REDIS_URL": settings.REDIS_URL,
         "CELERY_QUEUE": celery_queue,
         "TIDEMARK_PROCESSOR_MODULES": TEST_PROCESSOR_MODULE,

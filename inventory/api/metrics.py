@@ -10,10 +10,10 @@ from django.conf import settings
 from django.http import HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from rest_framework.authentication import TokenAuthentication
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 
 from inventory import selectors, selectors_health
+from inventory.api.authentication import ThrottledTokenAuthentication
 from inventory.roles import VIEWER, has_role
 
 
@@ -140,7 +140,7 @@ def _authorized(request) -> bool:
         return hmac.compare_digest(header[len("Bearer ") :].encode(), token.encode())
     if header.startswith("Token "):
         try:
-            user_auth = TokenAuthentication().authenticate(request)
+            user_auth = ThrottledTokenAuthentication().authenticate(request)
         except AuthenticationFailed:
             return False
         return user_auth is not None and has_role(user_auth[0], VIEWER)
@@ -148,7 +148,11 @@ def _authorized(request) -> bool:
 
 
 def metrics_view(request):
-    if not _authorized(request):
+    try:
+        authorized = _authorized(request)
+    except Throttled:
+        return HttpResponse("too many bad tokens\n", status=429, content_type="text/plain")
+    if not authorized:
         if request.user.is_authenticated:
             # logged in, but in no role: known, and not allowed
             return HttpResponse(

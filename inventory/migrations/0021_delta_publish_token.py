@@ -9,7 +9,7 @@ KINDS = ["files", "table", "kafka", "job_output", "delta"]
 
 
 class Migration(migrations.Migration):
-    dependencies = [("inventory", "0018_refuse")]
+    dependencies = [("inventory", "0020_sec_sql_reader_role")]
 
     operations = [
         RunSQLFile("0021_publish_token.sql"),

@@ -27,7 +27,8 @@ from django.db import (
 from inventory.models import Batch, BatchStatus, ConnectorKind, Job, WatermarkType
 from inventory.services import capabilities, dispatch, lifecycle, outputs
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
-from inventory.services.items import source_for_connector
+from inventory.services.items import fetch_items, source_for_connector
+from inventory.services.own_database import own_database_identity
 from inventory.services.source_kinds import connector_source
 
 log = logging.getLogger(__name__)
@@ -62,9 +63,7 @@ def batch_spec(*, batch: Batch) -> dict:
     else:
         source = source_for_connector(connector)
         sql, params = source.select(lower=batch.span.lower, upper=batch.span.upper, limit=None)
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            items = [row[2] for row in cursor.fetchall()]
+        items = [row[2] for row in fetch_items(source, sql, params)]
         if connector.kind == ConnectorKind.FILES:
             # files the worker opens: inside the connector's directory, under the allowed roots
             items = capabilities.local_items(items, base=config.get("path"))
@@ -84,6 +83,12 @@ def batch_spec(*, batch: Batch) -> dict:
         "processor": snapshot.get("processor", job.processor),
         "params": snapshot.get("params", job.params) or {},
         "sink": snapshot.get("sink", job.sink) or {},
+        # a table sink refuses to write when its connection lands here (invariant 10)
+        **(
+            {"own_database": own_database_identity()}
+            if (snapshot.get("sink", job.sink) or {}).get("kind") == "postgres"
+            else {}
+        ),
         "attempt": batch.attempt,
         "watermark_type": job.watermark_type,
         # the sink publishes only through the fence, which names the outputs this one replaces

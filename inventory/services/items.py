@@ -12,12 +12,16 @@ and operators come from a fixed list: no user text reaches SQL otherwise.
 import re
 from dataclasses import dataclass, field, replace
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, ProgrammingError, connection, transaction
+from psycopg2.errors import InsufficientPrivilege
 
 from inventory.services.errors import InvalidInput
 from inventory.services.sources import source_table_check
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+# the role local meta tables are read as (migration 0020; docs/security.md)
+READER_ROLE = "tidemark_reader"
 
 # operator name -> SQL template over one quoted column; "%s" is the bound value
 FILTER_OPERATORS = {
@@ -64,6 +68,8 @@ class ItemSource:
     settled: str = "true"
     # the config field named when reading the source fails (a missing table, a bad value)
     config_field: str = "config.meta_table"
+    # the role a read of the rows takes (a user's table: READER_ROLE), None: Tidemark's own
+    reads_as: str | None = None
 
     def select(
         self, *, lower: int, upper: int | None, limit: int | None, with_item: bool = True
@@ -150,7 +156,33 @@ def meta_table_source(spec: dict) -> ItemSource:
         where.append(clause)
         params.extend(values)
     settled = _visibility_horizon(spec, relation)
-    return ItemSource(relation, uid, weight, item, where, params, settled)
+    return ItemSource(relation, uid, weight, item, where, params, settled, reads_as=READER_ROLE)
+
+
+def fetch_items(source: ItemSource, sql: str, params: list) -> list[tuple]:
+    """Run a read of `source`'s rows on Tidemark's connection. A user's table is read as
+    READER_ROLE (SET LOCAL ROLE in a transaction of its own, reset before it ends), a role with no
+    privilege on Tidemark's tables, so the database refuses what `source_table_check` missed."""
+    if source.reads_as is None:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL ROLE {source.reads_as}")  # a constant, never user text
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+            cursor.execute("RESET ROLE")
+            return rows
+    except ProgrammingError as exc:
+        if isinstance(exc.__cause__, InsufficientPrivilege):
+            raise InvalidInput(
+                source.config_field,
+                f"Tidemark reads local meta tables as the role {source.reads_as}, which may not "
+                f"read this one ({str(exc).strip().splitlines()[0]}); an administrator grants it: "
+                f"GRANT SELECT ON {source.relation} TO {source.reads_as} (docs/security.md)",
+            ) from None
+        raise
 
 
 VISIBILITY_MODES = ("writers", "settle", "none")
@@ -269,13 +301,15 @@ def check_meta_table(spec: dict) -> None:
     source_table_check(source.relation, field="config.meta_table.table")
     sql, params = source.select(lower=0, upper=None, limit=0)
     try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            cursor.execute(
+        with transaction.atomic():
+            fetch_items(source, sql, params)
+            duplicates = fetch_items(
+                source,
                 f"SELECT {source.uid} FROM {source.relation} GROUP BY {source.uid} "
-                "HAVING count(*) > 1 ORDER BY 1 LIMIT 1"
+                "HAVING count(*) > 1 ORDER BY 1 LIMIT 1",
+                [],
             )
-            duplicate = cursor.fetchone()
+            duplicate = duplicates[0] if duplicates else None
     except DatabaseError as exc:  # the database names the missing relation or column
         message = str(exc).strip().splitlines()[0]
         raise InvalidInput("config.meta_table", message) from None

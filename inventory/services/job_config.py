@@ -11,6 +11,7 @@ from django.conf import settings
 
 from inventory.services.capabilities import sink_confine
 from inventory.services.errors import InvalidInput
+from inventory.services.own_database import sink_refuse_own_database
 from inventory.services.scheduling import parse_cron
 
 EXECUTORS = ("warm", "submit")
@@ -50,6 +51,8 @@ def job_validate_runtime(
         except SinkError as exc:
             raise InvalidInput("sink", str(exc)) from None
         sink_confine(sink)
+        if sink.get("kind") == "postgres":
+            sink_refuse_own_database(sink)
     if processor is not None:
         from workers.spark.processors import ProcessorError, validate_params
 
@@ -62,7 +65,8 @@ def job_validate_runtime(
         try:
             validate_params(processor, params if params is not None else {})
         except ProcessorError as exc:
-            raise InvalidInput("params", str(exc)) from None
+            param = getattr(exc, "param", None)
+            raise InvalidInput(f"params.{param}" if param else "params", str(exc)) from None
     if executor is not None and executor not in EXECUTORS:
         raise InvalidInput(
             "executor", f"unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}"

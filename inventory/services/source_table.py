@@ -29,6 +29,7 @@ from inventory.services import endpoints
 from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
 from inventory.services.items import quote_identifier, quote_table
+from inventory.services.own_database import is_own_database
 from inventory.services.secrets import credential_value, mask_text
 from inventory.services.source_kinds import check_known_keys
 from inventory.services.sources import source_table_check
@@ -159,13 +160,7 @@ def _column_type(conn, config: dict) -> str:
 def refuse_own_tables(conn, relation: str, *, field: str) -> None:
     """A DSN that points at Tidemark's own database may name no Tidemark table (invariant 10);
     `relation` is quoted as for SQL ('"public"."orders"')."""
-    with conn.cursor() as cursor:
-        cursor.execute(source_query("table_identity"))
-        theirs = tuple(cursor.fetchone())
-    with connection.cursor() as cursor:
-        cursor.execute(source_query("table_identity"))
-        ours = tuple(cursor.fetchone())
-    if theirs == ours:
+    if is_own_database(conn):
         source_table_check(relation, field=field)
 
 

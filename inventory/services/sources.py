@@ -2,7 +2,9 @@
 
 Tidemark's own data is not a source (DESIGN.md, invariant 10): a meta table or table source may not
 be one of Tidemark's tables (users, tokens, sessions, beat schedules, the inventory), a relation in
-a system schema, or a view built on any of those. `source_table_check` decides it in the database,
+a system schema, a view built on any of those, or a view calling a user-defined function (which
+may read anything). Behind the check, local meta tables are read as the role tidemark_reader
+(`items.fetch_items`), which holds no privilege on Tidemark's tables. `source_table_check` decides it in the database,
 for the relation exactly as the planning and item queries name it: PostgreSQL resolves the quoted
 name with the connection's own search_path (`to_regclass`), so schema qualification, quoting and
 case cannot make a Tidemark table look like another one.
@@ -69,7 +71,16 @@ SELECT n.nspname, c.relname,
            SELECT 1 FROM reads JOIN pg_class rc ON rc.oid = reads.oid
            JOIN pg_namespace rn ON rn.oid = rc.relnamespace
            WHERE rn.nspname LIKE 'pg\\_%%' OR rn.nspname = ANY (%(system)s::text[])
-       ) AS reads_system
+       ) AS reads_system,
+       (
+           SELECT min(pn.nspname || '.' || p.proname) FROM reads
+           JOIN pg_rewrite r ON r.ev_class = reads.oid
+           JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+                           AND d.refclassid = 'pg_proc'::regclass
+           JOIN pg_proc p ON p.oid = d.refobjid
+           JOIN pg_namespace pn ON pn.oid = p.pronamespace
+           WHERE pn.nspname <> 'pg_catalog'
+       ) AS calls_function
 FROM target JOIN pg_class c ON c.oid = target.oid JOIN pg_namespace n ON n.oid = c.relnamespace
 """
 
@@ -112,7 +123,7 @@ def _resolve(relation: str) -> tuple[str, bool]:
         row = cursor.fetchone()
     if row is None:
         return "", False  # no such relation (yet)
-    schema, name, reads_own, reads_own_prefix, reads_system = row
+    schema, name, reads_own, reads_own_prefix, reads_system, calls_function = row
     if reads_own or reads_own_prefix:
         return (
             f"{schema}.{name} is one of Tidemark's own tables (or reads one); Tidemark's data "
@@ -120,6 +131,12 @@ def _resolve(relation: str) -> tuple[str, bool]:
         ), True
     if reads_system:
         return f"{schema}.{name} is (or reads) a system catalog; it cannot be a source", True
+    if calls_function:
+        # a function may read anything (Tidemark's tables included) out of the check's sight
+        return (
+            f"{schema}.{name} is a view calling the function {calls_function}; a source may be a "
+            "table or a view over tables, not over user-defined functions"
+        ), True
     return "", True
 
 

@@ -13,6 +13,11 @@ WHERE a.attrelid = to_regclass(%(relation)s) AND a.attname = %(column)s
 -- which server and database this is: the same pair as Tidemark's own means Tidemark's database
 SELECT (SELECT system_identifier FROM pg_control_system())::text, current_database();
 
+-- name: server_identity
+-- the running server (its start time, to the microsecond) and database, readable by any user
+-- (pg_control_system() is not readable everywhere); the same pair means the same database
+SELECT extract(epoch FROM pg_postmaster_start_time())::text, current_database();
+
 -- name: table_bounds
 -- the smallest and largest value of the column, read at planning time (the source's clock)
 SELECT min({column}), max({column}) FROM {table};

@@ -68,6 +68,7 @@ def write_postgres(
     attempt: int = 0,
     publish: Publish | None = None,
     version: int | None = None,
+    own_database: list[str] | None = None,
 ) -> dict:
     import psycopg2
 
@@ -101,6 +102,7 @@ def write_postgres(
     except psycopg2.Error as exc:
         raise SinkError(f"cannot connect to the sink database: {scrub_dsn(exc, dsn)}") from None
     try:
+        _refuse_own_database(conn, own_database, dsn)
         try:
             with conn, conn.cursor() as cur:
                 _ensure_target(
@@ -224,6 +226,32 @@ def _key(value, *, mode: str, columns: list[str] | None) -> list[str]:
     if missing:
         raise SinkError(f"sink 'key' names columns {missing} that the output lacks ({columns})")
     return value
+
+
+def _refuse_own_database(conn, own_database: list[str] | None, dsn: str) -> None:
+    """The control plane's own database is never a sink, whatever DSN reached it (invariant 10):
+    the same server (system identifier) and database as `own_database`, checked on the very
+    connection that would write, before anything is created."""
+    import psycopg2
+
+    if not own_database:
+        return
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT extract(epoch FROM pg_postmaster_start_time())::text, current_database()"
+            )
+            theirs = [str(value) for value in cur.fetchone()]
+        conn.rollback()
+    except psycopg2.Error as exc:
+        raise SinkError(
+            f"cannot tell whether the sink is Tidemark's own database: {scrub_dsn(exc, dsn)}"
+        ) from None
+    if theirs == [str(value) for value in own_database]:
+        raise SinkError(
+            "the sink's database is Tidemark's own database (users, tokens, the inventory); "
+            "it is never a sink, in any schema: write to another database"
+        )
 
 
 def _dsn(sink: dict) -> str:

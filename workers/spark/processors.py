@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from workers.spark.sql_guard import SqlRefused, check_query
+
 
 @dataclass(frozen=True)
 class ProcessorContext:
@@ -36,7 +38,12 @@ ParamsValidator = Callable[[dict], None]
 
 
 class ProcessorError(Exception):
-    """A processor cannot run with the given params or input; the message names what is wrong."""
+    """A processor cannot run with the given params or input; the message names what is wrong.
+    `param` names the parameter at fault when there is one (the API's field is `params.<param>`)."""
+
+    def __init__(self, message: str, *, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 class UnknownProcessor(ProcessorError):
@@ -168,8 +175,21 @@ def passthrough(df: DataFrame, ctx: ProcessorContext) -> DataFrame:
     return df
 
 
+SQL_INPUTS = ("batch",)
+
+
 def _validate_sql(params: dict) -> None:
-    _string_param(params, "query")
+    _checked_query(params)
+
+
+def _checked_query(params: dict) -> str:
+    """params["query"], refused unless it is one query over the batch (workers/spark/sql_guard)."""
+    query = _string_param(params, "query")
+    try:
+        check_query(query, inputs=SQL_INPUTS)
+    except SqlRefused as exc:
+        raise ProcessorError(f"param 'query' {exc}", param="query") from None
+    return query
 
 
 # temp views are per session and a worker may run batches from several threads
@@ -182,19 +202,20 @@ def sql(df: DataFrame, ctx: ProcessorContext) -> DataFrame:
 
     The query may use the named parameters :batch_id, :lower and :upper.
     """
-    query = _string_param(ctx.params, "query")
+    # checked again here: a job stored before the check existed may hold any text
+    query = _checked_query(ctx.params)
     spark = df.sparkSession
     values = {"batch_id": ctx.batch_id, "lower": ctx.lower, "upper": ctx.upper}
     # bind only the markers the query uses: a query without any stays an unparameterized one,
     # where `:` keeps its other meanings (e.g. variant paths)
     args = {k: v for k, v in values.items() if re.search(rf":{k}\b", query)}
     with _view_lock:
-        df.createOrReplaceTempView("batch")
+        df.createOrReplaceTempView(SQL_INPUTS[0])
         try:
             # spark.sql analyses eagerly, so the result keeps its plan after the view is dropped
             return spark.sql(query, args=args or None)
         finally:
-            spark.catalog.dropTempView("batch")
+            spark.catalog.dropTempView(SQL_INPUTS[0])
 
 
 def _validate_orders_hourly(params: dict) -> None:

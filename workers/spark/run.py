@@ -121,6 +121,7 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
             # the batch's source order: its last item id (a later range wins in a table sink)
             version=spec["upper"] - 1,
             job=spec["job"],
+            own_database=spec.get("own_database"),
         )
     except Exception as exc:
         # a Kafka or object-store partition read on an executor: the reader's own message

@@ -41,12 +41,14 @@ def write_sink(
     publish: Publish | None = None,
     version: int | None = None,
     job: str | None = None,
+    own_database: list[str] | None = None,
 ) -> dict:
     """Write `df` as batch `batch_id`'s output; returns {"rows_out", "bytes", "location", ...}.
 
     `publish` is the fence (default: replace nothing, no control plane); `version` is the batch's
     source order, what a table sink compares when no version column is declared; `job` names
-    the Delta sink's application transaction.
+    the Delta sink's application transaction; `own_database` is the control plane's [system
+    identifier, database]: a table sink never writes there.
     """
     if not isinstance(sink, dict):
         raise SinkError("sink must be an object with a 'kind'")
@@ -56,7 +58,13 @@ def write_sink(
         return write_files(df, sink, batch_id=batch_id, attempt=attempt, publish=publish)
     if kind == "postgres":
         return write_postgres(
-            df, sink, batch_id=batch_id, attempt=attempt, publish=publish, version=version
+            df,
+            sink,
+            batch_id=batch_id,
+            attempt=attempt,
+            publish=publish,
+            version=version,
+            own_database=own_database,
         )
     if kind == "delta":
         return write_delta(

@@ -7,6 +7,7 @@ then starts from the offsets the history was synced to (handover) and follows th
 jobs append into one table, `demo_orders_all`, so an order read twice would be there twice.
 """
 
+import contextlib
 import json
 import os
 import time
@@ -46,6 +47,22 @@ def available() -> bool:
     return tansu_binary() is not None
 
 
+# the variable naming the demo's sink database (demo.py creates it; never Tidemark's own)
+SINK_DSN_ENV = "DEMO_SINK_DSN"
+
+
+@contextlib.contextmanager
+def sink_cursor():
+    """A cursor on the demo's sink database (autocommit)."""
+    conn = psycopg2.connect(os.environ[SINK_DSN_ENV])
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cursor:
+            yield cursor
+    finally:
+        conn.close()
+
+
 class HistoryThenLive:
     def __init__(self, command, *, sink_env: str):
         self.cmd = command
@@ -78,7 +95,7 @@ class HistoryThenLive:
             job_delete(job=job)
         for connector in Connector.objects.filter(name__in=[LIVE, HISTORY]):
             connector_delete(connector=connector)
-        with connection.cursor() as cursor:
+        with sink_cursor() as cursor:
             cursor.execute(f'DROP TABLE IF EXISTS "{ALL_TABLE}"')
 
     # ---- the scenario --------------------------------------------------------------------------
@@ -112,7 +129,7 @@ class HistoryThenLive:
         while discover(live):
             pass
         self._run(live_job, "live")
-        with connection.cursor() as cursor:
+        with sink_cursor() as cursor:
             cursor.execute(
                 f'SELECT count(*), count(DISTINCT id), min(id), max(id) FROM "{ALL_TABLE}"'
             )

@@ -33,15 +33,28 @@ from inventory.models import Asset, Batch, BatchStatus, Connector, Job, Watermar
 from inventory.services import assets, dispatch
 from inventory.services.connectors import connector_create, connector_delete
 from inventory.services.jobs import job_create, job_delete
+from inventory.services.outputs import control_plane_dsn
 
 from . import _demo_history as history_then_live
+from ._demo_history import sink_cursor
 
 CONNECTOR = "demo-orders"
 HOURLY_JOB = "demo-orders-hourly"
 CUSTOMERS_JOB = "demo-customers"
 CUSTOMERS_TABLE = "demo_customers"
-SINK_DSN_ENV = "DEMO_SINK_DSN"
+SINK_DSN_ENV = history_then_live.SINK_DSN_ENV
+# the table sinks' database: Tidemark's own database is never a sink (docs/security.md)
+SINK_DB = "tidemark_demo_sinks"
 CITIES = ["Lisbon", "Oslo", "Lyon", "Graz", "Turin", "Ghent", None]
+
+
+def _sink_database() -> str:
+    """The DSN of the demo's sink database on Tidemark's server, created when missing."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [SINK_DB])
+        if cursor.fetchone() is None:
+            cursor.execute(f'CREATE DATABASE "{SINK_DB}"')
+    return control_plane_dsn(dbname=SINK_DB)
 
 
 class Command(BaseCommand):
@@ -94,13 +107,13 @@ class Command(BaseCommand):
         if not settings.STATIC_FROM_SOURCE:
             call_command("collectstatic", interactive=False, verbosity=0)
         password = self._admin_user()
+        os.environ[SINK_DSN_ENV] = _sink_database()
         self._reset(root)
         _allow_demo_names()  # before any child starts: they inherit what the demo may name
         # the web server first: the dashboard is open while the walkthrough goes on
         port = self._free_port(port)
         self._start_children(port, names=("web",))
         self._web_ready(port, password)
-        os.environ[SINK_DSN_ENV] = settings.DATABASE_URL
         files = self._write_days(first_day=1, days=3)
         connector, hourly, customers = self._pipeline(files)
         history = None
@@ -156,7 +169,7 @@ class Command(BaseCommand):
             job_delete(job=job)
         for connector in Connector.objects.filter(name=CONNECTOR):
             connector_delete(connector=connector)
-        with connection.cursor() as cursor:
+        with sink_cursor() as cursor:
             cursor.execute(f'DROP TABLE IF EXISTS "{CUSTOMERS_TABLE}"')
         if root.exists():
             import shutil
@@ -464,7 +477,7 @@ class Command(BaseCommand):
         return watermark.position > last_item
 
     def _show_sinks(self, port: int) -> None:
-        with connection.cursor() as cursor:
+        with sink_cursor() as cursor:
             cursor.execute(
                 f"SELECT count(*), count(*) FILTER (WHERE name LIKE '%%(renamed)'), "
                 "count(*) FILTER (WHERE name LIKE '%%(renamed)' AND email IS NOT NULL "
@@ -484,7 +497,7 @@ class Command(BaseCommand):
             f"   API docs       {base}/api/docs/\n"
             f"   metrics        {base}/metrics\n"
             f"   hourly sink    {self.sink / 'orders_hourly'} (Parquet, one folder per batch)\n"
-            f"   customers      table {CUSTOMERS_TABLE} in {_safe_url(settings.DATABASE_URL)}: "
+            f"   customers      table {CUSTOMERS_TABLE} in database {SINK_DB}: "
             f"{rows} customers; {renamed} renamed by the new files, {kept} of them still with "
             "the email and city of earlier files (coalesce: a null keeps the stored value)"
             + (f", e.g. {example}" if example else "")
@@ -500,7 +513,7 @@ class Command(BaseCommand):
 
 def _allow_demo_names() -> None:
     """The demo's deployment lets its connectors and jobs name its two DSN variables and reach
-    its own PostgreSQL (docs/security-names.md); its worker and web processes inherit this."""
+    its own PostgreSQL (docs/security.md); its worker and web processes inherit this."""
     from inventory.management.commands._demo_history import SOURCE_DSN_ENV
 
     database = settings.DATABASES["default"]
@@ -517,17 +530,6 @@ def _allow_demo_names() -> None:
 
 def _names(paths: list[Path]) -> str:
     return ", ".join(p.name for p in paths)
-
-
-def _safe_url(url: str) -> str:
-    """The database URL without a password, for printing."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        parts = parts._replace(netloc=netloc)
-    return urlunsplit(parts)
 
 
 def _raise_interrupt(signum, frame):

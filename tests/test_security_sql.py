@@ -1,0 +1,120 @@
+"""User SQL (issue 17, item 2): the `sql` processor runs one query over the batch, nothing else.
+
+Refused at the API with a 400 naming `params.query` and the construct; refused again on the
+worker before `spark.sql` for a job stored before the check existed.
+"""
+
+import pytest
+
+from inventory.models import Job
+from tests.api_support import make_inventory, token_client
+from workers.spark.processors import ProcessorContext, ProcessorError, get_processor
+from workers.spark.sql_guard import SqlRefused, check_query
+
+ALLOWED = [
+    "SELECT * FROM batch",
+    "SELECT a, count(*) AS n FROM batch GROUP BY a",
+    "WITH t AS (SELECT * FROM batch) SELECT * FROM t UNION ALL SELECT * FROM batch",
+    "SELECT transform(xs, x -> x + 1), substr(a, 1, 2), nvl(a, b), date_format(t, 'y') "
+    "FROM batch LATERAL VIEW explode(xs) e AS v",
+    "SELECT * FROM batch WHERE id >= :lower AND id < :upper",
+    "SELECT *, row_number() OVER (PARTITION BY a ORDER BY b) AS n FROM batch",
+    "SELECT /*+ BROADCAST(b) */ * FROM batch b WHERE EXISTS (SELECT 1 FROM batch c)",
+    "SELECT from_json(CAST(value AS STRING), 'id BIGINT') AS r FROM batch",
+]
+
+# (query, a word the refusal must name)
+REFUSED = [
+    ("SELECT java_method('java.lang.System', 'getenv', 'SRC_DSN') FROM batch", "java_method"),
+    ("SELECT reflect('java.lang.System', 'getenv', 'X')", "reflect"),
+    ("SELECT * FROM text.`/etc/hostname`", "text.`/etc/hostname`"),
+    ("SELECT * FROM parquet.`/data`", "parquet"),
+    ("SELECT * FROM read_files('/etc')", "read_files"),
+    ("SELECT * FROM range(10)", "range"),
+    ("SELECT * FROM IDENTIFIER('auth_user')", "IDENTIFIER"),
+    ("SELECT * FROM default.batch", "default.batch"),
+    ("SELECT (SELECT max(a) FROM orders) FROM batch", "orders"),
+    ("SELECT my_udf(a) FROM batch", "my_udf"),
+    ("SELECT xpath(a, '/x') FROM batch", "xpath"),
+    ("SELECT current_user()", "current_user"),
+    ("SELECT '${env:DATABASE_URL}' FROM batch", "${"),
+    ("SET spark.sql.ansi.enabled=false", "SET"),
+    ("ADD JAR /tmp/evil.jar", "ADD JAR"),
+    ("CREATE TEMPORARY VIEW v AS SELECT 1", "CREATE"),
+    ("INSERT INTO t SELECT * FROM batch", "INSERT"),
+    ("DROP TABLE batch", "DROP"),
+    ("SELECT 1 FROM batch; SELECT 2 FROM batch", "2 statements"),
+    ("SELECT FROM WHERE (", "Spark SQL"),
+]
+
+
+@pytest.mark.parametrize("query", ALLOWED)
+def test_a_query_over_the_batch_with_pure_functions_is_allowed(query):
+    check_query(query, inputs=("batch",))
+
+
+@pytest.mark.parametrize(("query", "construct"), REFUSED)
+def test_anything_else_is_refused_naming_the_construct(query, construct):
+    with pytest.raises(SqlRefused) as caught:
+        check_query(query, inputs=("batch",))
+    assert construct.lower() in str(caught.value).lower()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("query", "construct"), REFUSED[:6])
+def test_the_api_refuses_it_with_a_400_naming_params_query(role_users, query, construct):
+    connector, _ = make_inventory()
+    api = token_client(role_users["admin"])
+    payload = {
+        "name": "evil",
+        "connector": connector.name,
+        "batch_weight": 100,
+        "processor": "sql",
+        "params": {"query": query},
+    }
+    response = api.post("/api/v1/jobs/", payload, format="json")
+    assert response.status_code == 400, response.content
+    assert construct.lower() in str(response.json()["params.query"]).lower()
+    assert not Job.objects.filter(name="evil").exists()
+
+
+@pytest.mark.django_db
+def test_editing_a_job_to_a_refused_query_is_a_400(role_users):
+    _, job = make_inventory(processor="sql", params={"query": "SELECT * FROM batch"})
+    api = token_client(role_users["operator"])
+    response = api.patch(
+        f"/api/v1/jobs/{job.name}/",
+        {"params": {"query": "SELECT * FROM text.`/etc/hostname`"}},
+        format="json",
+    )
+    assert response.status_code in (400, 403), response.content
+    if response.status_code == 400:
+        assert "params.query" in response.json()
+    job.refresh_from_db()
+    assert job.params == {"query": "SELECT * FROM batch"}
+
+
+def test_the_worker_refuses_a_stored_query_before_spark_runs_it(spark, tmp_path, monkeypatch):
+    monkeypatch.setenv("TIDEMARK_SQL_CANARY", "canary-value-17")
+    df = spark.createDataFrame([(1,)], "id INT")
+    context = ProcessorContext(
+        job="j",
+        batch_id=1,
+        lower=0,
+        upper=1,
+        params={"query": "SELECT java_method('java.lang.System', 'getenv', 'TIDEMARK_SQL_CANARY')"},
+    )
+    with pytest.raises(ProcessorError, match="java_method"):
+        get_processor("sql")(df, context)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do-not-read")
+    context = ProcessorContext(
+        job="j", batch_id=1, lower=0, upper=1, params={"query": f"SELECT * FROM text.`{secret}`"}
+    )
+    with pytest.raises(ProcessorError, match="not allowed"):
+        get_processor("sql")(df, context)
+    # the allowed query still runs
+    allowed = ProcessorContext(
+        job="j", batch_id=1, lower=0, upper=1, params={"query": "SELECT id + 1 AS n FROM batch"}
+    )
+    assert [row.n for row in get_processor("sql")(df, allowed).collect()] == [2]

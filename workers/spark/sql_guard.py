@@ -1,0 +1,192 @@
+"""User SQL (the `sql` processor's query): one query over the batch's input, nothing else.
+
+Spark SQL can reach far beyond a batch: `java_method`/`reflect` call any JVM method,
+``text.`/etc/hostname` `` reads any file, `read_files` lists directories, `${env:NAME}` substitutes
+an environment variable into the text, statements change the session (`SET`, `ADD JAR`,
+`CREATE ...`). `check_query` parses the text with sqlglot's Spark dialect and allows only:
+
+- one statement, and that statement a query (SELECT, WITH, VALUES, UNION / INTERSECT / EXCEPT);
+- relations that are the batch's input views (`inputs`, e.g. `batch`) or the query's own CTEs,
+  never qualified (`db.table`, ``parquet.`/path` ``) and never a table function (`range(...)`,
+  `read_files(...)`, `IDENTIFIER(...)`);
+- functions from an allow-list: the functions sqlglot knows as typed expressions (standard SQL
+  and Spark built-ins that compute from their arguments), except those that read the session or
+  the world (`NOT_PURE_TYPED`), plus the named Spark built-ins in `PURE_SPARK_FUNCTIONS`. Any other
+  name (a UDF, `java_method`, `reflect`, `xpath`, `from_xml`, `input_file_name`, ...) is refused;
+- no `${...}` anywhere in the text (Spark's variable substitution).
+
+Anything refused raises `SqlRefused` naming the construct. The check runs when a job is saved
+(through the processor's validator) and again on the worker right before `spark.sql`, so a job
+stored before the check existed cannot run a refused query. No Django here.
+"""
+
+import re
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+_QUERY_TYPES = (exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Values, exp.Subquery)
+
+# typed functions sqlglot knows that read the session, the catalog, files or the network
+NOT_PURE_TYPED = frozenset(
+    {
+        "CurrentAccount",
+        "CurrentAccountName",
+        "CurrentAvailableRoles",
+        "CurrentCatalog",
+        "CurrentClient",
+        "CurrentDatabase",
+        "CurrentIpAddress",
+        "CurrentOrganizationName",
+        "CurrentOrganizationUser",
+        "CurrentRegion",
+        "CurrentRole",
+        "CurrentRoleType",
+        "CurrentSchema",
+        "CurrentSchemas",
+        "CurrentSecondaryRoles",
+        "CurrentSession",
+        "CurrentStatement",
+        "CurrentTransaction",
+        "CurrentUser",
+        "CurrentUserId",
+        "CurrentVersion",
+        "CurrentWarehouse",
+        "SessionUser",
+        "ReadCSV",
+        "ReadParquet",
+        "Secret",
+        "NetFunc",
+        "Predict",
+        "GenerateEmbedding",
+        "GenerateTable",
+        "GenerateText",
+        "FeaturesAtTime",
+        "VectorSearch",
+        "ToFile",
+        "Anonymous",
+        "AnonymousAggFunc",
+        "Apply",
+        "DynamicIdentifier",
+        "ObjectId",
+    }
+)
+
+
+def _typed_pure() -> frozenset[type]:
+    allowed = set()
+    for cls in exp.ALL_FUNCTIONS:
+        name = cls.__name__
+        if name in NOT_PURE_TYPED or name.startswith(("AI", "ML", "AIForecast")):
+            continue
+        allowed.add(cls)
+    return frozenset(allowed)
+
+
+PURE_TYPED = _typed_pure()
+
+# Spark built-ins that sqlglot parses as plain (anonymous) calls and that compute only from their
+# arguments (and, for rand-like ones, a seed): no JVM reflection, files, network, catalog or session
+PURE_SPARK_FUNCTIONS = frozenset(
+    """
+    acos acosh aggregate array_join array_repeat arrays_overlap ascii asin asinh atan atan2
+    atanh base64 bin bit_and bit_count bit_get bit_or bit_xor bool_and bool_or bround btrim
+    cardinality cast ceiling char char_length character_length coalesce collect_list
+    collect_set concat contains conv cos cosh cot count_min_sketch crc32 csc date_diff
+    date_format date_from_unix_date date_part datepart dateadd day dayofmonth dayofweek
+    dayofyear decode e element_at encode endswith every exists expm1 find_in_set float
+    forall format_number format_string from_csv from_unixtime from_utc_timestamp get
+    get_json_object getbit hash hex histogram_numeric hypot ifnull ilike inline_outer instr
+    int isnan isnotnull isnull json_array_length json_object_keys json_tuple kurtosis last_day
+    lcase len length levenshtein like ln locate log10 log1p log2 lower lpad ltrim luhn_check
+    make_date make_dt_interval make_interval make_timestamp make_timestamp_ltz
+    make_timestamp_ntz make_ym_interval map_concat map_contains_key map_entries map_filter
+    map_from_arrays map_from_entries map_keys map_values map_zip_with mask max_by md5 min_by
+    mod monotonically_increasing_id named_struct negative now nullifzero nvl octet_length
+    percentile percentile_approx pmod posexplode_outer position positive pow printf
+    regexp regexp_like replace rint rlike round rpad rtrim schema_of_csv schema_of_json sec
+    sentences sequence sha sha1 sha2 shiftleft shiftright shiftrightunsigned shuffle sign
+    signum sinh size slice smallint some sort_array spark_partition_id split_part sqrt
+    startswith std stddev str_to_map string struct substr substring_index sum tanh
+    timestamp_micros timestamp_millis timestamp_seconds tinyint to_binary to_char to_csv
+    to_date to_json to_number to_timestamp to_timestamp_ltz to_timestamp_ntz to_unix_timestamp
+    to_utc_timestamp to_varchar transform_keys transform_values trim try_add try_avg
+    try_divide try_element_at try_multiply try_subtract try_sum try_to_binary try_to_number
+    try_to_timestamp typeof ucase unbase64 unhex unix_date unix_micros unix_millis
+    unix_seconds unix_timestamp upper url_decode url_encode uuid weekday weekofyear
+    width_bucket window window_time xxhash64 year zeroifnull zip_with
+    """.split()
+)
+
+
+class SqlRefused(ValueError):
+    """The query is not one Tidemark runs; the message names the construct."""
+
+
+def check_query(query: str, *, inputs: tuple[str, ...] = ("batch",)) -> None:
+    """Raise SqlRefused unless `query` is one Spark SQL query over `inputs` (view names) using
+    only allowed functions."""
+    if not isinstance(query, str) or not query.strip():
+        raise SqlRefused("must be a non-empty SQL query")
+    if "${" in query:
+        raise SqlRefused("'${...}' (Spark variable substitution) is not allowed")
+    try:
+        statements = [s for s in sqlglot.parse(query, read="spark") if s is not None]
+    except (ParseError, TokenError) as exc:
+        raise SqlRefused(f"is not valid Spark SQL: {_first_line(exc)}") from None
+    if len(statements) != 1:
+        raise SqlRefused(f"must be exactly one query, got {len(statements)} statements")
+    (tree,) = statements
+    if not isinstance(tree, _QUERY_TYPES):
+        raise SqlRefused(
+            f"must be a query (SELECT, WITH, VALUES or a set operation), not {_construct(tree)}"
+        )
+    allowed = {name.lower() for name in inputs}
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    for node in tree.walk():
+        if isinstance(node, exp.Table) and not node.find_ancestor(exp.Hint):
+            _check_relation(node, allowed | ctes, inputs)
+        elif isinstance(node, exp.Func):
+            _check_function(node)
+        elif isinstance(node, (exp.Command, exp.Set, exp.DDL, exp.DML)):
+            raise SqlRefused(f"{_construct(node)} is not allowed inside a query")
+
+
+def _check_relation(node: exp.Table, allowed: set[str], inputs: tuple[str, ...]) -> None:
+    if not isinstance(node.this, exp.Identifier):
+        name = node.this.name if isinstance(node.this, exp.Func) else node.this.sql("spark")
+        raise SqlRefused(f"table function {name}(...) is not allowed; read the input view")
+    if node.args.get("db") is not None or node.args.get("catalog") is not None:
+        raise SqlRefused(
+            f"relation {node.sql('spark')} is not allowed: only the batch's input "
+            f"({', '.join(inputs)}) and the query's own WITH names may be read"
+        )
+    if node.name.lower() not in allowed:
+        raise SqlRefused(
+            f"relation {node.name} is not allowed: only the batch's input "
+            f"({', '.join(inputs)}) and the query's own WITH names may be read"
+        )
+
+
+def _check_function(node: exp.Func) -> None:
+    if isinstance(node, exp.Anonymous):
+        name = str(node.name)
+        if name.lower() not in PURE_SPARK_FUNCTIONS:
+            raise SqlRefused(f"function {name}() is not allowed (see docs/security.md, User SQL)")
+        return
+    if type(node) not in PURE_TYPED:
+        raise SqlRefused(
+            f"function {node.sql_name().lower()}() is not allowed (see docs/security.md, User SQL)"
+        )
+
+
+def _construct(node: exp.Expression) -> str:
+    if isinstance(node, exp.Command):
+        return f"the statement {str(node.this).upper()}"
+    return f"{node.key.upper()} (a statement)"
+
+
+def _first_line(exc: Exception) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
