@@ -21,3 +21,5 @@ class InventoryConfig(AppConfig):
 
     def ready(self):
         post_migrate.connect(_after_migrate, sender=self, dispatch_uid="tidemark-after-migrate")
+        # restatements follow a commit that replaced outputs down job_output chains
+        from inventory.services import restatements  # noqa: F401 - connects its receiver

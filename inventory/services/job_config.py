@@ -10,9 +10,9 @@ import importlib
 from django.conf import settings
 
 from inventory.services.capabilities import sink_confine
+from inventory.services.cron import parse_cron
 from inventory.services.errors import InvalidInput
 from inventory.services.own_database import sink_refuse_own_database
-from inventory.services.scheduling import parse_cron
 
 EXECUTORS = ("warm", "submit")
 

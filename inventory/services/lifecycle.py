@@ -13,6 +13,7 @@ docs/architecture.md, "Lock order"); a path may skip a level, never go back up o
 """
 
 import json
+import logging
 from contextlib import nullcontext
 from datetime import timedelta
 
@@ -32,7 +33,7 @@ from inventory.models import (
     ConnectorState,
     Job,
 )
-from inventory.services import secrets, watermarks
+from inventory.services import secrets, signals, watermarks
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.items import source_for_connector
 from inventory.services.planning import (
@@ -42,6 +43,8 @@ from inventory.services.planning import (
     plan_incremental,
 )
 from inventory.sql import query
+
+log = logging.getLogger(__name__)
 
 
 def config_snapshot(job: Job) -> dict:
@@ -303,11 +306,15 @@ def batch_succeed(
             _fence(_locked(batch_id), attempt, require_lease=True)
         raise StaleAttempt(f"batch {batch_id} attempt {attempt} may not commit")
     if batch.published_attempt is not None:
-        # outputs it replaced may have been read by jobs down a chain: they rebuild them
-        from inventory.services.restatements import upstream_restate
-
-        transaction.on_commit(lambda: upstream_restate(batch.pk))
+        # outputs it replaced may have been read by jobs down a chain (restatements.py listens)
+        transaction.on_commit(lambda: _committed(batch.pk))
     return batch
+
+
+def _committed(batch_id: int) -> None:
+    for receiver, outcome in signals.batch_committed.send_robust(sender=Batch, batch_id=batch_id):
+        if isinstance(outcome, Exception):  # the commit stands; a receiver keeps what is pending
+            log.error("after batch %s committed, %s failed: %r", batch_id, receiver, outcome)
 
 
 def _single_call():

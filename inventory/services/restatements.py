@@ -16,10 +16,12 @@ import logging
 
 from django.db import connection, transaction
 from django.db.models import Q
+from django.dispatch import receiver
 
 from inventory.models import Asset, Backfill, BatchStatus, Connector, ConnectorKind
 from inventory.services import backfills, source_table
 from inventory.services.errors import Conflict, TidemarkError
+from inventory.services.signals import batch_committed
 from inventory.sql import query
 
 log = logging.getLogger(__name__)
@@ -116,6 +118,11 @@ def changed_files_restate(connector: Connector) -> list[Backfill]:
 
 
 # ---- job_output chains ---------------------------------------------------------------------------
+
+
+@receiver(batch_committed, dispatch_uid="tidemark-upstream-restate")
+def _after_commit(sender, batch_id: int, **kwargs) -> None:
+    upstream_restate(batch_id)
 
 
 def upstream_restate(batch_id: int) -> list[Backfill]:

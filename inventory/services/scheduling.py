@@ -10,13 +10,13 @@ for jobs or connectors that are gone are removed; entries made by hand are left 
 
 from dataclasses import asdict, dataclass, field
 
-from celery.schedules import crontab
 from django.db import transaction
 from django.db.models.functions import Now
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from inventory.models import Connector, ConnectorState, Job, MaintenanceRun
 from inventory.services import restatements
+from inventory.services.cron import parse_cron
 from inventory.services.discovery import discover, discovers
 from inventory.services.dispatch import RunOutcome, batches_dispatch_due, job_run
 from inventory.services.errors import InvalidInput
@@ -47,38 +47,6 @@ class SyncReport:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def parse_cron(expression: str) -> dict:
-    """'m h dom mon dow' -> CrontabSchedule fields; InvalidInput naming schedule_cron otherwise."""
-    parts = (expression or "").split()
-    if len(parts) != 5:
-        raise InvalidInput(
-            "schedule_cron",
-            f"{expression!r}: expected five fields 'minute hour day-of-month month day-of-week'",
-        )
-    allowed = set("0123456789*/,-")
-    for part in parts:
-        if not set(part) <= allowed:
-            raise InvalidInput("schedule_cron", f"{expression!r}: {part!r} is not a cron field")
-    minute, hour, day_of_month, month_of_year, day_of_week = parts
-    try:  # celery's own parser says whether each field is in range ("99" minutes is not)
-        crontab(
-            minute=minute,
-            hour=hour,
-            day_of_month=day_of_month,
-            month_of_year=month_of_year,
-            day_of_week=day_of_week,
-        )
-    except ValueError as exc:
-        raise InvalidInput("schedule_cron", f"{expression!r}: {exc}") from None
-    return {
-        "minute": minute,
-        "hour": hour,
-        "day_of_month": day_of_month,
-        "month_of_year": month_of_year,
-        "day_of_week": day_of_week,
-    }
 
 
 def _interval(seconds: int) -> IntervalSchedule:
