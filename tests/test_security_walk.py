@@ -18,6 +18,7 @@ from inventory.models import Backfill, Batch, Connector, Job, Watermark, Waterma
 from inventory.services import backfills
 from inventory.services import lifecycle as batches
 from tests.api_support import make_inventory
+from tests.listener import Listener
 from tests.test_security_http import PUBLIC, WRITE_ROLES, _all_urls, _api_methods, _template
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -228,6 +229,86 @@ def test_named_things_that_reach_too_far_are_refused(web_server, world, role_use
     assert "walk_tokens" in str(response.json()["config.meta_table.table"])
     assert not Job.objects.filter(name="walk-evil").exists()
     assert not Connector.objects.filter(name="walk-meta").exists()
+
+
+def test_names_beyond_the_deployment_are_refused_over_http(web_server, world, role_users, tmp_path):
+    """Variables, hosts, paths, symlinks and NUL bytes, sent to the running server as a hostile
+    admin and operator would: every one a 400 naming the field (or a normal page), none a 500,
+    and no byte towards a host the deployment does not allow."""
+    admin = _session(web_server, role_users["admin"])
+    operator = _session(web_server, role_users["operator"])
+    before = _fingerprint()
+
+    def create(config, name="walk-named"):
+        body = {"name": name, "kind": "files", "config": config}
+        return _send(admin, web_server, "POST", "/api/v1/connectors/", json=body)
+
+    # variables: Tidemark's own settings can never be named
+    for config, field in (
+        ({"path": "s3://bucket/in/", "key_env": "SECRET_KEY"}, "config.key_env"),
+        ({"path": "s3://bucket/in/", "secret_env": "DATABASE_URL"}, "config.secret_env"),
+    ):
+        refused = create(config)
+        assert refused.status_code == 400, (config, refused.text)
+        assert "TIDEMARK_CREDENTIALS" in str(refused.json()[field])
+    job = {"name": "walk-named-job", "connector": world["connector"].name, "batch_weight": 10}
+    refused = _send(
+        admin,
+        web_server,
+        "POST",
+        "/api/v1/jobs/",
+        json={**job, "sink": {"kind": "postgres", "dsn_env": "REDIS_URL", "table": "t"}},
+    )
+    assert refused.status_code == 400 and "sink.dsn_env" in refused.json(), refused.text
+
+    # hosts: an endpoint the deployment does not list (loopback 127.0.0.2 is not 127.0.0.1)
+    listener = Listener(host="127.0.0.2")
+    try:
+        refused = create(
+            {
+                "path": "s3://bucket/in/",
+                "endpoint_url": listener.url,
+                "key_env": "TM_TEST_DATABASE_URL",
+                "secret_env": "TM_TEST_DATABASE_URL",
+            }
+        )
+        assert refused.status_code == 400, refused.text
+        assert "TIDEMARK_ALLOWED_ENDPOINTS" in str(refused.json()["config.endpoint_url"])
+        assert listener.connections == 0 and not listener.received
+    finally:
+        listener.close()
+
+    # paths: outside the roots, through .., through a symlink, as a sink, as an asset
+    escape = tmp_path / "escape"
+    escape.symlink_to("/etc")
+    for path in ("/etc", "/proc/self", f"{tmp_path}/../../../../etc", str(escape)):
+        refused = create({"path": path})
+        assert refused.status_code == 400, (path, refused.text)
+        assert "config.path" in refused.json(), path
+    refused = _send(
+        admin,
+        web_server,
+        "POST",
+        "/api/v1/jobs/",
+        json={**job, "sink": {"kind": "files", "path": "/etc/cron.d"}},
+    )
+    assert refused.status_code == 400 and "sink.path" in refused.json(), refused.text
+    for location in ("/etc/passwd", "../../../etc/shadow", "file:///etc/passwd"):
+        refused = _send(
+            operator,
+            web_server,
+            "POST",
+            f"/api/v1/connectors/{world['connector'].name}/assets/",
+            json={"assets": [{"location": location, "weight": 1}]},
+        )
+        assert refused.status_code == 400, (location, refused.text)
+
+    # NUL bytes: a 400 naming the parameter in the API, a normal page on the dashboard
+    api = _send(admin, web_server, "GET", "/api/v1/connectors/?name=%00")
+    assert api.status_code == 400 and "name" in api.json(), api.text
+    page = admin.get(f"{web_server.url}/connectors/?q=%00", timeout=TIMEOUT)
+    assert page.status_code == 200
+    assert _fingerprint() == before
 
 
 def test_password_guessing_is_locked_out(web_server, role_users, settings):
