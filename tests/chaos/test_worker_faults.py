@@ -201,10 +201,17 @@ def test_a_broker_redelivery_while_the_batch_runs_takes_nothing(tmp_path, chaos_
     assert _attempts(batch_id) == [(1, "succeeded", "")]
     assert WatermarkEvent.objects.filter(watermark__job=job).count() == 1
     assert_exactly_once(sink, expected)
-    # the same message twice (one task id), not a second nudge
-    took = re.findall(r"run_job\[([0-9a-f-]+)\] succeeded", workers[0].log())
+    # the same message twice (one task id), not a second nudge; the first worker's task ends
+    # (and logs it) a moment after the commit the test saw, so wait for that fact
     idle = re.findall(
         rf"run_job\[([0-9a-f-]+)\] succeeded[^\n]*'job': {job.pk}, 'batches': {{}}",
         workers[1].log(),
     )
-    assert idle and set(idle) <= set(took), (took, idle)
+    assert idle, workers[1].log()[-2000:]
+
+    def took() -> set[str]:
+        return set(re.findall(r"run_job\[([0-9a-f-]+)\] succeeded", workers[0].log()))
+
+    wait_until(
+        lambda: set(idle) <= took(), timeout=120, message="the first worker to end the same task"
+    )
