@@ -12,13 +12,14 @@ so the next job down the chain follows the same way. A job with a batch running 
 left for later: discovery's next look, or the orchestration step for chains.
 """
 
+import json
 import logging
 
 from django.db import connection, transaction
 from django.db.models import Q
 from django.dispatch import receiver
 
-from inventory.models import Asset, Backfill, BatchStatus, Connector, ConnectorKind
+from inventory.models import Backfill, BatchStatus, Connector, ConnectorKind
 from inventory.services import backfills, source_table
 from inventory.services.errors import Conflict, TidemarkError
 from inventory.services.signals import batch_committed
@@ -86,9 +87,11 @@ def late_rows_restate(connector: Connector) -> list[Backfill]:
         connector, [asset.pk for asset, _ in late], reason=f"late rows: {described}", jobs=jobs
     )
     if done:
-        with transaction.atomic():
-            for asset, rows in late:
-                Asset.objects.filter(pk=asset.pk).update(weight=rows)
+        with connection.cursor() as cursor:  # one statement for every recounted slice
+            cursor.execute(
+                query("restatement_slice_counts"),
+                [[asset.pk for asset, _ in late], [rows for _, rows in late]],
+            )
     return created
 
 
@@ -111,9 +114,10 @@ def changed_files_restate(connector: Connector) -> list[Backfill]:
         connector, ids, reason=f"files changed after registration: {names}"
     )
     if done:
-        for asset in Asset.objects.filter(pk__in=ids):
-            asset.extra = {**asset.extra, RESTATED: [b.pk for b in created]}
-            asset.save(update_fields=["extra"])
+        with connection.cursor() as cursor:
+            cursor.execute(
+                query("restatement_files_restated"), [json.dumps([b.pk for b in created]), ids]
+            )
     return created
 
 

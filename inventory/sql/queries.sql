@@ -189,3 +189,14 @@ JOIN inventory_connector AS c ON c.kind = 'job_output' AND c.config ->> 'job' = 
 WHERE b.replaced_by_id = %s AND b.commit_seq IS NOT NULL
 GROUP BY c.id, j.name
 ORDER BY c.id;
+
+-- name: restatement_slice_counts
+-- Late rows restated: each recounted table slice (asset id) takes its row count now as its weight.
+UPDATE inventory_asset AS a SET weight = c.rows
+FROM unnest(%s::bigint[], %s::bigint[]) AS c(id, rows)
+WHERE a.id = c.id;
+
+-- name: restatement_files_restated
+-- Changed files restated: the backfills that read them again, recorded on each asset at once.
+UPDATE inventory_asset SET extra = extra || jsonb_build_object('restated', %s::jsonb)
+WHERE id = ANY(%s);
