@@ -26,6 +26,24 @@ class ConnectorState(models.TextChoices):
     COMPLETED = "completed", "completed"
 
 
+def weight_unit(kind: str, config: dict | None) -> str:
+    """What one unit of a connector's item weight is, so it can be shown as such: "bytes" for
+    files (local or object store), Delta versions and job outputs (docs/sources/), "rows" for a
+    table read in slices, "messages" for Kafka, "" for a meta table, whose weight column means
+    whatever its writer chose. The dashboard, the admin and the API all take it from here."""
+    config = config or {}
+    if "meta_table" in config:
+        return ""
+    if kind in (ConnectorKind.FILES, ConnectorKind.DELTA, ConnectorKind.JOB_OUTPUT):
+        return "bytes"
+    if kind == ConnectorKind.TABLE:
+        # without dsn_env a table in Tidemark's own database is read as a meta table
+        return "rows" if "dsn_env" in config else ""
+    if kind == ConnectorKind.KAFKA:
+        return "messages"
+    return ""
+
+
 class Connector(models.Model):
     """A source of data. Secrets in `config` are referenced by environment-variable name only."""
 
@@ -58,6 +76,10 @@ class Connector(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def weight_unit(self) -> str:
+        return weight_unit(self.kind, self.config)
 
 
 class ConnectorEvent(models.Model):

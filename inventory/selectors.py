@@ -100,7 +100,7 @@ def backfills_with_progress(queryset: QuerySet[Backfill] | None = None) -> Query
     running, dead, cancelled."""
     queryset = Backfill.objects.all() if queryset is None else queryset
     done = Q(batches__status__in=COMMITTED_STATUSES)
-    return queryset.select_related("job").annotate(
+    return queryset.select_related("job__connector").annotate(
         batches_total=Count("batches"),
         batches_done=Count("batches", filter=done),
         batches_running=Count("batches", filter=Q(batches__status=BatchStatus.RUNNING)),

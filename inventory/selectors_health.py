@@ -21,6 +21,7 @@ from inventory.models import (
     ConnectorState,
     Job,
     WatermarkType,
+    weight_unit,
 )
 from inventory.templatetags.human import duration
 
@@ -160,6 +161,7 @@ class BatchRef:
 class ConnectorRef:
     name: str
     state: str
+    weight_unit: str = ""  # models.weight_unit: how the overview shows the lag's weight
 
 
 @dataclass(slots=True)
@@ -239,6 +241,8 @@ def job_rows() -> list[JobRow]:
         "watermark_type",
         "connector__name",
         "connector__state",
+        "connector__kind",
+        "connector__config",
         "watermark__type",
         "watermark__value",
         "watermark__position",
@@ -246,7 +250,7 @@ def job_rows() -> list[JobRow]:
     )
     rows = []
     for values in Job.objects.order_by("name").values_list(*fields):
-        (pk, name, paused, every, lease, wm_type, c_name, c_state, *wm) = values
+        (pk, name, paused, every, lease, wm_type, c_name, c_state, c_kind, c_config, *wm) = values
         rows.append(
             JobRow(
                 pk,
@@ -255,7 +259,7 @@ def job_rows() -> list[JobRow]:
                 every,
                 lease,
                 wm_type,
-                ConnectorRef(c_name, c_state),
+                ConnectorRef(c_name, c_state, weight_unit(c_kind, c_config)),
                 WatermarkRow(*wm),
             )
         )

@@ -416,6 +416,7 @@ def backfill_preview(request):
             histogram=selectors.weight_histogram(plan, budget=budget),
             duration=duration,
             throttle=throttle,
+            weight_unit=job.connector.weight_unit,
         )
     return render(request, "inventory/_backfill_preview.html", context)
 

@@ -42,9 +42,8 @@ def test_the_overview_shows_watermark_lag_and_a_dead_batch_holding_it(job, role_
     page = _client(role_users["viewer"]).get("/").content.decode()
     assert "orders-hourly" in page
     assert "1 dead: watermark held" in page
-    assert (
-        '5 items<br><span class="muted">weight 150</span>' in page
-    )  # nothing committed: all five items (weight 150) are lag
+    # nothing committed: all five items (150 bytes of files) are lag
+    assert '5 items<br><span class="muted">weight 150 B</span>' in page
 
 
 def test_the_job_page_names_the_batch_the_watermark_waits_for(job, role_users):
@@ -90,7 +89,7 @@ def test_the_backfill_preview_shows_the_plan_without_creating_it(job, role_users
         },
     )
     page = response.content.decode()
-    assert "3 batch(es), 5 items, total weight 150" in page
+    assert "3 batch(es), 5 items, total weight 150 B" in page
     assert job.backfills.count() == 0
 
 

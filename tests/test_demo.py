@@ -1,19 +1,33 @@
 """`make demo` end to end: embedded PostgreSQL and Redis, a worker, beat and the web server as
-children, the first files, then only the new files; Ctrl-C stops it all without a traceback.
+children, the pipeline applied from its pipelines files, the first files, then only the new files;
+then, on the running demo, the issue's path for a newcomer with the real `tidemark` console script
+(login, apply examples/pipelines.yaml, jobs, backfill preview); Ctrl-C stops it all without a
+traceback.
 
-Slow (a fresh embedded PostgreSQL, migrations and a worker's SparkSession; about a minute on an
-idle 2-core machine), so it runs once, in its own data folder, with no DATABASE_URL/REDIS_URL.
+Slow (a fresh embedded PostgreSQL, migrations and a worker's SparkSession; a minute or two on an
+idle 2-core machine), so one demo serves the module, in its own data folder, with no
+DATABASE_URL/REDIS_URL. The data folder is `<tmp>/var` and examples/pipelines.yaml is copied
+unchanged to `<tmp>/examples/`, the layout of a fresh clone: its relative paths
+(../var/demo/landing) lead to this demo's order files.
 """
 
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from tests.worker_fixtures import wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_JOB = "example-customer-totals"
+TIDEMARK = Path(sys.executable).parent / "tidemark"  # the console script pip installed
 
 
 def _stop_embedded_services(data_dir: Path) -> None:
@@ -37,22 +51,27 @@ def _running(pid: int) -> bool:
     return state != "Z"  # a zombie has exited
 
 
-def test_slow_the_demo_processes_the_first_files_then_only_the_new_ones_and_stops_on_ctrl_c(
-    tmp_path,
-):
-    # a newcomer's environment: none of the settings earlier tests put into this process's
-    # environment (the test database's fence DSN, queues, processor modules) may leak in
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("DATABASE_URL", "REDIS_URL", "CELERY_QUEUE", "SPARK_MASTER")
-        and not key.startswith(("TIDEMARK_", "TM_"))
-    }
-    env.update(TIDEMARK_DATA_DIR=str(tmp_path), TIDEMARK_DEV="1", PYTHONUNBUFFERED="1")
-    log_path = tmp_path / "demo.out"
-    try:
-        with open(log_path, "wb") as log:
-            demo = subprocess.Popen(
+class Demo:
+    def __init__(self, base: Path):
+        self.base, self.data = base, base / "var"
+        self.log_path = base / "demo.out"
+        self.proc: subprocess.Popen | None = None
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def start(self) -> None:
+        # a newcomer's environment: none of the settings earlier tests put into this process's
+        # environment (the test database's fence DSN, queues, processor modules) may leak in
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if key not in ("DATABASE_URL", "REDIS_URL", "CELERY_QUEUE", "SPARK_MASTER")
+            and not key.startswith(("TIDEMARK_", "TM_"))
+        }
+        env.update(TIDEMARK_DATA_DIR=str(self.data), TIDEMARK_DEV="1", PYTHONUNBUFFERED="1")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
                 [sys.executable, "manage.py", "demo", "--port", "0", "--timeout", "400"],
                 cwd=ROOT,
                 env=env,
@@ -60,23 +79,116 @@ def test_slow_the_demo_processes_the_first_files_then_only_the_new_ones_and_stop
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + 600
-        while "press Ctrl-C to stop" not in log_path.read_text(errors="replace"):
-            assert demo.poll() is None, log_path.read_text(errors="replace")[-5000:]
-            assert time.monotonic() < deadline, "the demo did not get to serving in 600 s"
-            time.sleep(1)
-        children = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", log_path.read_text())]
-        # what a terminal does on Ctrl-C: SIGINT to every process of the foreground group
-        os.killpg(demo.pid, signal.SIGINT)
-        demo.wait(timeout=90)
+
+        def serving():
+            assert self.proc.poll() is None, self.output()[-5000:]
+            return "press Ctrl-C to stop" in self.output()
+
+        wait_until(serving, timeout=600, interval=1, message="the demo to get to serving")
+
+    def interrupt(self) -> None:
+        """What a terminal does on Ctrl-C: SIGINT to every process of the foreground group."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            self.proc.wait(timeout=90)
+
+    def clean_up(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        _stop_embedded_services(self.data)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    base = tmp_path_factory.mktemp("demo")
+    (base / "examples").mkdir()
+    shutil.copy(ROOT / "examples" / "pipelines.yaml", base / "examples" / "pipelines.yaml")
+    running = Demo(base)
+    try:
+        running.start()
+        yield running
     finally:
-        if demo.poll() is None:
-            os.killpg(demo.pid, signal.SIGKILL)
-        _stop_embedded_services(tmp_path)
-    out = log_path.read_text(errors="replace")
-    assert demo.returncode == 0, out[-5000:]
+        running.clean_up()
+
+
+def _tidemark(config_home: Path, *args, input: str | None = None) -> str:
+    done = subprocess.run(
+        [str(TIDEMARK), *map(str, args)],
+        cwd=config_home.parent,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")},
+            "XDG_CONFIG_HOME": str(config_home),
+        },
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"tidemark {' '.join(map(str, args))}:\n{done.stderr}{done.stdout}"
+    return done.stdout
+
+
+def test_slow_tidemark_on_the_running_demo_logs_in_applies_runs_and_previews(demo, tmp_path):
+    out = demo.output()
+    url = re.search(r"The dashboard is up \(\d+ s after the start\): (http://\S+)/", out).group(1)
+    password = re.search(r"username admin, password (\S+)", out).group(1)
+    config = tmp_path / "config"
+    run = lambda *args, **kw: _tidemark(config, *args, **kw)  # noqa: E731
+
+    login = run("login", "--url", url, "--username", "admin", "--password-stdin", input=password)
+    assert f"logged in to {url} as admin" in login
+    assert json.loads((config / "tidemark" / "config.json").read_text())["default_url"] == url
+
+    pipelines = demo.base / "examples" / "pipelines.yaml"
+    plan = run("plan", "-f", pipelines)
+    assert "Plan: 2 to create, 0 to change, 0 to reset, 0 unchanged." in plan
+    applied = run("apply", "-f", pipelines)
+    assert "created connector example-orders" in applied
+    assert f"created job {EXAMPLE_JOB}" in applied
+    assert "Applied: 2 created, 0 changed, 0 reset, 0 unchanged." in applied
+
+    jobs = run("jobs")
+    row = next(line for line in jobs.splitlines() if line.startswith(EXAMPLE_JOB))
+    assert "example-orders" in row and "example_customer_totals" in row
+    # the demo's own jobs are there too, applied from its pipelines files
+    assert "demo-orders-hourly" in jobs and "demo-follow-live" in jobs
+
+    # the demo's worker runs it: the processor comes from the example package's entry point
+    assert "batch(es) planned" in run("jobs", "run", EXAMPLE_JOB)
+
+    def committed():
+        rows = json.loads(run("batches", "--job", EXAMPLE_JOB, "-o", "json"))
+        assert not [r for r in rows if r["status"] in ("failed", "dead")], rows
+        return rows and all(r["status"] == "succeeded" for r in rows) and rows
+
+    batches = wait_until(committed, timeout=300, interval=1, message="the example job's batches")
+    assert sum(r["item_count"] for r in batches) == 8  # the demo's 8 order files
+    first, last = min(r["range_start"] for r in batches), max(r["range_end"] for r in batches)
+    job = json.loads(run("jobs", "show", EXAMPLE_JOB, "-o", "json"))
+    assert job["weight_unit"] == "bytes" and job["lag"]["items"] == 0
+    assert job["watermark"]["position"] > last
+    # not paused, the watermark past the files, a budget of 50 MB
+    shown = rf"^{EXAMPLE_JOB}\s+example-orders\s+example_customer_totals\s+no\s+(\d+)\s+50\.0 MB"
+    assert int(re.search(shown, run("jobs"), re.M).group(1)) > last
+    sink = demo.data / "examples" / "customer-totals"
+    assert list(sink.rglob("*.parquet")), "the example job wrote nothing"
+
+    preview = run("backfill", "preview", "--job", EXAMPLE_JOB, "--range", first, last)
+    assert f"backfill of job {EXAMPLE_JOB}: items {first}..{last}" in preview
+    # a files job's weight is bytes, shown as a size
+    assert re.search(r"8 item\(s\), weight \d+(\.\d)? (kB|MB)", preview), preview
+    assert re.search(r"^RANGE_START\s+RANGE_END\s+ITEM_COUNT\s+WEIGHT$", preview, re.M)
+    assert re.search(r"^\d+\s+\d+\s+2\s+\d+(\.\d)? kB$", preview, re.M), preview
+
+
+def test_slow_the_demo_processes_the_first_files_then_only_the_new_ones_and_stops_on_ctrl_c(demo):
+    demo.interrupt()
+    out = demo.output()
+    assert demo.proc.returncode == 0, out[-5000:]
     assert "Traceback" not in out
     assert "stopping..." in out
+    children = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", out)]
     assert len(children) == 4  # the Kafka broker, the worker, beat and the web server
     for pid in children:
         assert not _running(pid), f"child {pid} outlived the demo"
@@ -84,6 +196,14 @@ def test_slow_the_demo_processes_the_first_files_then_only_the_new_ones_and_stop
 
     password = re.search(r"username admin, password (\S+)", out)
     assert password and len(password.group(1)) >= 12
+    # the pipeline comes from its pipelines files, applied through the API as `tidemark apply`
+    pipelines = demo.data / "demo" / "pipelines"
+    assert f"applying the pipelines file {pipelines / 'orders.yaml'}" in out
+    assert "created connector demo-orders\n" in out
+    assert "created job demo-orders-hourly\n" in out and "created job demo-customers\n" in out
+    assert "Applied: 3 created, 0 changed, 0 reset, 0 unchanged." in out
+    assert "created connector demo-orders-live\n" in out
+    assert "Applied: 4 created, 0 changed, 0 reset, 0 unchanged." in out
     assert "discovery registered 6 new file(s)" in out
     assert "only the new files were processed: yes" in out
     second_round = out.split("5. new files", 1)[1].split("6. history then live", 1)[0]
@@ -93,8 +213,9 @@ def test_slow_the_demo_processes_the_first_files_then_only_the_new_ones_and_stop
     # history then live: the table's history, then the topic from the synced offsets, each once
     assert "demo-orders-history is completed; released demo-orders-live" in out
     assert "every order exactly once across the switch: yes" in out
+    assert "46 rows, 46 distinct orders (1..46)" in out
     assert "dashboard      http://127.0.0.1:" in out
     assert "worker, beat and web server stopped" in out
-    assert (tmp_path / "demo" / "sinks" / "orders_hourly").is_dir()
+    assert (demo.data / "demo" / "sinks" / "orders_hourly").is_dir()
     renamed = re.search(r"(\d+) renamed by the new files, (\d+) of them still with", out)
     assert renamed and int(renamed.group(1)) > 0 and renamed.group(1) == renamed.group(2)

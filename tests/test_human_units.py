@@ -66,3 +66,76 @@ def test_a_large_number_is_compact_for_axis_labels():
         "100M",
         "3G",
     ]
+
+
+@pytest.mark.parametrize(
+    "kind, config, unit",
+    [
+        ("files", {"path": "/data/landing"}, "bytes"),
+        ("files", {"path": "s3://bucket/prefix"}, "bytes"),
+        ("delta", {"path": "/data/table"}, "bytes"),
+        ("job_output", {"job": "upstream"}, "bytes"),
+        ("table", {"dsn_env": "SRC", "table": "t", "column": "id"}, "rows"),
+        ("kafka", {"bootstrap_servers": "h:9092", "topic": "t"}, "messages"),
+        # a meta table's weight column means what its writer chose: a plain number
+        ("files", {"meta_table": "m", "weight_column": "w"}, ""),
+        ("table", {"table": "m", "uid_column": "u"}, ""),
+    ],
+)
+def test_a_connectors_weight_unit_follows_its_kind(kind, config, unit):
+    from inventory.models import Connector, weight_unit
+
+    assert weight_unit(kind, config) == unit
+    assert Connector(kind=kind, config=config).weight_unit == unit
+
+
+def test_a_weight_is_shown_in_its_unit():
+    from inventory.templatetags.human import weight
+
+    assert weight(1_200_000_000, "bytes") == "1.2 GB"
+    assert weight(196_608, "bytes") == "197 kB"
+    assert weight(12345, "rows") == "12,345 rows"
+    assert weight(1, "messages") == "1 message"
+    assert weight(12345, "") == "12,345"
+    html = Template("{% load human %}{{ w|weight:unit }}").render(
+        Context({"w": 3_500_000, "unit": "bytes"})
+    )
+    assert html == "3.5 MB"
+
+
+def test_the_command_line_shows_a_weight_in_its_unit(capsys):
+    from tidemark_cli.output import weight
+    from tidemark_cli.resources import _print_plan, _progress_line
+
+    assert weight(1_200_000_000, "bytes") == "1.2 GB"
+    assert weight(12345, "messages") == "12,345 messages"
+    assert weight(7, None) == "7"
+    _print_plan(
+        {
+            "job": "j",
+            "range_start": 1,
+            "range_end": 4,
+            "requested": None,
+            "batch_count": 2,
+            "total_items": 4,
+            "total_weight": 2_400_000,
+            "weight_unit": "bytes",
+            "batches": [
+                {"range_start": 1, "range_end": 2, "item_count": 2, "weight": 1_200_000},
+                {"range_start": 3, "range_end": 4, "item_count": 2, "weight": 1_200_000},
+            ],
+        }
+    )
+    shown = capsys.readouterr().out
+    assert "2 batch(es), 4 item(s), weight 2.4 MB" in shown
+    assert shown.count("1.2 MB") == 2
+    state = {
+        "job": "k",
+        "watermark_position": 5,
+        "lag": {"items": 3, "weight": 30},
+        "weight_unit": "rows",
+        "batch_counts": {},
+        "paused": False,
+        "blocked_by": None,
+    }
+    assert "lag 3 items (30 rows)" in _progress_line(state)

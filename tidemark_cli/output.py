@@ -19,6 +19,32 @@ def cell(value) -> str:
     return text if len(text) <= CELL_WIDTH else text[: CELL_WIDTH - 1] + "…"
 
 
+_SIZES = ("B", "kB", "MB", "GB", "TB", "PB")
+
+
+def size(number: float) -> str:
+    """Bytes in decimal units: "512 B", "1.2 GB" (as the dashboard shows them)."""
+    unit = 0
+    while abs(number) >= 1000 and unit < len(_SIZES) - 1:
+        number /= 1000
+        unit += 1
+    if unit == 0:
+        return f"{int(number)} B"
+    return f"{number:.1f} {_SIZES[unit]}" if abs(number) < 100 else f"{number:.0f} {_SIZES[unit]}"
+
+
+def weight(value, unit: str | None) -> str:
+    """A weight in the unit the API gives with it (`weight_unit`): bytes as a size, rows and
+    messages counted with their noun, a unit-less weight as a plain number."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return cell(value)
+    if unit == "bytes":
+        return size(value)
+    if unit in ("rows", "messages"):
+        return f"{value:,} {unit if value != 1 else unit[:-1]}"
+    return f"{value:,}"
+
+
 def pluck(row: dict, column: str):
     """`a.b` reads a nested value."""
     value = row

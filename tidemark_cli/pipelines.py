@@ -237,30 +237,52 @@ def cmd_plan(api, out, args) -> int:
 
 def cmd_apply(api, out, args) -> int:
     pipelines = load(args.file)
+    done, counts = apply(
+        api,
+        pipelines,
+        allow_reset=args.allow_reset,
+        reason=args.reason,
+        echo=None if out.json else _print_now,
+    )
+    if out.json:
+        emit_json({"applied": done, "summary": counts})
+    else:
+        print(applied_line(pipelines, done, counts))
+    return 0
+
+
+def _print_now(line: str) -> None:
+    print(line, flush=True)
+
+
+def apply(api, pipelines: Pipelines, *, allow_reset: bool, reason: str, echo=None):
+    """Make the server match `pipelines`: the plan, refused whole if it needs a reset not
+    allowed or changes a fixed field, then one write per change in dependency order. `echo` gets
+    each change's line as it is made. Returns what was applied and the plan's counts. `tidemark
+    apply` and `make demo` both apply files through this function."""
     changes = make_plan(api, pipelines)
-    _refuse(changes, allow_reset=args.allow_reset)
+    _refuse(changes, allow_reset=allow_reset)
     done = []
     for change in changes:
         if change.action == "unchanged":
             continue
-        message = _apply_one(api, change, reason=args.reason)
+        message = _apply_one(api, change, reason=reason)
         done.append({**change.as_dict(), "message": message})
-        if not out.json:
-            print(message, flush=True)
-    counts = summary(changes)
-    if out.json:
-        emit_json({"applied": done, "summary": counts})
-    elif not done:
-        print(
+        if echo is not None:
+            echo(message)
+    return done, summary(changes)
+
+
+def applied_line(pipelines: Pipelines, done: list[dict], counts: dict) -> str:
+    if not done:
+        return (
             f"No changes: the {len(pipelines.connectors)} connector(s) and "
-            f"{len(pipelines.jobs)} job(s) of {args.file} already match the server."
+            f"{len(pipelines.jobs)} job(s) of {pipelines.path} already match the server."
         )
-    else:
-        print(
-            f"Applied: {counts['create']} created, {counts['change']} changed, "
-            f"{counts['reset']} reset, {counts['unchanged']} unchanged."
-        )
-    return 0
+    return (
+        f"Applied: {counts['create']} created, {counts['change']} changed, "
+        f"{counts['reset']} reset, {counts['unchanged']} unchanged."
+    )
 
 
 def _refuse(changes: list[Change], *, allow_reset: bool) -> None:

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from tidemark_cli.api import quote
 from tidemark_cli.config import UsageError
-from tidemark_cli.output import emit_json
+from tidemark_cli.output import emit_json, weight
 
 CONNECTOR_COLUMNS = ["name", "kind", "state", "labels", "start_after", "jobs"]
 JOB_COLUMNS = [
@@ -95,6 +95,10 @@ def connector_action(verb: str):
 def jobs_list(api, out, args) -> int:
     paused = None if args.paused is None else str(args.paused).lower()
     rows = api.listing("jobs/", connector__name=args.connector, paused=paused)
+    if not out.json:
+        rows = [
+            {**r, "batch_weight": weight(r["batch_weight"], r.get("weight_unit"))} for r in rows
+        ]
     out.rows(rows, JOB_COLUMNS)
     return 0
 
@@ -156,6 +160,7 @@ def _progress(job: dict) -> dict:
         "watermark_position": watermark.get("position"),
         "watermark_value": watermark.get("value"),
         "lag": job.get("lag"),
+        "weight_unit": job.get("weight_unit"),
         "blocked_by": job.get("blocked_by"),
         "batch_counts": job.get("batch_counts") or {},
     }
@@ -165,7 +170,10 @@ def _progress_line(state: dict) -> str:
     counts = state["batch_counts"]
     shown = " ".join(f"{k}={v}" for k, v in sorted(counts.items()) if v) or "no batches"
     lag = state["lag"]
-    lag_text = f"{lag['items']} items ({lag['weight']} weight)" if lag else "unknown"
+    if lag:
+        lag_text = f"{lag['items']} items ({weight(lag['weight'], state['weight_unit'])})"
+    else:
+        lag_text = "unknown"
     line = (
         f"{datetime.now():%H:%M:%S}  {state['job']}  watermark {state['watermark_position']}"
         f"  lag {lag_text}  {shown}"
@@ -226,6 +234,8 @@ def batches_list(api, out, args) -> int:
         backfill=args.backfill,
         page_size=min(args.limit, 1000),
     )
+    if not out.json:
+        rows = [{**r, "weight": weight(r["weight"], r.get("weight_unit"))} for r in rows]
     out.rows(rows, BATCH_COLUMNS)
     return 0
 
@@ -302,11 +312,13 @@ def _print_plan(plan: dict) -> None:
     print(
         f"backfill of job {plan['job']}: items {plan['range_start']}..{plan['range_end']}{origin}\n"
         f"{plan['batch_count']} batch(es), {plan['total_items']} item(s), "
-        f"weight {plan['total_weight']}"
+        f"weight {weight(plan['total_weight'], plan.get('weight_unit'))}"
     )
     from tidemark_cli.output import table
 
-    table(plan.get("batches") or [], ["range_start", "range_end", "item_count", "weight"])
+    unit = plan.get("weight_unit")
+    batches = [{**b, "weight": weight(b["weight"], unit)} for b in plan.get("batches") or []]
+    table(batches, ["range_start", "range_end", "item_count", "weight"])
 
 
 def backfill_create(api, out, args) -> int:

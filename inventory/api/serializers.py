@@ -56,6 +56,12 @@ class ErrorSerializer(serializers.Serializer):
 # ---- connectors --------------------------------------------------------------------------------
 
 
+WEIGHT_UNIT_HELP = (
+    "what one unit of weight is: `bytes` (files, object stores, Delta, job outputs), `rows` (a "
+    "table read in slices), `messages` (Kafka), or empty (a meta table's own weight column)"
+)
+
+
 class ConnectorSerializer(serializers.ModelSerializer):
     config = PublicJSONField(
         help_text="the connector's config; `*_env` values are environment-variable names"
@@ -66,6 +72,7 @@ class ConnectorSerializer(serializers.ModelSerializer):
         help_text="where discovery got to in the source (a table's next column value, the next "
         "offset per Kafka partition, the last listed key, the snapshot bound)",
     )
+    weight_unit = serializers.CharField(read_only=True, help_text=WEIGHT_UNIT_HELP)
 
     class Meta:
         model = Connector
@@ -78,6 +85,7 @@ class ConnectorSerializer(serializers.ModelSerializer):
             "start_after",
             "cursor",
             "jobs",
+            "weight_unit",
             "created_at",
             "updated_at",
         ]
@@ -201,12 +209,16 @@ class JobSerializer(serializers.ModelSerializer):
     params = PublicJSONField()
     sink = PublicJSONField()
     watermark = WatermarkSerializer(read_only=True)
+    weight_unit = serializers.CharField(
+        source="connector.weight_unit", read_only=True, help_text=WEIGHT_UNIT_HELP
+    )
 
     class Meta:
         model = Job
         fields = [
             "name",
             "connector",
+            "weight_unit",
             "watermark_type",
             "start_position",
             *JOB_SETTINGS,
@@ -258,6 +270,9 @@ class BatchSerializer(serializers.ModelSerializer):
         help_text="to (inclusive); ids in the range without an item are covered too",
     )
     watermark_value = AnyJSONField(allow_null=True)
+    weight_unit = serializers.CharField(
+        source="job.connector.weight_unit", read_only=True, help_text=WEIGHT_UNIT_HELP
+    )
 
     class Meta:
         model = Batch
@@ -271,6 +286,7 @@ class BatchSerializer(serializers.ModelSerializer):
             "range_end",
             "item_count",
             "weight",
+            "weight_unit",
             "attempt",
             "max_attempts",
             "worker",
@@ -556,6 +572,7 @@ class BackfillPreviewSerializer(serializers.Serializer):
     batch_count = serializers.IntegerField()
     total_items = serializers.IntegerField()
     total_weight = serializers.IntegerField()
+    weight_unit = serializers.CharField(help_text=WEIGHT_UNIT_HELP)
     fingerprint = serializers.CharField(
         help_text="names this exact plan: give it when creating the backfill to run exactly it"
     )

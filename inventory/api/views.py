@@ -427,7 +427,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     list=extend_schema(summary="List batches, newest first (filters: job, status, kind, time)"),
 )
 class BatchViewSet(mixins.ListModelMixin, IdViewSet):
-    queryset = Batch.objects.select_related("job")
+    queryset = Batch.objects.select_related("job__connector")
     serializer_class = s.BatchSerializer
     pagination_class = NewestFirst
     filter_backends = [StrictFilterBackend]
@@ -605,6 +605,7 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
             **data, range_start=span.range_start, range_end=span.range_end
         )
         preview = backfill_services.plan_summary(job=data["job"], span=span, plan=plan)
+        preview["weight_unit"] = data["job"].connector.weight_unit
         return Response(s.BackfillPreviewSerializer(preview).data)
 
     def _set_status(self, new_status: str) -> Response:

@@ -1,5 +1,5 @@
-"""Human units for the dashboard: durations ("3 d 4 h"), sizes ("1.2 GB") and counts ("12,345
-items"). `{% load human %}`; the functions are plain too, for messages built in Python."""
+"""Human units for the dashboard: durations ("3 d 4 h"), sizes ("1.2 GB"), counts ("12,345
+items") and weights in their connector's unit. `{% load human %}`; the functions are plain too, for messages built in Python."""
 
 from datetime import timedelta
 from numbers import Number
@@ -76,6 +76,18 @@ def count(value, noun: str = "") -> str:
     if not noun:
         return text
     return f"{text} {noun if number == 1 else plural(noun)}"
+
+
+@register.filter
+def weight(value, unit: str = "") -> str:
+    """A weight in its connector's unit (`{{ lag.weight|weight:job.connector.weight_unit }}`,
+    models.weight_unit): bytes as a size ("1.2 GB"), rows and messages counted with their noun,
+    a unit-less weight as a plain count."""
+    if unit == "bytes":
+        return size(value)
+    if unit in ("rows", "messages"):
+        return count(value, unit[:-1])
+    return count(value)
 
 
 @register.filter

@@ -1,6 +1,6 @@
 """The demo's history-then-live scenario: a table's history, then a live Kafka topic.
 
-A CDC consumer has copied the first orders of a topic into a table of another database
+The connectors and jobs are declared in examples/demo/history-then-live.yaml. A CDC consumer has copied the first orders of a topic into a table of another database
 (`tidemark_demo_source.orders_history`, each row with the partition and offset it came from). A
 snapshot `table` connector loads that history; a `kafka` connector waits for it (start_after),
 then starts from the offsets the history was synced to (handover) and follows the topic. Both
@@ -20,9 +20,9 @@ from controlplane.embedded_kafka import tansu_binary, tansu_start
 from controlplane.loopback import free_port, listening
 from inventory.models import Batch, BatchStatus, Connector, Job
 from inventory.services import dispatch, scheduling
-from inventory.services.connectors import connector_create, connector_delete
+from inventory.services.connectors import connector_delete
 from inventory.services.discovery import discover
-from inventory.services.jobs import job_create, job_delete
+from inventory.services.jobs import job_delete
 from inventory.services.outputs import control_plane_dsn
 
 SOURCE_DB = "tidemark_demo_source"
@@ -37,10 +37,6 @@ PARTITIONS = 2
 ORDERS = 40
 SYNCED = {0: 12, 1: 9}  # offsets the history was synced to (exclusive), per partition
 LATER = 6  # orders that arrive on the topic after the switch
-PARSE = (
-    "SELECT r.id, r.customer, r.amount FROM (SELECT from_json(CAST(value AS STRING), "
-    "'id BIGINT, customer STRING, amount DOUBLE') AS r FROM batch)"
-)
 
 
 def available() -> bool:
@@ -64,9 +60,8 @@ def sink_cursor():
 
 
 class HistoryThenLive:
-    def __init__(self, command, *, sink_env: str):
+    def __init__(self, command):
         self.cmd = command
-        self.sink_env = sink_env
         self.bootstrap = ""
 
     # ---- before the worker starts: it inherits the source's DSN variable ----------------------
@@ -76,7 +71,6 @@ class HistoryThenLive:
         with connection.cursor() as cursor:
             cursor.execute(f'DROP DATABASE IF EXISTS "{SOURCE_DB}" WITH (FORCE)')
             cursor.execute(f'CREATE DATABASE "{SOURCE_DB}"')
-        os.environ[SOURCE_DSN_ENV] = control_plane_dsn(dbname=SOURCE_DB)
         port = free_port()
         proc = tansu_start(port=port, log_path=logs / "tansu.log", cwd=logs)
         self.cmd.children.append(("kafka broker", proc))
@@ -181,48 +175,11 @@ class HistoryThenLive:
         return len(rows)
 
     def _pipeline(self):
-        history = connector_create(
-            name=HISTORY,
-            kind="table",
-            labels=["history"],
-            config={
-                "dsn_env": SOURCE_DSN_ENV,
-                "table": "orders_history",
-                "column": "id",
-                "slice_rows": 5,
-                "snapshot": True,
-            },
-        )
-        live = connector_create(
-            name=LIVE,
-            kind="kafka",
-            start_after=HISTORY,
-            config={
-                "bootstrap_servers": self.bootstrap,
-                "topic": TOPIC,
-                "slice_messages": 5,
-                "handover": {"partition_column": "part", "offset_column": "off"},
-            },
-        )
-        sink = {"kind": "postgres", "dsn_env": self.sink_env, "table": ALL_TABLE, "mode": "append"}
-        history_job = job_create(
-            name=HISTORY_JOB,
-            connector=history,
-            batch_weight=10,
-            processor="sql",
-            params={"query": "SELECT id, customer, amount FROM batch"},
-            sink=sink,
-        )
-        live_job = job_create(
-            name=LIVE_JOB,
-            connector=live,
-            batch_weight=10,
-            watermark_type="key_value",
-            processor="sql",
-            params={"query": PARSE},
-            sink=sink,
-        )
-        return history, live, history_job, live_job
+        """examples/demo/history-then-live.yaml, applied now that its table and topic exist."""
+        self.cmd.apply_pipelines("history-then-live.yaml", kafka_bootstrap=self.bootstrap)
+        history = Connector.objects.get(name=HISTORY)
+        live = Connector.objects.get(name=LIVE)
+        return history, live, Job.objects.get(name=HISTORY_JOB), Job.objects.get(name=LIVE_JOB)
 
     def _create_topic(self) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic

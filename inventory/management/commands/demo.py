@@ -1,12 +1,14 @@
 """`make demo`: a sample pipeline on embedded PostgreSQL and Redis, real Celery and real PySpark.
 
-Steps: migrate; an admin user (a fresh random password, printed once); order events as Parquet
-files over several days; a `files` connector; a job aggregating per hour into a Parquet sink and a
-job keeping a PostgreSQL table current with `coalesce`; a Celery worker, beat and the web server
-as child processes; the first files are processed, more files arrive, and only those are processed.
-Then the history-then-live scenario (_demo_history.py): a table's history loaded by a snapshot
-connector, then a Kafka topic (a Tansu broker) followed from the offsets the history was synced
-to, every order once. Then it prints where to look and runs until Ctrl-C (or exits at once with --once /
+Steps: migrate; an admin user (a fresh random password, printed once); the web server, its URL
+and login printed the moment it answers; order events as Parquet files over several days; the
+pipeline declared in examples/demo/orders.yaml (a `files` connector, a job aggregating per hour
+into a Parquet sink and a job keeping a PostgreSQL table current with `coalesce`) applied through
+the API by the code of `tidemark apply`; a Celery worker and beat as child processes; the first
+files are processed, more files arrive, and only those are processed. Then the history-then-live
+scenario (_demo_history.py, examples/demo/history-then-live.yaml): a table's history loaded by a
+snapshot connector, then a Kafka topic (a Tansu broker) followed from the offsets the history was
+synced to, every order once. Then it prints where to look and runs until Ctrl-C (or exits at once with --once /
 TIDEMARK_DEMO_ONCE=1), stopping its children cleanly either way.
 """
 
@@ -31,9 +33,14 @@ from controlplane.env import env_bool
 from controlplane.web_command import gunicorn_argv
 from inventory.models import Asset, Batch, BatchStatus, Connector, Job, Watermark
 from inventory.services import assets, dispatch
-from inventory.services.connectors import connector_create, connector_delete
-from inventory.services.jobs import job_create, job_delete
+from inventory.services.connectors import connector_delete
+from inventory.services.jobs import job_delete
 from inventory.services.outputs import control_plane_dsn
+from tidemark_cli import pipelines as pipelines_as_code
+from tidemark_cli.api import Api, error_line
+from tidemark_cli.config import UsageError
+from tidemark_cli.pipeline_file import load as load_pipelines
+from tidemark_client import TidemarkError
 
 from . import _demo_history as history_then_live
 from ._demo_history import sink_cursor
@@ -46,6 +53,8 @@ SINK_DSN_ENV = history_then_live.SINK_DSN_ENV
 # the table sinks' database: Tidemark's own database is never a sink (docs/security.md)
 SINK_DB = "tidemark_demo_sinks"
 CITIES = ["Lisbon", "Oslo", "Lyon", "Graz", "Turin", "Ghent", None]
+# the demo's pipelines files, applied in order (docs/pipelines.md)
+PIPELINES = Path(settings.BASE_DIR) / "examples" / "demo"
 
 
 def _sink_database() -> str:
@@ -101,6 +110,7 @@ class Command(BaseCommand):
     def _demonstrate(self, *, once: bool, port: int) -> None:
         root = Path(settings.DATA_DIR) / "demo"
         self.landing, self.sink, self.logs = root / "landing", root / "sinks", root / "logs"
+        self.pipelines = root / "pipelines"
         self.began = time.monotonic()
         self._say("1. database", "migrating the embedded PostgreSQL (or DATABASE_URL)")
         call_command("migrate", verbosity=0)
@@ -108,18 +118,24 @@ class Command(BaseCommand):
             call_command("collectstatic", interactive=False, verbosity=0)
         password = self._admin_user()
         os.environ[SINK_DSN_ENV] = _sink_database()
+        # the web server checks the connectors' DSN variables when the pipeline is applied
+        os.environ[history_then_live.SOURCE_DSN_ENV] = control_plane_dsn(
+            dbname=history_then_live.SOURCE_DB
+        )
         self._reset(root)
         _allow_demo_names()  # before any child starts: they inherit what the demo may name
         # the web server first: the dashboard is open while the walkthrough goes on
         port = self._free_port(port)
         self._start_children(port, names=("web",))
         self._web_ready(port, password)
+        self.api = self._api_login(port, password)
         files = self._write_days(first_day=1, days=3)
-        connector, hourly, customers = self._pipeline(files)
+        self._say("3. sample data", f"{len(files)} Parquet files of order events in {self.landing}")
+        connector, hourly, customers = self._pipeline()
         history = None
         if history_then_live.available():
             # before the worker starts: it inherits the history database's DSN variable
-            history = history_then_live.HistoryThenLive(self, sink_env=SINK_DSN_ENV)
+            history = history_then_live.HistoryThenLive(self)
             history.prepare(self.logs)
         call_command("sync_schedules", verbosity=0)
         self._start_children(port, names=("worker", "beat"))
@@ -175,54 +191,51 @@ class Command(BaseCommand):
             import shutil
 
             shutil.rmtree(root)
-        for folder in (self.landing, self.sink, self.logs):
+        for folder in (self.landing, self.sink, self.logs, self.pipelines):
             folder.mkdir(parents=True, exist_ok=True)
 
-    def _pipeline(self, files: list[Path]):
-        self._say("3. sample data", f"{len(files)} Parquet files of order events in {self.landing}")
-        connector = connector_create(
-            name=CONNECTOR,
-            kind="files",
-            config={"path": str(self.landing), "patterns": ["*.parquet"], "discover_seconds": 30},
-            labels=["demo"],
-        )
-        hourly = job_create(
-            name=HOURLY_JOB,
-            connector=connector,
-            batch_weight=3 * 64 * 1024,
-            max_items=3,
-            watermark_type="datetime",
-            processor="orders_hourly",
-            params={"watermark_column": "event_time"},
-            sink={"kind": "files", "path": str(self.sink / "orders_hourly"), "format": "parquet"},
-            schedule_seconds=30,
-            lease_seconds=60,
-            retry_backoff_seconds=5,
-        )
-        customers = job_create(
-            name=CUSTOMERS_JOB,
-            connector=connector,
-            batch_weight=10 * 64 * 1024,
-            max_items=10,
-            processor="customers_latest",
-            params={"key": "customer_id", "fields": ["email", "name", "city"]},
-            sink={
-                "kind": "postgres",
-                "dsn_env": SINK_DSN_ENV,
-                "table": CUSTOMERS_TABLE,
-                "key": ["customer_id"],
-                "mode": "coalesce",
-            },
-            schedule_seconds=30,
-            lease_seconds=60,
-            retry_backoff_seconds=5,
-        )
+    def _pipeline(self):
+        self.apply_pipelines("orders.yaml")
+        connector = Connector.objects.get(name=CONNECTOR)
+        return connector, Job.objects.get(name=HOURLY_JOB), Job.objects.get(name=CUSTOMERS_JOB)
+
+    def _api_login(self, port: int, password: str) -> Api:
+        """The admin's API token, got as `tidemark login` gets it."""
+        url = f"http://127.0.0.1:{port}"
+        try:
+            answer = Api(url, token=None).post(
+                "auth/token/", {"username": "admin", "password": password}
+            )
+        except (TidemarkError, UsageError) as exc:
+            detail = error_line(exc) if isinstance(exc, TidemarkError) else str(exc)
+            raise CommandError(f"logging in to the API failed: {detail}") from None
+        return Api(url, token=answer["token"])
+
+    def apply_pipelines(self, name: str, **values: str) -> None:
+        """Apply examples/demo/NAME through the API with the code of `tidemark apply -f`. The
+        file is copied into the demo's folder first, where its relative paths point, with the
+        `{key}` of each of `values` (known only now, like the broker's address) filled in."""
+        text = (PIPELINES / name).read_text()
+        for key, value in values.items():
+            text = text.replace("{" + key + "}", value)
+        copy = self.pipelines / name
+        copy.write_text(text)
         self.stdout.write(
-            f"   connector {CONNECTOR}; jobs {HOURLY_JOB} (orders_hourly -> Parquet, datetime "
-            f"watermark) and {CUSTOMERS_JOB} (customers_latest -> PostgreSQL table "
-            f"{CUSTOMERS_TABLE}, coalesce)"
+            f"   applying the pipelines file {copy} (examples/demo/{name}) through the API, "
+            "as `tidemark apply -f` does:"
         )
-        return connector, hourly, customers
+        try:
+            declared = load_pipelines(str(copy))
+            done, counts = pipelines_as_code.apply(
+                self.api,
+                declared,
+                allow_reset=False,
+                reason="make demo",
+                echo=lambda line: self.stdout.write(f"     {line}"),
+            )
+        except UsageError as exc:
+            raise CommandError(f"applying {copy} failed: {exc}") from None
+        self.stdout.write(f"   {pipelines_as_code.applied_line(declared, done, counts)}")
 
     def _write_days(
         self, *, first_day: int, days: int, files_per_day: int = 2, renames: bool = False
