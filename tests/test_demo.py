@@ -140,6 +140,12 @@ def test_slow_tidemark_on_the_running_demo_logs_in_applies_runs_and_previews(dem
     assert f"logged in to {url} as admin" in login
     assert json.loads((config / "tidemark" / "config.json").read_text())["default_url"] == url
 
+    # the demo's own pipeline is what its applied pipelines files say
+    applied = demo.data / "demo" / "pipelines"
+    for name, objects in (("orders.yaml", 3), ("history-then-live.yaml", 4)):
+        unchanged = f"Plan: 0 to create, 0 to change, 0 to reset, {objects} unchanged."
+        assert unchanged in run("plan", "-f", applied / name)
+
     pipelines = demo.base / "examples" / "pipelines.yaml"
     plan = run("plan", "-f", pipelines)
     assert "Plan: 2 to create, 0 to change, 0 to reset, 0 unchanged." in plan

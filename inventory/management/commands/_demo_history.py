@@ -64,7 +64,7 @@ class HistoryThenLive:
         self.cmd = command
         self.bootstrap = ""
 
-    # ---- before the worker starts: it inherits the source's DSN variable ----------------------
+    # ---- before the worker starts: a fresh source database and the broker -------------------
 
     def prepare(self, logs) -> None:
         self._reset()

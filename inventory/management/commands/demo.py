@@ -134,7 +134,8 @@ class Command(BaseCommand):
         connector, hourly, customers = self._pipeline()
         history = None
         if history_then_live.available():
-            # before the worker starts: it inherits the history database's DSN variable
+            # a fresh source database and the broker, before the worker (its DSN variable is set
+            # above, before the web server started: both processes inherit it)
             history = history_then_live.HistoryThenLive(self)
             history.prepare(self.logs)
         call_command("sync_schedules", verbosity=0)
