@@ -70,3 +70,24 @@ def test_connectors_come_before_their_jobs_and_upstream_jobs_before_job_output_c
     )
     names = [c.name for c in ordered]
     assert names.index("src") < names.index("up") < names.index("down") < names.index("downjob")
+
+
+def test_config_keys_the_server_derives_are_no_change_when_the_file_leaves_them_out():
+    given = {"dsn_env": "SRC", "table": "t", "column": "id", "slice_rows": 5}
+    stored = {**given, "column_type": "int", "watermark_column": "id"}
+    server = {
+        "kind": "table",
+        "config": stored,
+        "config_derived": {"column_type": "int", "watermark_column": "id"},
+        "jobs": ["j"],
+    }
+    declared = {"name": "c", "kind": "table", "config": given}
+    assert pipelines.connector_change(declared, server).action == "unchanged"
+    # another key changes: the file's config is what is sent, the server derives the rest again
+    bigger = {**given, "slice_rows": 50}
+    change = pipelines.connector_change({**declared, "config": bigger}, server)
+    assert [f.field for f in change.fields] == ["config.slice_rows"]
+    assert change.patch == {"config": bigger}
+    # without the server's word a stored key the file lacks is a change
+    plain = pipelines.connector_change(declared, {**server, "config_derived": {}})
+    assert {f.field for f in plain.fields} == {"config.column_type", "config.watermark_column"}

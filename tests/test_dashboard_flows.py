@@ -2,6 +2,7 @@
 against gunicorn with DEBUG off and a real Celery worker running PySpark. Each page visited is
 saved under docs/screenshots/ (the README shows them)."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -120,7 +121,9 @@ def test_an_operator_sees_why_data_is_late_and_acts_on_it(
     page.fill("input[name=range_start]", str(first))
     page.fill("input[name=range_end]", str(last))
     page.wait_for_selector("#plan-summary")  # no button pressed: the preview follows the form
-    assert "3 batch(es), 6 items" in page.inner_text("#plan-summary")
+    summary = page.inner_text("#plan-summary")
+    assert "3 batch(es), 6 items" in summary
+    assert re.search(r"total weight \d+(\.\d)? kB", summary), summary  # files: bytes as a size
     assert page.locator(".histogram .bin").count() >= 1
     assert not Backfill.objects.exists()
     shoot(page, "backfill-preview")

@@ -3,7 +3,8 @@ file declares (docs/pipelines.md).
 
 What a file declares is compared with the server, field by field: a connector's `config`,
 `labels` and `start_after`, a job's fields given in the file (a field left out keeps the server's
-value; new objects get the server's defaults). Objects on the server that the file does not name
+value; new objects get the server's defaults; config keys the server derives itself, listed in its
+`config_derived`, count as given). Objects on the server that the file does not name
 are left alone. A change of a connector's source identity (IDENTITY_KEYS) while jobs read from it
 is a reset: every job of the connector starts over, so `apply` does it only with `--allow-reset`.
 A job's connector, watermark_type and start_position never change: delete and recreate the job.
@@ -97,7 +98,12 @@ def connector_change(declared: dict, server: dict | None) -> Change:
     for key in CONNECTOR_FIELDS:
         if key not in declared:
             continue
-        found = field_diff(key, server.get(key), declared[key])
+        compared = declared[key]
+        if key == "config" and isinstance(compared, dict):
+            # what the server fills in itself (a table's column type) is no change when the file
+            # leaves it out; the file's config is what a change sends
+            compared = {**(server.get("config_derived") or {}), **compared}
+        found = field_diff(key, server.get(key), compared)
         if found:
             change.patch[key] = declared[key]
             change.fields += found

@@ -21,6 +21,7 @@ from inventory.models import (
     Watermark,
     WatermarkEvent,
 )
+from inventory.services import source_kinds
 from inventory.services.jobs import FIXED_JOB_FIELDS, JOB_SETTINGS
 from inventory.services.secrets import mask
 
@@ -73,6 +74,11 @@ class ConnectorSerializer(serializers.ModelSerializer):
         "offset per Kafka partition, the last listed key, the snapshot bound)",
     )
     weight_unit = serializers.CharField(read_only=True, help_text=WEIGHT_UNIT_HELP)
+    config_derived = serializers.SerializerMethodField(
+        help_text="the keys of `config` the server filled in itself when it was saved (a table's "
+        "column_type, a defaulted watermark_column): `tidemark plan` does not count them as changes "
+        "when a pipelines file leaves them out"
+    )
 
     class Meta:
         model = Connector
@@ -86,10 +92,15 @@ class ConnectorSerializer(serializers.ModelSerializer):
             "cursor",
             "jobs",
             "weight_unit",
+            "config_derived",
             "created_at",
             "updated_at",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.DictField())
+    def get_config_derived(self, connector: Connector) -> dict:
+        return source_kinds.config_derived(connector)
 
 
 class ConnectorCreateSerializer(serializers.Serializer):

@@ -11,7 +11,9 @@ work the same for all kinds. A source module answers:
 - `read_spec(connector, batch) -> dict`: what the worker reads for one batch: `items` (labels
   of what it covers, for humans and logs) and `source` (`{"kind": ...}` plus what the worker's
   reader for that kind needs; never a secret, only environment-variable names);
-- optionally `item_source(connector) -> ItemSource` when its items are not assets.
+- optionally `item_source(connector) -> ItemSource` when its items are not assets;
+- optionally `derived(config) -> dict`: the keys of a stored config that `validate` filled in
+  itself (a table's column type), so a pipelines file that leaves them out is not a change.
 
 A local directory and a meta table in Tidemark's database are served by `assets.py` and
 `items.py` themselves (None).
@@ -63,6 +65,13 @@ def source_module(kind: str, config: dict | None) -> ModuleType | None:
 
 def connector_source(connector: Connector) -> ModuleType | None:
     return source_module(connector.kind, connector.config)
+
+
+def config_derived(connector: Connector) -> dict:
+    """The keys of the connector's config its source filled in when it was saved (see above)."""
+    module = connector_source(connector)
+    derived = getattr(module, "derived", None) if module else None
+    return derived(connector.config or {}) if derived else {}
 
 
 def check_known_keys(config: dict, known, *, kind: str) -> None:

@@ -89,6 +89,15 @@ def validate(config: dict) -> dict:
     return checked
 
 
+def derived(config: dict) -> dict:
+    """The keys of a stored config that validate() filled in itself: the column's type, and the
+    watermark column when it is the default. A pipelines file that leaves them out matches."""
+    filled = {"column_type": config["column_type"]} if "column_type" in config else {}
+    if "column" in config and config.get("watermark_column") == config["column"]:
+        filled["watermark_column"] = config["column"]
+    return filled
+
+
 def _relation(config: dict) -> sql.Composable:
     """The table as a psycopg2 identifier, after the same check as every relation a user names."""
     quote_table(config.get("table"), field_name="config.table")

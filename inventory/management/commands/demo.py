@@ -8,8 +8,8 @@ the API by the code of `tidemark apply`; a Celery worker and beat as child proce
 files are processed, more files arrive, and only those are processed. Then the history-then-live
 scenario (_demo_history.py, examples/demo/history-then-live.yaml): a table's history loaded by a
 snapshot connector, then a Kafka topic (a Tansu broker) followed from the offsets the history was
-synced to, every order once. Then it prints where to look and runs until Ctrl-C (or exits at once with --once /
-TIDEMARK_DEMO_ONCE=1), stopping its children cleanly either way.
+synced to, every order once. Then it prints where to look and runs until Ctrl-C (or exits at once
+with --once / TIDEMARK_DEMO_ONCE=1), stopping its children cleanly either way.
 """
 
 import os
