@@ -41,6 +41,7 @@ def test_preview_returns_the_plan_without_creating_anything(role_users):
     body = response.json()
     assert body["batch_count"] == 3
     assert body["total_weight"] == 220
+    assert body["weight_unit"] == "bytes"  # a files connector's weight is its files' size
     assert body["total_items"] == 5
     assert [b["weight"] for b in body["batches"]] == [90, 30, 100]
     assert body["batches"][0]["range_start"] == first
@@ -278,6 +279,7 @@ def test_a_table_job_is_backfilled_by_its_timestamp_column(role_users):
     assert (answer["range_start"], answer["range_end"]) == (slice_ids[1], slice_ids[3]), answer
     assert answer["requested"]["basis"] == "column updated_at"
     assert answer["total_weight"] == 30  # three slices of ten rows
+    assert answer["weight_unit"] == "rows"
     # the first instant past the last row: no slice holds it
     late = (TABLE_T0 + timedelta(seconds=61)).isoformat()
     empty = _preview(role_users["viewer"], {**body, "time_start": late, "time_end": late})

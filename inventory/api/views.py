@@ -605,7 +605,6 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
             **data, range_start=span.range_start, range_end=span.range_end
         )
         preview = backfill_services.plan_summary(job=data["job"], span=span, plan=plan)
-        preview["weight_unit"] = data["job"].connector.weight_unit
         return Response(s.BackfillPreviewSerializer(preview).data)
 
     def _set_status(self, new_status: str) -> Response:

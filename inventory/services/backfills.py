@@ -264,6 +264,7 @@ def plan_summary(*, job: Job, span: BackfillRange, plan: list[PlannedRange]) -> 
         "batch_count": len(plan),
         "total_items": sum(p.item_count for p in plan),
         "total_weight": sum(p.weight for p in plan),
+        "weight_unit": job.connector.weight_unit,
         "fingerprint": plan_fingerprint(job=job, plan=plan),
         "batches": [
             {
