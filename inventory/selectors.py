@@ -270,10 +270,11 @@ def backfill_duration_estimate(
     return timedelta(seconds=max(estimates))
 
 
-def weight_histogram(plan, *, budget: int, buckets: int = 10) -> list[dict]:
+def weight_histogram(plan, *, budget: int, buckets: int = 10, unit: str = "") -> list[dict]:
     """Planned batches by weight, in `buckets` equal bins from 0 to the budget (a batch of one
-    item heavier than the budget lands in an extra bin past it)."""
+    item heavier than the budget lands in an extra bin past it); labels of bytes end in B."""
     size = max(budget / buckets, 1)
+    b = "B" if unit == "bytes" else ""
     counts = [0] * (buckets + 1)
     for planned in plan:
         counts[
@@ -282,9 +283,9 @@ def weight_histogram(plan, *, budget: int, buckets: int = 10) -> list[dict]:
     top = max(counts) or 1
     return [
         {
-            "label": f"> {compact(budget)}"
+            "label": f"> {compact(budget)}{b}"
             if i == buckets
-            else f"{compact(round(i * size))}–{compact(round((i + 1) * size))}",
+            else f"{compact(round(i * size))}{b}–{compact(round((i + 1) * size))}{b}",
             "count": n,
             "pct": 100 * n / top,
             "over": i == buckets,

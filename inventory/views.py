@@ -413,7 +413,9 @@ def backfill_preview(request):
             total_items=sum(p.item_count for p in plan),
             max_weight=max(p.weight for p in plan),
             budget=budget,
-            histogram=selectors.weight_histogram(plan, budget=budget),
+            histogram=selectors.weight_histogram(
+                plan, budget=budget, unit=job.connector.weight_unit
+            ),
             duration=duration,
             throttle=throttle,
             weight_unit=job.connector.weight_unit,

@@ -43,6 +43,7 @@ def test_a_files_jobs_weights_are_sizes_everywhere(role_users):
     preview = client.post("/backfills/preview/", form).content.decode()
     assert "1 batch(es), 2 items, total weight 600 MB" in preview
     assert "heaviest batch 600 MB (budget 600 MB)" in preview
+    assert '<span class="lbl">540MB–600MB</span>' in preview  # the histogram's last bin
     assert client.post("/backfills/", {**form, "reason": "r"}).status_code == 302
     assert "0 B of 600 MB" in client.get("/backfills/").content.decode()
 
