@@ -164,9 +164,12 @@ def test_slow_tidemark_on_the_running_demo_logs_in_applies_runs_and_previews(dem
     assert "batch(es) planned" in run("jobs", "run", EXAMPLE_JOB)
 
     def committed():
+        # the worker plans the next batch after each commit: done when nothing is left to do
         rows = json.loads(run("batches", "--job", EXAMPLE_JOB, "-o", "json"))
         assert not [r for r in rows if r["status"] in ("failed", "dead")], rows
-        return rows and all(r["status"] == "succeeded" for r in rows) and rows
+        lag = json.loads(run("jobs", "show", EXAMPLE_JOB, "-o", "json"))["lag"]
+        done = rows and all(r["status"] == "succeeded" for r in rows) and lag["items"] == 0
+        return done and rows
 
     batches = wait_until(committed, timeout=300, interval=1, message="the example job's batches")
     assert sum(r["item_count"] for r in batches) == 8  # the demo's 8 order files
