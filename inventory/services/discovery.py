@@ -44,6 +44,8 @@ def discover(connector: Connector) -> int:
         registered = module.discover(connector)
         if connector.kind == ConnectorKind.TABLE:
             restatements.late_rows_restate(connector)
+        if connector.kind == ConnectorKind.DELTA:
+            restatements.delta_restate(connector)
     else:
         registered = assets.assets_discover(connector=connector)
         restatements.changed_files_restate(connector)

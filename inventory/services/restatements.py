@@ -178,3 +178,33 @@ def _restate_chain(connector_id: int, commit_seqs: set, *, upstream: str) -> lis
             connector.cursor = cursor
             connector.save(update_fields=["cursor", "updated_at"])
     return created
+
+
+# ---- delta tables ------------------------------------------------------------------------------
+
+
+def delta_restate(connector: Connector) -> list[Backfill]:
+    """Versions of a `delta` connector's table whose files a later version removed (an upstream
+    replay or backfill, a delete, an overwrite), recorded by discovery in `cursor.restate`, are
+    rebuilt by every job that committed them, before its incremental work (priority 1). A
+    restated version reads only its files still live, the later version bringing the rest, so
+    each row reaches the sink once. What waits for a running batch stays for the next look."""
+    with transaction.atomic():
+        locked = Connector.objects.select_for_update().get(pk=connector.pk)
+        ids = sorted((locked.cursor or {}).get("restate", []))
+        if not ids:
+            return []
+        versions = sorted(locked.assets.filter(pk__in=ids).values_list("extra__version", flat=True))
+        shown = ", ".join(map(str, versions[:10])) + (" ..." if len(versions) > 10 else "")
+        created, done = restate_items(
+            locked,
+            ids,
+            reason=f"later versions of Delta table {locked.config.get('path')} removed files "
+            f"of versions {shown}",
+            priority=1,
+        )
+        if done:
+            locked.cursor = {k: v for k, v in locked.cursor.items() if k != "restate"}
+            locked.save(update_fields=["cursor", "updated_at"])
+    connector.cursor = locked.cursor
+    return created
