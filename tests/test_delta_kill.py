@@ -144,12 +144,6 @@ def _messages_at(out, version=None) -> list[tuple[int, int]]:
     )
 
 
-def _each_message_at_most_once_at_every_version(out) -> None:
-    for version in range(DeltaTable(str(out)).version() + 1):
-        rows = _messages_at(out, version)
-        assert len(rows) == len(set(rows)), f"a message twice at Delta version {version}"
-
-
 def _caught_up(job) -> bool:
     """Every offset committed and nothing left queued, running or failed."""
     live = Batch.objects.filter(job=job).exclude(status=BatchStatus.SUPERSEDED)
@@ -239,7 +233,7 @@ def test_a_kafka_to_delta_job_killed_around_the_commit_replayed_and_backfilled_k
         message="the backfill",
     )
 
-    _each_message_at_most_once_at_every_version(out)
+    assert_each_row_at_most_once_at_every_version(out, columns=("partition", "offset"))
     assert _messages_at(out) == everything
     history = DeltaTable(str(out)).history()
     assert len([h for h in history if h.get("tidemark", {}).get("replaced")]) >= 3
