@@ -5,9 +5,13 @@ DuckDB normally downloads the extension on first use; here it comes from PyPI
 installs off, so a test never reaches the network. A missing extension is an error, not a skip.
 """
 
+import functools
+import itertools
 import os
 
 import duckdb
+
+_aliases = itertools.count()
 
 
 def extension_path() -> str:
@@ -23,7 +27,9 @@ def extension_path() -> str:
     raise RuntimeError(f"no DuckDB delta extension for duckdb {duckdb.__version__} on {platform}")
 
 
+@functools.cache
 def connect() -> "duckdb.DuckDBPyConnection":
+    """One connection per test process: loading the extension takes about a second."""
     con = duckdb.connect(
         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     )
@@ -34,14 +40,13 @@ def connect() -> "duckdb.DuckDBPyConnection":
 def rows_at(path, columns: list[str], version: int | None = None) -> list[tuple]:
     """The table's rows at `version` (the latest when None) as DuckDB's Delta reader sees them,
     sorted, duplicates kept."""
-    con = connect()
+    con = connect().cursor()
+    selected = ", ".join(f'"{c}"' for c in columns)
+    if version is None:
+        return sorted(con.execute(f"SELECT {selected} FROM delta_scan(?)", [str(path)]).fetchall())
+    alias = f"t{next(_aliases)}"
+    con.execute(f"ATTACH '{path}' AS {alias} (TYPE delta, VERSION {int(version)})")
     try:
-        selected = ", ".join(f'"{c}"' for c in columns)
-        if version is None:
-            return sorted(
-                con.execute(f"SELECT {selected} FROM delta_scan(?)", [str(path)]).fetchall()
-            )
-        con.execute(f"ATTACH '{path}' AS t (TYPE delta, VERSION {int(version)})")
-        return sorted(con.execute(f"SELECT {selected} FROM t").fetchall())
+        return sorted(con.execute(f"SELECT {selected} FROM {alias}").fetchall())
     finally:
-        con.close()
+        con.execute(f"DETACH {alias}")
