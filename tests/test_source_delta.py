@@ -127,6 +127,42 @@ def test_an_upstream_replay_and_backfill_restate_a_delta_chain_by_themselves(spa
     assert len(_restatements(down)) == 2
 
 
+def test_a_delete_by_another_writer_restates_the_version_it_changed_and_optimize_does_not(
+    spark, tmp_path
+):
+    table, out = str(tmp_path / "t"), tmp_path / "out"
+    write_deltalake(table, _rows([1, 2]))
+    write_deltalake(table, _rows([3, 4]), mode="append")
+    job = _delta_job("deleted", table, str(out), max_items=1)
+    drain(spark, job)
+    assert rows_at(out) == [(k, "x") for k in (1, 2, 3, 4)]
+
+    # version 2 rewrites version 1's file without key 3: version 1 is restated and reads
+    # nothing live, version 2 brings the row that stays
+    DeltaTable(table).delete("key = 3")
+    assert discovery.discover(job.connector) == 1
+    [backfill] = _restatements(job)
+    version_1 = Asset.objects.get(connector=job.connector, extra__version=1)
+    assert (backfill.range_start, backfill.range_end, backfill.priority) == (
+        version_1.pk,
+        version_1.pk,
+        1,
+    )
+    drain(spark, job)
+    assert rows_at(out) == [(k, "x") for k in (1, 2, 4)]
+
+    # a file added and removed between two looks was never read; a compaction moves rows
+    # without changing them: neither restates anything
+    write_deltalake(table, _rows([5]), mode="append")
+    DeltaTable(table).delete("key = 5")
+    DeltaTable(table).optimize.compact()
+    assert discovery.discover(job.connector) == 3
+    assert len(_restatements(job)) == 1
+    drain(spark, job)
+    assert_each_row_at_most_once_at_every_version(out)
+    assert rows_at(out) == [(k, "x") for k in (1, 2, 4)]
+
+
 def test_a_version_whose_files_were_vacuumed_fails_the_batch_naming_it(spark, tmp_path):
     table = str(tmp_path / "t")
     write_deltalake(table, _rows([1, 2]))
