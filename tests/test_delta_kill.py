@@ -144,6 +144,12 @@ def _messages_at(out, version=None) -> list[tuple[int, int]]:
     )
 
 
+def _live_files(out, version=None) -> set[str]:
+    """The data files the table's log names at `version`, relative to the table."""
+    actions = DeltaTable(str(out), version=version).get_add_actions(flatten=True)
+    return set(actions.column("path").to_pylist())
+
+
 def _caught_up(job) -> bool:
     """Every offset committed and nothing left queued, running or failed."""
     live = Batch.objects.filter(job=job).exclude(status=BatchStatus.SUPERSEDED)
@@ -194,6 +200,8 @@ def test_a_kafka_to_delta_job_killed_around_the_commit_replayed_and_backfilled_k
     assert Batch.objects.get(pk=batch.pk).attempt >= 2
     assert _messages_at(out) == everything
     assert DeltaTable(str(out)).version() == 1  # two batches, the killed attempt never committed
+    killed = {f.relative_to(out).as_posix() for f in _files_of(out, batch.pk, 1)}
+    assert killed and not killed & _live_files(out)  # orphans, never named
 
     # 2. a replay of everything; its first batch is killed after its Delta commit, while the
     #    control plane's fence waits to record the publish
@@ -219,6 +227,10 @@ def test_a_kafka_to_delta_job_killed_around_the_commit_replayed_and_backfilled_k
     assert Batch.objects.get(pk=replay.pk).attempt >= 2
     assert Batch.objects.get(pk=batch.pk).replaced_by_id == replay.pk
     assert _messages_at(out) == everything
+    # the killed attempt's files were live at that version; its retry's commit removed them
+    killed = {f.relative_to(out).as_posix() for f in _files_of(out, replay.pk, 1)}
+    assert killed and killed <= _live_files(out, version + 1)
+    assert not killed & _live_files(out)
 
     # 3. a backfill over every committed slice
     ids = list(
