@@ -65,6 +65,10 @@ ACTIONS: dict[str, Action] = {
                api=("backfills", "resume")),
         Action("backfill.cancel", OPERATOR, _S + "backfills.backfill_set_status", "Cancel",
                api=("backfills", "cancel")),
+        Action("restatement.apply", OPERATOR, _S + "restatement_records.restatement_apply",
+               "Apply the replay", api=("restatements", "apply")),
+        Action("restatement.dismiss", OPERATOR, _S + "restatement_records.restatement_dismiss",
+               "Dismiss", api=("restatements", "dismiss"), needs_reason=True),
         Action("throttle.set", OPERATOR, _S + "throttle.throttle_set",
                "Set the shared backfill throttle"),  # PUT /api/v1/backfill-throttle/
         Action("batch.retry", OPERATOR, _S + "lifecycle.batch_retry", "Retry",
