@@ -92,7 +92,11 @@ def test_an_automatic_restatement_is_recorded_with_its_backfill(spark, tmp_path)
     discover(connector)
     record = Restatement.objects.get(job=job)
     backfill = Backfill.objects.get(job=job)
-    assert (record.status, record.cause, record.backfill_id) == ("applied", "changed_files", backfill.pk)
+    assert (record.status, record.cause, record.backfill_id) == (
+        "applied",
+        "changed_files",
+        backfill.pk,
+    )
     assert record.decided_by == "tidemark" and record.state == "rebuilding"
     assert record.detail["assets"][0]["location"].endswith("000.parquet")
     drain(spark, job)
@@ -140,7 +144,9 @@ def test_a_proposed_job_waits_for_an_operator_who_applies_the_pinned_plan(
     assert token_client(role_users["viewer"]).post(url, {}, format="json").status_code == 403
     applied = token_client(role_users["operator"]).post(url, {}, format="json")
     assert applied.status_code == 200, applied.content
-    assert applied.json()["state"] == "rebuilding" and applied.json()["decided_by"] == "operator-user"
+    assert (
+        applied.json()["state"] == "rebuilding" and applied.json()["decided_by"] == "operator-user"
+    )
     backfill = Backfill.objects.get(job=job)
     assert backfill.pk == applied.json()["backfill"] and backfill.created_by == "operator-user"
 
