@@ -348,7 +348,10 @@ def _recheck(connector: Connector, config: dict, fs, *, bucket, prefix, listed) 
     seconds = float(config.get("recheck_seconds", assets.DEFAULT_RECHECK_SECONDS))
     with connection.cursor() as cursor:
         cursor.execute(query("objects_recent"), [connector.pk, seconds])
-        recent = {location: (pk, weight, extra or {}) for pk, location, weight, extra in cursor}
+        recent = {
+            location: (pk, weight, json.loads(extra) if isinstance(extra, str) else extra or {})
+            for pk, location, weight, extra in cursor
+        }
     if not recent:
         return 0
     if listed is None:
