@@ -72,8 +72,9 @@ def test_discovery_registers_only_new_objects_listing_after_the_cursor(
 ):
     for n in range(3):
         _put(s3_server, s3_bucket, f"landing/2026-11-2{n}/part-0.parquet", b"p" * (10 + n))
+    # no recheck window: each look lists only what sorts after the cursor
     connector = connector_create(
-        name="s3-orders", kind="files", config=_config(s3_server, s3_bucket)
+        name="s3-orders", kind="files", config=_config(s3_server, s3_bucket, recheck_seconds=0)
     )
 
     assert discovery.discover(connector) == 3
@@ -444,6 +445,23 @@ def test_an_object_whose_etag_changed_is_restated_and_its_rows_replaced_by_a_wor
     assert sorted(r["order_id"] for r in read_sink(sink)) == [50, 51, 52, *range(100, 105)]
     assert discovery.discover(connector) == 0
     assert Restatement.objects.filter(job=job).count() == 1  # once per change
+
+
+@pytest.mark.django_db
+def test_the_recheck_lists_once_from_the_oldest_recently_registered_key(
+    s3_server, s3_bucket, listings
+):
+    for n in range(3):
+        _put(s3_server, s3_bucket, f"landing/2026-11-2{n}/part-0.parquet", b"p")
+    connector = connector_create(
+        name="s3-recheck", kind="files", config=_config(s3_server, s3_bucket)
+    )
+    assert discovery.discover(connector) == 3
+    _put(s3_server, s3_bucket, "landing/2026-11-23/part-0.parquet", b"p")
+    assert discovery.discover(connector) == 1
+    # one listing per look: the second starts just before the oldest object registered within
+    # recheck_seconds (a proper prefix of its key), covering the recheck and what is new
+    assert listings == [("", 3), ("landing/2026-11-20/part-0.parque", 4)]
 
 
 @pytest.mark.django_db

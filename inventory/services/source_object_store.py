@@ -241,10 +241,18 @@ def _discover_after_cursor(connector: Connector, config: dict) -> int:
     bucket, prefix = s3_location(path)
     fs = s3_filesystem(config)
     start_after = _stored_cursor(connector, path)
-    listed = [
+    recent = _recent_objects(connector, config)
+    begin = start_after
+    if recent:
+        # one listing for the recheck and what is new: from the oldest recently registered key
+        # on (a key's proper prefix sorts before it)
+        begin = min(begin, min(recent)[len(f"s3://{bucket}/") :][:-1])
+    everything = [
         (f"s3://{bucket}/{obj['Key']}", obj["Key"][len(prefix) :], obj)
-        for obj in list_s3(fs, bucket=bucket, prefix=prefix, start_after=start_after)
+        for obj in list_s3(fs, bucket=bucket, prefix=prefix, start_after=begin)
     ]
+    _recheck(connector, recent, everything)
+    listed = [entry for entry in everything if entry[2]["Key"] > start_after]
     items, decided = _decide(listed, config)
     log.info(
         "connector %s: %d objects listed after %r, %d complete",
@@ -254,7 +262,6 @@ def _discover_after_cursor(connector: Connector, config: dict) -> int:
         len(items),
     )
     cursor = listed[decided][2]["Key"] if decided >= 0 else ""
-    _recheck(connector, config, fs, bucket=bucket, prefix=prefix, listed=None)
     with transaction.atomic():
         registered = assets.assets_register(connector=connector, items=items)
         # under the connector's row lock (taken by assets_register): a slower concurrent look
@@ -329,7 +336,7 @@ def _discover_full(connector: Connector, config: dict, scheme: str) -> int:
             for name, info in sorted(fs.find(root, detail=True).items())
             if info.get("type") == "file"
         ]
-    _recheck(connector, config, None, bucket="", prefix="", listed=listed)
+    _recheck(connector, _recent_objects(connector, config), listed)
     known = assets._known_files(connector, recheck_seconds=0)
     unseen = []
     for entry in listed:
@@ -340,28 +347,20 @@ def _discover_full(connector: Connector, config: dict, scheme: str) -> int:
     return assets.assets_register(connector=connector, items=items)
 
 
-def _recheck(connector: Connector, config: dict, fs, *, bucket, prefix, listed) -> int:
-    """Flag the recently registered objects that changed under their key; returns how many.
-
-    `listed`: a full listing already at hand; else (start_after listing) the keys from the oldest
-    recent object on are listed again, so the cost follows what is recent."""
+def _recent_objects(connector: Connector, config: dict) -> dict:
+    """location -> (id, weight, extra) of the objects registered within `recheck_seconds`."""
     seconds = float(config.get("recheck_seconds", assets.DEFAULT_RECHECK_SECONDS))
     with connection.cursor() as cursor:
         cursor.execute(query("objects_recent"), [connector.pk, seconds])
-        recent = {
+        return {
             location: (pk, weight, json.loads(extra) if isinstance(extra, str) else extra or {})
             for pk, location, weight, extra in cursor
         }
-    if not recent:
-        return 0
-    if listed is None:
-        first = min(recent)[len(f"s3://{bucket}/") :]
-        listed = [
-            (f"s3://{bucket}/{obj['Key']}", None, obj)
-            # a key's proper prefix sorts before it: the listing starts at the oldest recent key
-            for obj in list_s3(fs, bucket=bucket, prefix=prefix, start_after=first[:-1])
-            if f"s3://{bucket}/{obj['Key']}" in recent
-        ]
+
+
+def _recheck(connector: Connector, recent: dict, listed) -> int:
+    """Flag the recently registered objects of `listed` that changed under their key; returns
+    how many."""
     flagged = 0
     for location, _relative, obj in listed:
         if location not in recent:
