@@ -19,9 +19,11 @@ from inventory.models import (
     RestatementStatus,
     Watermark,
 )
+from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from inventory.services.discovery import discover
-from inventory.services.jobs import job_create
+from inventory.services.jobs import job_create, job_update
+from inventory.services.restatement_records import restatement_apply
 from tests.api_support import token_client
 from tests.test_exactly_once import drain, sink_rows
 
@@ -157,3 +159,38 @@ def test_a_proposed_job_waits_for_an_operator_who_applies_the_pinned_plan(
     assert record.state == "done"
     again = token_client(role_users["operator"]).post(url, {}, format="json")
     assert again.status_code == 409 and "applied, not proposed" in again.json()["detail"]
+
+
+def test_a_chain_below_a_proposed_job_follows_once_the_replay_is_applied(spark, tmp_path):
+    from tests import test_source_job_output as chain
+
+    up = chain.upstream_job(tmp_path, "up-proposed", items=3)
+    chain.drain(spark, up)
+    middle_sink, bottom_sink = tmp_path / "middle", tmp_path / "bottom"
+    middle = chain.downstream_job("mid-proposed", up, {"kind": "files", "path": str(middle_sink)})
+    job_update(job=middle, restatements="proposed")
+    bottom = chain.downstream_job(
+        "bottom-auto", middle, {"kind": "files", "path": str(bottom_sink)}
+    )
+    chain.drain(spark, middle)
+    chain.drain(spark, bottom)
+
+    # an upstream backfill over item 1 republishes its rows as a new commit
+    first = Asset.objects.filter(connector=up.connector).order_by("pk")[1].pk
+    backfill_create(job=up, range_start=first, range_end=first, reason="fix", actor="a")
+    chain.drain(spark, up)
+    record = Restatement.objects.get(job=middle)
+    assert (record.cause, record.status) == ("upstream", "proposed")
+    assert record.detail["upstream_job"] == "up-proposed" and record.detail["commits"] == [2]
+    assert not Backfill.objects.filter(job__in=[middle, bottom]).exists()
+    chain.drain(spark, middle)  # the replacing commit arrives; the replaced one is still there
+    assert chain.file_rows(spark, middle_sink) != chain.expected(range(3))
+
+    restatement_apply(restatement=record, actor="operator")
+    chain.drain(spark, middle)
+    assert chain.file_rows(spark, middle_sink) == chain.expected(range(3))
+    # the applied replay replaced the middle job's outputs: the automatic job below follows
+    below = Restatement.objects.get(job=bottom)
+    assert below.status == "applied" and below.backfill.created_by == "tidemark"
+    chain.drain(spark, bottom)
+    assert chain.file_rows(spark, bottom_sink) == chain.expected(range(3))
