@@ -260,6 +260,10 @@ class JobForm(forms.ModelForm):
     """Saves through job_create / job_update while validating, so that a service error shows on
     the field it names. The admin's change view runs in one transaction: all or nothing."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["restatements"].required = False  # default: automatic
+
     class Meta:
         model = Job
         fields = [*job_services.FIXED_JOB_FIELDS, *job_services.JOB_SETTINGS]
@@ -268,6 +272,8 @@ class JobForm(forms.ModelForm):
         cleaned = super().clean()
         if self.errors:
             return cleaned
+        if not cleaned.get("restatements"):
+            cleaned.pop("restatements", None)  # not given: the job's default policy
         try:
             if self.instance.pk is None:
                 self.instance = job_services.job_create(**cleaned)

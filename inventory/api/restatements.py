@@ -7,7 +7,7 @@ services/restatement_records.py, as for the dashboard and the admin.
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import serializers, status
+from rest_framework import generics, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -86,27 +86,33 @@ def _restatement(name: str, pk: int) -> Restatement:
     return record
 
 
-class JobRestatementsView(APIView):
+class JobRestatementsView(generics.ListAPIView):
+    serializer_class = RestatementSerializer
+    pagination_class = NewestFirst
+    filter_backends: list = []
+
     @extend_schema(
         summary="A job's restatements, newest first",
         description="Every restatement of the job, automatic or proposed: the restated item "
         "range, its cause and reason, the proposed plan, and what became of it. `?status=` "
         "filters (pending, proposed, applied, dismissed).",
-        parameters=[OpenApiParameter("status", OpenApiTypes.STR)],
-        responses={200: RestatementSerializer(many=True)},
+        parameters=[
+            OpenApiParameter("status", OpenApiTypes.STR, enum=RestatementStatus.values),
+        ],
     )
-    def get(self, request, name):
-        records = job_restatements(job=_job(name))
-        wanted = request.query_params.get("status")
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        records = job_restatements(job=_job(self.kwargs["name"]))
+        wanted = self.request.query_params.get("status")
         if wanted is not None:
             if wanted not in RestatementStatus.values:
                 raise serializers.ValidationError(
                     {"status": [f"must be one of {', '.join(RestatementStatus.values)}"]}
                 )
             records = records.filter(status=wanted)
-        paginator = NewestFirst()
-        page = paginator.paginate_queryset(records, request, view=self)
-        return paginator.get_paginated_response(RestatementSerializer(page, many=True).data)
+        return records
 
 
 class RestatementView(APIView):
