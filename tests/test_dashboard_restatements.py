@@ -115,3 +115,11 @@ def test_the_backfill_form_schedules_the_previewed_plan_or_shows_how_it_changed(
     done = client.post("/backfills/", {**form, "fingerprint": now})
     assert done.status_code == 302
     assert Backfill.objects.get().batches.count() == 4
+
+
+def test_the_job_form_offers_the_restatement_policy(job, role_users):
+    page = _client(role_users["admin"]).get("/jobs/orders-hourly/edit/").content.decode()
+    select = re.search(r'<select name="restatements"[^>]*>(.*?)</select>', page, re.S)
+    assert select, "the job form has no restatements field"
+    assert re.search(r'<option value="proposed" selected>', select.group(1))
+    assert '<option value="automatic">' in select.group(1)
