@@ -200,3 +200,11 @@ WHERE a.id = c.id;
 -- Changed files restated: the backfills that read them again, recorded on each asset at once.
 UPDATE inventory_asset SET extra = extra || jsonb_build_object('restated', %s::jsonb)
 WHERE id = ANY(%s);
+
+-- name: job_lock_for_reaper
+-- The reaper waits for the job's row as every acquirer does (lock order job -> batch).
+SELECT id FROM inventory_job WHERE id = %s FOR UPDATE;
+
+-- name: job_reap_expired
+-- The job's running batches whose lease expired become failed attempts (the caller holds the job).
+SELECT * FROM tidemark_reap_expired(%s);
