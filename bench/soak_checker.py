@@ -18,7 +18,8 @@ command line exits 1.
 
 No Django and no Spark: the inputs are plain data, so the checker's own tests plant each kind of
 error on purpose-built runs (tests/test_soak_checker.py). `read_json_lines_sink` and
-`read_postgres_sink` read a files sink (JSON) and a PostgreSQL sink as a reader would.
+`read_postgres_sink` read a files sink (JSON) and a PostgreSQL sink as a reader would, and
+recompute each row's checksum from its content.
 
     python bench/soak_checker.py run.json    # {"sources": ..., "jobs": ..., "sinks": ...}
 """
@@ -215,47 +216,55 @@ def check(
 # ---- readers: what a reader of each sink sees ---------------------------------------------------
 
 
-def read_json_lines_sink(path: Path, *, key="key", digest="checksum") -> list[SinkRow]:
-    """A files sink in JSON format, read as Spark reads it: `batch_id=<id>` directories, paths
-    starting with `_` or `.` (staging, Spark's markers) skipped."""
+# What the soak's rows carry: their content, and the batch and attempt that wrote them (added by
+# its processor, bench/soak_processors.py). A reader recomputes each row's checksum from what it
+# reads, so a row whose content changed on the way is `altered`.
+CONTENT = ("row_id", "key", "value", "note")
+WRITER = ("src_batch", "src_attempt")
+
+
+def sink_row(record: dict, *, identity: str, content=CONTENT, writer=WRITER) -> SinkRow:
+    return SinkRow(
+        key=str(record[identity]),
+        checksum=checksum(*(record.get(c) for c in content)),
+        batch_id=int(record[writer[0]]),
+        attempt=int(record[writer[1]]),
+    )
+
+
+def read_json_lines_sink(path: Path, *, identity: str = "row_id", **columns) -> list[SinkRow]:
+    """A files sink in JSON format, read as Spark reads it: every `*.json` part file under the
+    sink's path, paths with a part starting with `_` or `.` (staging, Spark's markers) skipped."""
+    path = Path(path)
     rows = []
-    for part in sorted(Path(path).rglob("*.json")):
-        relative = part.relative_to(path).parts
-        if any(p.startswith(("_", ".")) for p in relative):
+    for part in sorted(path.rglob("*.json")):
+        if any(p.startswith(("_", ".")) for p in part.relative_to(path).parts):
             continue
-        batch_dirs = [p for p in relative if p.startswith("batch_id=")]
         for line in part.read_text().splitlines():
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            batch_id = record.get("batch_id")
-            if batch_id is None and batch_dirs:
-                batch_id = int(batch_dirs[0].split("=", 1)[1])
-            rows.append(
-                SinkRow(
-                    key=str(record[key]),
-                    checksum=record[digest],
-                    batch_id=int(batch_id),
-                    attempt=int(record["attempt"]),
-                )
-            )
+            if line.strip():
+                rows.append(sink_row(json.loads(line), identity=identity, **columns))
     return rows
 
 
-def read_postgres_sink(dsn: str, table: str, *, key="key", digest="checksum") -> list[SinkRow]:
+def read_postgres_sink(
+    dsn: str, table: str, *, identity: str = "key", content=CONTENT, writer=WRITER
+) -> list[SinkRow]:
     """A PostgreSQL sink table, as a reader of the table sees it."""
     import psycopg2
     from psycopg2 import sql
 
     schema, _, name = table.rpartition(".")
-    ident = sql.Identifier(schema, name) if schema else sql.Identifier(name)
+    names = list(dict.fromkeys([identity, *content, *writer]))
     with psycopg2.connect(dsn) as conn, conn.cursor() as cursor:
         cursor.execute(
-            sql.SQL("SELECT {}, {}, batch_id, attempt FROM {}").format(
-                sql.Identifier(key), sql.Identifier(digest), ident
+            sql.SQL("SELECT {} FROM {}").format(
+                sql.SQL(", ").join(map(sql.Identifier, names)),
+                sql.Identifier(schema, name) if schema else sql.Identifier(name),
             )
         )
-        return [SinkRow(str(k), c, int(b), int(a)) for k, c, b, a in cursor.fetchall()]
+        records = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    conn.close()
+    return [sink_row(r, identity=identity, content=content, writer=writer) for r in records]
 
 
 # ---- command line -------------------------------------------------------------------------------

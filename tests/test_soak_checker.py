@@ -155,24 +155,36 @@ def test_the_command_line_exits_non_zero_on_any_failure(tmp_path, capsys):
     assert sc.main([str(run)]) == 1
 
 
-def test_the_files_reader_sees_what_spark_sees(tmp_path):
-    """Published batch directories are read; staging and marker files (`_`, `.`) are not."""
-    rows = _correct_rows()
-    for batch in BATCHES:
-        part = tmp_path / f"batch_id={batch.id}" / "part-0000.json"
-        part.parent.mkdir()
-        mine = [r for r in rows if r.batch_id == batch.id]
-        part.write_text(
-            "\n".join(
-                json.dumps({"key": r.key, "checksum": r.checksum, "attempt": r.attempt})
-                for r in mine
-            )
-        )
-    staged = tmp_path / "_staging" / "batch_id=2-a1-abc" / "part-0000.json"
+def test_the_files_reader_sees_what_spark_sees_and_recomputes_checksums(tmp_path):
+    """Published batch directories are read; staging and marker files (`_`, `.`) are not; a row
+    whose content changed after it was written is altered."""
+
+    def record(n, batch, attempt, value=None):
+        return {
+            "row_id": f"r{n}",
+            "key": f"k{n}",
+            "value": value or f"value {n}",
+            "src_batch": batch,
+            "src_attempt": attempt,
+        }  # `note` is null: Spark's JSON writer leaves it out
+
+    sources = [
+        sc.SourceRow(f"r{n}", sc.checksum(f"r{n}", f"k{n}", f"value {n}", None), n)
+        for n in (10, 11)
+    ]
+    job = sc.JobFacts("j", 10, 12, [sc.BatchFact(7, 10, 12, "succeeded", 2)])
+    part = tmp_path / "batch_id=7" / "part-0000.json"
+    part.parent.mkdir()
+    part.write_text("\n".join(json.dumps(record(n, 7, 2)) for n in (10, 11)) + "\n")
+    staged = tmp_path / "_staging" / "batch_id=7-a1-abc" / "part-0000.json"
     staged.parent.mkdir(parents=True)
-    staged.write_text(json.dumps({"key": "k12", "checksum": "x", "attempt": 1}))
-    (tmp_path / "batch_id=1" / ".part-0000.json.crc").write_text("crc")
+    staged.write_text(json.dumps(record(10, 7, 1)))
+    (tmp_path / "batch_id=7" / ".part-0000.json.crc").write_text("crc")
 
     seen = sc.read_json_lines_sink(tmp_path)
-    assert sorted(seen, key=lambda r: r.key) == rows
-    assert _check(seen).ok
+    assert sorted(r.key for r in seen) == ["r10", "r11"]
+    assert sc.check_sink(sources, seen, job).ok
+
+    part.write_text(json.dumps(record(10, 7, 2)) + "\n" + json.dumps(record(11, 7, 2, "edited")))
+    verdict = sc.check_sink(sources, sc.read_json_lines_sink(tmp_path), job)
+    assert verdict.altered == ["r11"] and not verdict.ok
