@@ -1,13 +1,13 @@
 """Soak: the product under faults, then a checker that cannot pass a wrong run.
 
-    make soak                                   # the large run (SOAK_FILES=2500: 10,000 batches)
-    .venv/bin/pytest -m soak tests/test_soak.py # the small one (SOAK_FILES=40: 160 batches)
-    python bench/bench_soak.py --files 2500     # the same as `make soak`
+    make soak                                   # the large run (SOAK_FILES=2000: 10,000 batches)
+    .venv/bin/pytest -m soak tests/test_soak.py # the small one (SOAK_FILES=40: 200 batches)
+    python bench/bench_soak.py --files 2000     # the same as `make soak`
 
 Real parts, all of them: Parquet files land in a directory one by one (written aside, renamed in)
-while the real discovery (`assets.assets_discover`) registers them; four jobs read that connector,
+while the real discovery (`assets.assets_discover`) registers them; five jobs read that connector,
 one batch per file, through real Celery prefork workers running real PySpark (warm sessions), into
-each sink kind: files (JSON), PostgreSQL `append`, `upsert` and `coalesce`. Every fourth file
+each sink kind: files (JSON), Delta, PostgreSQL `append`, `upsert` and `coalesce`. Every fourth file
 updates keys of an earlier one (new value, and a null `note` on odd rows: a partial update that
 coalesce must not blank). The driver runs beat's steps itself (reaper, requeue, job runs, pacing).
 
@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import soak_checker as sc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("files", "append", "upsert", "coalesce")
+MODES = ("files", "delta", "append", "upsert", "coalesce")
 FAULT_KINDS = ("sigkill", "sigstop", "redelivery")
 PROCESSOR_MODULES = "tests.worker_processors,tests.chaos.processors,bench.soak_processors"
 
@@ -105,7 +105,7 @@ def land(landing: Path, n: int, rows: int) -> None:
 def expected_rows(mode: str, files: int, rows: int, asset_of: dict[int, int]) -> list:
     """What a reader of a `mode` sink must see: each source row (files, append), or per key the
     latest version (upsert) or the latest non-null value of each column (coalesce)."""
-    if mode in ("files", "append"):
+    if mode in ("files", "delta", "append"):
         return [
             sc.SourceRow(r["row_id"], sc.checksum(*r.values()), asset_of[n])
             for n in range(files)
@@ -136,6 +136,8 @@ def setup(work: Path, *, sink_env: str, tag: str, lease_seconds: int):
     for mode in MODES:
         if mode == "files":
             sink = {"kind": "files", "path": str(work / "sink-files"), "format": "json"}
+        elif mode == "delta":
+            sink = {"kind": "delta", "path": str(work / "sink-delta"), "mode": "append"}
         else:
             sink = {
                 "kind": "postgres",
@@ -361,6 +363,8 @@ def soak(*, work: Path, start_worker, sink_env: str, tag: str, settings: Setting
         )
         if mode == "files":
             rows = sc.read_json_lines_sink(work / "sink-files", identity="row_id")
+        elif mode == "delta":
+            rows = sc.read_delta_sink(work / "sink-delta", identity="row_id")
         else:
             identity = "row_id" if mode == "append" else "key"
             rows = sc.read_postgres_sink(sink_dsn, f"{tag}_{mode}", identity=identity)
@@ -383,7 +387,7 @@ def soak(*, work: Path, start_worker, sink_env: str, tag: str, settings: Setting
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, default=2500, help="batches = 4 x files")
+    parser.add_argument("--files", type=int, default=2000, help="batches = 5 x files")
     parser.add_argument("--faults-per-kind", type=int, default=80)
     args = parser.parse_args(argv)
     env = {

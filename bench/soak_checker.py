@@ -17,9 +17,9 @@ contiguous committed prefix (invariant 3). Any of these fails the run: `Report.o
 command line exits 1.
 
 No Django and no Spark: the inputs are plain data, so the checker's own tests plant each kind of
-error on purpose-built runs (tests/test_soak_checker.py). `read_json_lines_sink` and
-`read_postgres_sink` read a files sink (JSON) and a PostgreSQL sink as a reader would, and
-recompute each row's checksum from its content.
+error on purpose-built runs (tests/test_soak_checker.py). `read_json_lines_sink`,
+`read_postgres_sink` and `read_delta_sink` read a files sink (JSON), a PostgreSQL sink and a Delta
+table as a reader would, and recompute each row's checksum from its content.
 
     python bench/soak_checker.py run.json    # {"sources": ..., "jobs": ..., "sinks": ...}
 """
@@ -265,6 +265,15 @@ def read_postgres_sink(
         records = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
     conn.close()
     return [sink_row(r, identity=identity, content=content, writer=writer) for r in records]
+
+
+def read_delta_sink(path, *, identity: str = "row_id", **columns) -> list[SinkRow]:
+    """A Delta table, as a reader of its latest version sees it (delta-rs: only the files the
+    Delta log names, never an uncommitted attempt's)."""
+    from deltalake import DeltaTable
+
+    records = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return [sink_row(r, identity=identity, **columns) for r in records]
 
 
 # ---- command line -------------------------------------------------------------------------------

@@ -188,3 +188,34 @@ def test_the_files_reader_sees_what_spark_sees_and_recomputes_checksums(tmp_path
     part.write_text(json.dumps(record(10, 7, 2)) + "\n" + json.dumps(record(11, 7, 2, "edited")))
     verdict = sc.check_sink(sources, sc.read_json_lines_sink(tmp_path), job)
     assert verdict.altered == ["r11"] and not verdict.ok
+
+
+def test_the_delta_reader_sees_the_latest_version_only(tmp_path):
+    """A row a later Delta version removed is not seen; one it added with other content is
+    altered (a real Delta table, written with delta-rs)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    def table(value):
+        return pa.Table.from_pylist(
+            [
+                {
+                    "row_id": "r10",
+                    "key": "k10",
+                    "value": value,
+                    "note": None,
+                    "src_batch": 7,
+                    "src_attempt": 2,
+                },
+            ]
+        )
+
+    sources = [sc.SourceRow("r10", sc.checksum("r10", "k10", "value 10", None), 10)]
+    job = sc.JobFacts("j", 10, 11, [sc.BatchFact(7, 10, 11, "succeeded", 2)])
+    write_deltalake(str(tmp_path), table("stale value"))
+    write_deltalake(str(tmp_path), table("value 10"), mode="overwrite")
+    assert sc.check_sink(sources, sc.read_delta_sink(tmp_path), job).ok
+
+    write_deltalake(str(tmp_path), table("edited"), mode="append")
+    verdict = sc.check_sink(sources, sc.read_delta_sink(tmp_path), job)
+    assert (verdict.duplicated, verdict.altered) == (["r10"], ["r10"])
