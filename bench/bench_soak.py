@@ -54,8 +54,8 @@ class Settings:
     files: int = 40
     rows: int = 4
     workers: int = 2
-    lease_seconds: int = 5
-    visibility_timeout: int = 8
+    lease_seconds: int = 10  # heartbeats on a machine at load 20 still hold it
+    visibility_timeout: int = 12
     faults_per_kind: int = 2
     timeout: float = 3600
 
