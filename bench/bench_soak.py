@@ -40,10 +40,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import soak_checker as sc  # noqa: E402
-
 ROOT = Path(__file__).resolve().parent.parent
+if not __package__:  # run as a script: `bench` is a folder of the repository root
+    sys.path.insert(0, str(ROOT))
+from bench import soak_checker as sc  # noqa: E402
+
 MODES = ("files", "delta", "append", "upsert", "coalesce")
 FAULT_KINDS = ("sigkill", "sigstop", "redelivery")
 PROCESSOR_MODULES = "tests.worker_processors,tests.chaos.processors,bench.soak_processors"
