@@ -220,3 +220,11 @@ SET weight = %(size)s,
         'mtime_ns', %(mtime_ns)s::bigint, 'changed_after_registration', %(change)s::jsonb)
 WHERE id = %(id)s AND weight = %(old_size)s
   AND coalesce(extra ->> 'etag', '') = %(old_etag)s;
+
+-- name: job_lock_for_reaper
+-- The reaper waits for the job's row as every acquirer does (lock order job -> batch).
+SELECT id FROM inventory_job WHERE id = %s FOR UPDATE;
+
+-- name: job_reap_expired
+-- The job's running batches whose lease expired become failed attempts (the caller holds the job).
+SELECT * FROM tidemark_reap_expired(%s);
