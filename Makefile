@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export TIDEMARK_DEV ?= 1
 
-.PHONY: demo test chaos bench lint format stop clean
+.PHONY: demo test chaos soak bench lint format stop clean
 
 $(VENV)/.installed: pyproject.toml examples/tidemark-example-processors/pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,6 +29,10 @@ test: $(VENV)/.installed /usr/bin/chromium
 # faults through real workers, Redis and Spark (tests/chaos/, a few minutes); not part of `make test`
 chaos: $(VENV)/.installed
 	$(VENV)/bin/pytest -m chaos tests/chaos
+
+# the large soak: 10,000 batches through real workers and sinks under faults (bench/bench_soak.py)
+soak: $(VENV)/.installed
+	SOAK_FILES=$${SOAK_FILES:-2000} SOAK_FAULTS_PER_KIND=$${SOAK_FAULTS_PER_KIND:-80} $(VENV)/bin/pytest -m soak -s tests/test_soak.py
 
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py

@@ -1,95 +1,169 @@
-"""Soak: many small batches through real Celery workers while faults are injected, then a
-total-queue check in the style of Jepsen's: every source item must appear in the sink exactly once.
+"""Soak: the product under faults, then a checker that cannot pass a wrong run.
 
-    python bench/bench_soak.py --batches 10000 --faults 100    # the issue's figures (the default)
-    BENCH_QUICK=1 python bench/bench_soak.py                   # 1,000 batches, 30 faults
+    make soak                                   # the large run (SOAK_FILES=2000: 10,000 batches)
+    .venv/bin/pytest -m soak tests/test_soak.py # the small one (SOAK_FILES=40: 200 batches)
+    python bench/bench_soak.py --files 2000     # the same as `make soak`
 
-Real parts: PostgreSQL (a database of its own on the settings' server), Redis, Celery prefork
-workers running `tidemark.run_job` (start, heartbeat, fenced commit, reaper, retries, follow-up
-planning). Light part: the executor (bench/soak_hooks.py) writes each batch's items as one file,
-staged and renamed over the batch's previous output, instead of running Spark, so thousands of
-batches fit in minutes.
+Real parts, all of them: Parquet files land in a directory one by one (written aside, renamed in)
+while the real discovery (`assets.assets_discover`) registers them; five jobs read that connector,
+one batch per file, through real Celery prefork workers running real PySpark (warm sessions), into
+each sink kind: files (JSON), Delta, PostgreSQL `append`, `upsert` and `coalesce`. Every fourth file
+updates keys of an earlier one (new value, and a null `note` on odd rows: a partial update that
+coalesce must not blank). The driver runs beat's steps itself (reaper, requeue, job runs, pacing).
 
-Faults, spread over the run:
-- sigkill: the pool process running a batch is killed (SIGKILL); its lease runs out and the
-  reaper hands the batch to a new attempt;
-- crash_before_commit: a pool process dies after its sink write and before its commit
-  (probability --crash-p per commit, decided in the worker);
-- zombie: a whole worker is stopped (SIGSTOP) past its lease, then continued (SIGCONT): its
-  batches were reaped and run elsewhere, its late commits must be refused;
-- duplicate: a running batch's task is sent again (what a broker redelivery hands a worker).
+Faults, while files land and batches run:
+- sigkill: the pool process running a batch is killed; the reaper or the next acquire fails the
+  attempt and a new one runs;
+- sigstop: a whole worker is stopped past its lease, then continued: its late commit and publish
+  must be refused (fencing by attempt);
+- redelivery: a new worker starts consuming (an old one retires): Redis restores the messages
+  whose visibility timeout passed, so running batches' messages are delivered again; counted only
+  when seen (the same task id received by two workers);
+- crash_before_commit: a pool process dies after its sink write, before its commit (the chaos
+  suite's hook, once per job).
 
-The checker reads every output file: lost = source items never written, unexpected = written
-items that are not source items, duplicated = items written more than once. All must be empty.
-It also checks that the job's succeeded batches tile its items with no gap or overlap.
+Then bench/soak_checker.py reads each sink as a reader would and compares it with every source
+row's checksum: lost, duplicated, unexpected, altered, stale; and each job's watermark with its
+contiguous committed prefix. Any of them fails the run.
 """
 
 import argparse
-import json
 import os
 import random
+import re
 import signal
+import subprocess
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-from bench_worker import _database_url, stop_worker  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+if not __package__:  # run as a script: `bench` is a folder of the repository root
+    sys.path.insert(0, str(ROOT))
+from bench import soak_checker as sc  # noqa: E402
 
-DB_NAME = os.environ.get("BENCH_SOAK_DB_NAME", "tidemark_bench_soak")
-LEASE_SECONDS = 3
-
-
-def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=1_000 if common.QUICK else 10_000)
-    parser.add_argument("--items-per-batch", type=int, default=2)
-    parser.add_argument("--faults", type=int, default=30 if common.QUICK else 100)
-    parser.add_argument("--crash-p", type=float, default=0.003)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=3)
-    parser.add_argument("--in-flight", type=int, default=8, help="the job's max_concurrency")
-    parser.add_argument("--work-seconds", type=float, default=0.02)
-    parser.add_argument("--timeout", type=float, default=3600)
-    return parser.parse_args(argv)
+MODES = ("files", "delta", "append", "upsert", "coalesce")
+FAULT_KINDS = ("sigkill", "sigstop", "redelivery")
+PROCESSOR_MODULES = "tests.worker_processors,tests.chaos.processors,bench.soak_processors"
 
 
-def start_worker(env: dict, queue: str, log: Path, concurrency: int):
-    import subprocess
+@dataclass
+class Settings:
+    files: int = 40
+    rows: int = 4
+    workers: int = 2
+    lease_seconds: int = 10  # heartbeats on a machine at load 20 still hold it
+    visibility_timeout: int = 12
+    faults_per_kind: int = 2
+    timeout: float = 3600
 
-    out = open(log, "wb")  # noqa: SIM115 - held by the child
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "controlplane",
-            "worker",
-            "--pool=prefork",
-            f"--concurrency={concurrency}",
-            "-Q",
-            queue,
-            "-n",
-            f"soak-{uuid.uuid4().hex[:6]}@%h",
-            "--without-mingle",
-            "--without-gossip",
-            "--without-heartbeat",
-            "--loglevel=WARNING",
-        ],
-        cwd=common.ROOT,
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+
+@dataclass
+class Run:
+    """What happened, as measured."""
+
+    faults: Counter = field(default_factory=Counter)
+    redeliveries_seen: int = 0
+    seconds: float = 0.0
+
+
+# ---- source -------------------------------------------------------------------------------------
+
+
+def file_rows(n: int, rows: int) -> list[dict]:
+    """The rows of landing file `n`: new keys, or (every fourth file) updates of file n - 3's."""
+    updates = n % 4 == 3
+    out = []
+    for r in range(rows):
+        key = f"k{n - 3:05d}-{r}" if updates else f"k{n:05d}-{r}"
+        out.append(
+            {
+                "row_id": f"f{n:05d}-{r}",
+                "key": key,
+                "value": f"v{n}-{r}",
+                "note": None if updates and r % 2 else f"note {n}-{r}",
+            }
+        )
+    return out
+
+
+def land(landing: Path, n: int, rows: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(
+        file_rows(n, rows),
+        schema=pa.schema([(c, pa.string()) for c in ("row_id", "key", "value", "note")]),
     )
-    out.close()
-    return proc
+    aside = landing / f".f-{n:05d}.parquet.tmp"  # discovery skips names starting with "."
+    pq.write_table(table, aside)
+    os.rename(aside, landing / f"f-{n:05d}.parquet")
+
+
+def expected_rows(mode: str, files: int, rows: int, asset_of: dict[int, int]) -> list:
+    """What a reader of a `mode` sink must see: each source row (files, append), or per key the
+    latest version (upsert) or the latest non-null value of each column (coalesce)."""
+    if mode in ("files", "delta", "append"):
+        return [
+            sc.SourceRow(r["row_id"], sc.checksum(*r.values()), asset_of[n])
+            for n in range(files)
+            for r in file_rows(n, rows)
+        ]
+    merged: dict[str, tuple[dict, int]] = {}
+    for n in range(files):
+        for r in file_rows(n, rows):
+            before = merged.get(r["key"], ({}, 0))[0]
+            if mode == "coalesce":
+                r = {c: (v if v is not None else before.get(c)) for c, v in r.items()}
+            merged[r["key"]] = (r, asset_of[n])
+    return [sc.SourceRow(k, sc.checksum(*r.values()), item) for k, (r, item) in merged.items()]
+
+
+# ---- setup --------------------------------------------------------------------------------------
+
+
+def setup(work: Path, *, sink_env: str, tag: str, lease_seconds: int):
+    """A files connector over `work/landing` and one job per sink kind."""
+    from inventory.services.connectors import connector_create
+    from inventory.services.jobs import job_create
+
+    landing = work / "landing"
+    landing.mkdir(parents=True)
+    connector = connector_create(name=f"{tag}-src", kind="files", config={"path": str(landing)})
+    jobs = {}
+    for mode in MODES:
+        if mode == "files":
+            sink = {"kind": "files", "path": str(work / "sink-files"), "format": "json"}
+        elif mode == "delta":
+            sink = {"kind": "delta", "path": str(work / "sink-delta"), "mode": "append"}
+        else:
+            sink = {
+                "kind": "postgres",
+                "dsn_env": sink_env,
+                "table": f"{tag}_{mode}",
+                "mode": mode,
+                **({} if mode == "append" else {"key": ["key"]}),
+            }
+        jobs[mode] = job_create(
+            name=f"{tag}-{mode}",
+            connector=connector,
+            batch_weight=10**12,
+            max_items=1,
+            processor="soak_tag",
+            params={"crash_before_commit": str(work / f"crashed-{mode}")},
+            sink=sink,
+            lease_seconds=lease_seconds,
+            retry_backoff_seconds=0,
+            max_attempts=20,
+            max_concurrency=2,
+        )
+    return connector, jobs, landing
+
+
+# ---- faults -------------------------------------------------------------------------------------
 
 
 def _parent_pid(pid: int) -> int | None:
@@ -101,66 +175,62 @@ def _parent_pid(pid: int) -> int | None:
 
 
 class Faults:
-    """Injects the driver-side faults, round robin, one every `every` seconds, and counts them."""
+    """Injects one driver-side fault at a time, round robin, each only where it can land (a batch
+    running in a process of ours, a worker left to do the work), and counts those that did."""
 
-    KINDS = ("sigkill", "duplicate", "zombie")
-
-    def __init__(self, *, workers, job, total: int, every: float):
-        self.workers, self.job, self.total, self.every = workers, job, total, every
-        self.counts = Counter()
-        self.next_at = time.monotonic() + every
-        self.frozen: dict[int, threading.Timer] = {}  # worker main pid -> its SIGCONT
+    def __init__(self, *, pool, jobs, settings: Settings, run: Run):
+        self.pool, self.jobs, self.settings, self.run = pool, jobs, settings, run
         self.turn = 0
+        self.next_at = 0.0
+        self.frozen: dict[int, threading.Timer] = {}
+
+    def due(self) -> bool:
+        return any(self.run.faults[k] < self.settings.faults_per_kind for k in FAULT_KINDS)
 
     def step(self) -> None:
+        """The next kind still short of its count, if it can land now; else the one after."""
         now = time.monotonic()
-        if sum(self.counts.values()) >= self.total or now < self.next_at:
+        if now < self.next_at or not self.due():
             return
-        kind = self.KINDS[self.turn % len(self.KINDS)]
-        if self._inject(kind):
-            self.counts[kind] += 1
-            self.turn += 1
-            self.next_at = now + self.every
+        kind = FAULT_KINDS[self.turn % len(FAULT_KINDS)]
+        self.turn += 1
+        if self.run.faults[kind] < self.settings.faults_per_kind and getattr(self, kind)():
+            self.next_at = now + self.settings.lease_seconds * 2
 
-    def _running(self):
+    def _running_batch(self):
         from inventory.models import Batch, BatchStatus
 
         return (
-            Batch.objects.filter(job=self.job, status=BatchStatus.RUNNING)
+            Batch.objects.filter(job__in=self.jobs.values(), status=BatchStatus.RUNNING)
             .order_by("?")
             .values_list("id", "worker")
             .first()
         )
 
-    def _inject(self, kind: str) -> bool:
-        running = self._running()
+    def sigkill(self) -> bool:
+        running = self._running_batch()
         if running is None:
             return False
-        batch_id, worker = running
-        mains = {w.pid for w in self.workers}
-        if kind == "sigkill":
-            pid = int(worker.rsplit(":", 1)[1])
-            if _parent_pid(pid) not in mains:  # only processes this benchmark started
-                return False
-            os.kill(pid, signal.SIGKILL)
-            return True
-        if kind == "duplicate":
-            from inventory.services import dispatch
-
-            dispatch.nudge(self.job.pk)  # a redelivered nudge
-            return True
-        # zombie: a whole worker past its lease (never both at once: someone must do the work)
-        candidates = [w.pid for w in self.workers if w.pid not in self.frozen]
-        if len(candidates) < 2 and len(self.workers) > 1:
+        pid = int(running[1].rsplit(":", 1)[1])
+        if _parent_pid(pid) not in {w.proc.pid for w in self.pool.live()}:
             return False
-        pid = random.choice(candidates)
-        os.killpg(pid, signal.SIGSTOP)
-        # continued by a timer, not by this loop: a process frozen inside a transaction holds its
-        # row locks, and this loop's own queries may wait for them until it is continued
-        timer = threading.Timer(LEASE_SECONDS + 2, self._thaw, args=(pid,))
+        os.kill(pid, signal.SIGKILL)
+        self.run.faults["sigkill"] += 1
+        return True
+
+    def sigstop(self) -> bool:
+        candidates = [w for w in self.pool.live() if w.proc.pid not in self.frozen]
+        if len(candidates) < 2 or self._running_batch() is None:
+            return False  # someone must go on working
+        worker = random.choice(candidates)
+        os.killpg(worker.proc.pid, signal.SIGSTOP)
+        # continued by a timer: a process stopped inside a transaction holds its row locks, and
+        # this driver's own queries may wait for them until it is continued
+        timer = threading.Timer(self.settings.lease_seconds + 3, self._thaw, [worker.proc.pid])
         timer.daemon = True
-        self.frozen[pid] = timer
+        self.frozen[worker.proc.pid] = timer
         timer.start()
+        self.run.faults["sigstop"] += 1
         return True
 
     def _thaw(self, pid: int) -> None:
@@ -170,200 +240,165 @@ class Faults:
             pass
         self.frozen.pop(pid, None)
 
+    def redelivery(self) -> bool:
+        if self._running_batch() is None or self.frozen:
+            return False
+        self.pool.rotate()
+        self.run.faults["redelivery"] += 1
+        return True
+
     def release(self) -> None:
         for pid, timer in list(self.frozen.items()):
             timer.cancel()
             self._thaw(pid)
 
 
-def setup_job(work: Path, args):
-    from inventory.models import Asset
-    from inventory.services.connectors import connector_create
-    from inventory.services.jobs import job_create
+class Pool:
+    """The soak's workers. `start` is the caller's worker factory (tests/worker_fixtures.py's
+    WorkerProcess, started); `rotate` starts a new worker, then retires the oldest one."""
 
-    landing = work / "landing"
-    landing.mkdir()
-    connector = connector_create(name="soak-src", kind="files", config={"path": str(landing)})
-    items = args.batches * args.items_per_batch
-    Asset.objects.bulk_create(
-        Asset(connector=connector, location=f"item-{n:07d}", weight=1) for n in range(items)
+    def __init__(self, start, count: int):
+        self.start = start
+        self.workers = [start(f"soak-{n}") for n in range(count)]
+        self.retired = []
+        self.serial = count
+
+    def live(self):
+        return [w for w in self.workers if w.proc.poll() is None]
+
+    def rotate(self) -> None:
+        fresh = self.start(f"soak-{self.serial}", wait_for_spark=False)
+        self.serial += 1
+        oldest = self.workers.pop(0)
+        self.workers.append(fresh)
+        self.retired.append(oldest)
+        threading.Thread(target=oldest.stop, daemon=True).start()
+
+    def logs(self) -> list[str]:
+        return [w.log() for w in self.workers + self.retired]
+
+
+RECEIVED = re.compile(r"Task tidemark\.run_job\[([0-9a-f-]+)\] received")
+
+
+def redeliveries_seen(logs: list[str]) -> int:
+    """Task ids received by more than one worker: a message the broker delivered again."""
+    seen = Counter()
+    for log in logs:
+        seen.update(set(RECEIVED.findall(log)))
+    return sum(1 for n in seen.values() if n > 1)
+
+
+# ---- the run ------------------------------------------------------------------------------------
+
+
+def done(jobs, connector, files: int) -> bool:
+    from inventory.models import Asset, Batch, BatchStatus, Watermark
+
+    if Asset.objects.filter(connector=connector).count() < files:
+        return False
+    last = Asset.objects.filter(connector=connector).order_by("-id").values_list("id", flat=True)[0]
+    for job in jobs.values():
+        if Batch.objects.filter(job=job).exclude(status=BatchStatus.SUCCEEDED).exists():
+            return False
+        if Watermark.objects.get(job=job).position != last + 1:
+            return False
+    return True
+
+
+def soak(*, work: Path, start_worker, sink_env: str, tag: str, settings: Settings, progress=None):
+    """Run the soak; returns (Run, Report, figures)."""
+    from inventory.models import Asset, Batch, BatchAttempt, Watermark
+    from inventory.services import assets, dispatch, scheduling
+
+    connector, jobs, landing = setup(
+        work, sink_env=sink_env, tag=tag, lease_seconds=settings.lease_seconds
     )
-    job = job_create(
-        name="soak",
-        connector=connector,
-        batch_weight=10**12,
-        max_items=args.items_per_batch,
-        sink={"kind": "files", "path": str(work / "sink")},
-        lease_seconds=LEASE_SECONDS,
-        retry_backoff_seconds=0,
-        max_attempts=50,
-        max_concurrency=args.in_flight,
-    )
-    return job, {f"item-{n:07d}" for n in range(items)}
-
-
-def check(sink: Path, expected: set[str], job) -> dict:
-    from inventory.models import Batch, BatchStatus, Watermark
-
-    written = Counter()
-    stale_outputs = 0
-    attempts = dict(
-        Batch.objects.filter(job=job, status=BatchStatus.SUCCEEDED).values_list("id", "attempt")
-    )
-    for path in sink.glob("batch-*.json"):
-        output = json.loads(path.read_text())
-        written.update(output["items"])
-        if attempts.get(output["batch"]) != output["attempt"]:
-            stale_outputs += 1
-    spans = sorted(
-        (b.span.lower, b.span.upper)
-        for b in Batch.objects.filter(job=job, status=BatchStatus.SUCCEEDED)
-    )
-    tiling_breaks = sum(1 for (_, hi), (lo, _) in zip(spans, spans[1:], strict=False) if hi != lo)
-    return {
-        "lost": sorted(expected - set(written)),
-        "unexpected": sorted(set(written) - expected),
-        "duplicated": sorted(item for item, n in written.items() if n > 1),
-        "stale_outputs": stale_outputs,
-        "tiling_breaks": tiling_breaks,
-        "watermark_at_end": Watermark.objects.get(job=job).position
-        == (spans[-1][1] if spans else None),
-    }
-
-
-def soak(args, work: Path, queue: str, env: dict) -> dict:
-    from inventory.models import Batch, BatchAttempt, BatchStatus
-    from inventory.services import dispatch, scheduling
-
-    job, expected = setup_job(work, args)
-    faults_dir = work / "faults"
-    faults_dir.mkdir()
-    worker_env = {
-        **env,
-        "SOAK_HOOKS": "1",
-        "SOAK_CRASH_P": str(args.crash_p),
-        "SOAK_FAULT_DIR": str(faults_dir),
-        "SOAK_WORK_SECONDS": str(args.work_seconds),
-        "TIDEMARK_PROCESSOR_MODULES": "bench.soak_hooks",
-    }
-    workers = [
-        start_worker(worker_env, queue, work / f"worker-{n}.log", args.concurrency)
-        for n in range(args.workers)
-    ]
-    # spread the driver's faults over the expected run (about 40 batches/s), at least 1 s apart
-    faults = Faults(
-        workers=workers, job=job, total=args.faults, every=max(args.batches / 40 / args.faults, 1.0)
-    )
+    run = Run()
+    pool = Pool(start_worker, settings.workers)
+    faults = Faults(pool=pool, jobs=jobs, settings=settings, run=run)
     started = time.monotonic()
+    landed = 0
     try:
-        time.sleep(3)  # the workers' pool processes start
         while True:
+            if landed < settings.files:  # files land while batches run
+                land(landing, landed, settings.rows)
+                landed += 1
+            assets.assets_discover(connector=connector)
             scheduling.leases_reap()
-            dispatch.job_run(job=job)
+            dispatch.backfills_pace()
+            for job in jobs.values():
+                dispatch.job_run(job=job)
             faults.step()
-            open_batches = Batch.objects.filter(job=job).exclude(status=BatchStatus.SUCCEEDED)
-            covered = Batch.objects.filter(job=job, status=BatchStatus.SUCCEEDED).count()
-            if covered >= args.batches and not open_batches.exists():
+            if landed == settings.files and not faults.due() and done(jobs, connector, landed):
                 break
-            if time.monotonic() - started > args.timeout:
-                raise RuntimeError(f"not done after {args.timeout:.0f} s: {covered} batches")
-            time.sleep(0.5)
-        elapsed = time.monotonic() - started
+            if time.monotonic() - started > settings.timeout:
+                raise RuntimeError(f"soak not done after {settings.timeout:.0f} s")
+            if progress is not None:
+                progress()
+            time.sleep(0.3)
+        run.seconds = time.monotonic() - started
     finally:
         faults.release()
-        for proc in workers:
-            stop_worker(proc)
-    counts = dict(faults.counts)
-    counts["crash_before_commit"] = len(list(faults_dir.glob("crash_before_commit-*")))
-    verdict = check(work / "sink", expected, job)
-    attempts = BatchAttempt.objects.filter(batch__job=job)
-    return {
-        "batches": Batch.objects.filter(job=job, status=BatchStatus.SUCCEEDED).count(),
-        "items": len(expected),
+        run.redeliveries_seen = redeliveries_seen(pool.logs())
+        for worker in pool.workers:
+            worker.stop()
+    run.faults["crash_before_commit"] = sum(1 for m in MODES if (work / f"crashed-{m}").exists())
+
+    asset_of = {
+        int(location.rsplit("f-", 1)[1].split(".")[0]): pk
+        for pk, location in Asset.objects.filter(connector=connector).values_list("id", "location")
+    }
+    sink_dsn = os.environ[sink_env]
+    sources, facts, sinks = {}, {}, {}
+    for mode, job in jobs.items():
+        sources[mode] = expected_rows(mode, settings.files, settings.rows, asset_of)
+        facts[mode] = sc.JobFacts(
+            name=job.name,
+            start=job.start_position,
+            watermark=Watermark.objects.get(job=job).position,
+            batches=[
+                sc.BatchFact(b.id, b.span.lower, b.span.upper, b.status, b.attempt)
+                for b in Batch.objects.filter(job=job)
+            ],
+        )
+        if mode == "files":
+            rows = sc.read_json_lines_sink(work / "sink-files", identity="row_id")
+        elif mode == "delta":
+            rows = sc.read_delta_sink(work / "sink-delta", identity="row_id")
+        else:
+            identity = "row_id" if mode == "append" else "key"
+            rows = sc.read_postgres_sink(sink_dsn, f"{tag}_{mode}", identity=identity)
+        sinks[mode] = (mode, rows)
+    report = sc.check(sources=sources, jobs=facts, sinks=sinks)
+    attempts = BatchAttempt.objects.filter(batch__job__in=jobs.values())
+    figures = {
+        "batches": Batch.objects.filter(job__in=jobs.values(), status="succeeded").count(),
+        "files": settings.files,
+        "source_rows": settings.files * settings.rows,
         "attempts": attempts.count(),
         "failed_attempts": attempts.filter(outcome="failed").count(),
-        "faults": counts,
-        "seconds": round(elapsed, 1),
-        "workers": args.workers,
-        "concurrency": args.concurrency,
-        "lost": len(verdict["lost"]),
-        "unexpected": len(verdict["unexpected"]),
-        "duplicated": len(verdict["duplicated"]),
-        "examples": {k: verdict[k][:10] for k in ("lost", "unexpected", "duplicated")},
-        "stale_outputs": verdict["stale_outputs"],
-        "tiling_breaks": verdict["tiling_breaks"],
-        "watermark_at_end": verdict["watermark_at_end"],
+        "faults": dict(run.faults),
+        "redeliveries_seen": run.redeliveries_seen,
+        "seconds": round(run.seconds, 1),
+        "check": report.summary(),
     }
+    return run, report, figures
 
 
-def write(f: dict, args) -> None:
-    ok = f["lost"] == f["unexpected"] == f["duplicated"] == f["tiling_breaks"] == 0
-    faults = ", ".join(f"{kind} {n}" for kind, n in sorted(f["faults"].items()))
-    rows = [
-        ["batches committed", f"{f['batches']:,} ({f['items']:,} items)"],
-        ["attempts (failed)", f"{f['attempts']:,} ({f['failed_attempts']:,})"],
-        ["faults injected", f"{sum(f['faults'].values())}: {faults}"],
-        [
-            "lost / unexpected / duplicated items",
-            f"{f['lost']} / {f['unexpected']} / {f['duplicated']}",
-        ],
-        ["gaps or overlaps between committed batches", f["tiling_breaks"]],
-        ["outputs not from the committed attempt", f["stale_outputs"]],
-        ["time", f"{f['seconds']:.0f} s ({f['workers']} workers x {f['concurrency']} processes)"],
-    ]
-    markdown = "\n".join(
-        [
-            "## soak",
-            "",
-            f"{common.now_utc()}. `bench/bench_soak.py --batches {args.batches} --faults "
-            f"{args.faults}`: real workers, light executor (no Spark), leases of {LEASE_SECONDS} s. "
-            + ("Checker: **pass**." if ok else "Checker: **FAIL**."),
-            "",
-            common.table(["", ""], rows),
-        ]
-    )
-    common.write_section("soak", markdown, f)
-
-
-def main(argv) -> int:
-    args = parse_args(argv)
-    base = common.base_database()
-    common.recreate_database(base, DB_NAME)
-    queue = f"tidemark-soak-{uuid.uuid4().hex[:8]}"
-    os.environ["DATABASE_URL"] = _database_url(base, DB_NAME)
-    os.environ["CELERY_QUEUE"] = queue
-    import django
-    from django.conf import settings
-
-    settings.DATABASES["default"]["NAME"] = DB_NAME
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
-
-    from controlplane.celery import app
-
-    app.conf.CELERY_TASK_DEFAULT_QUEUE = queue
-    if connection.settings_dict["NAME"] != DB_NAME:
-        raise RuntimeError(f"refusing to run on {connection.settings_dict['NAME']!r}")
-    call_command("migrate", verbosity=0)
-    work = Path(tempfile.mkdtemp(prefix="tidemark-soak-"))
-    env = {**os.environ, "REDIS_URL": settings.REDIS_URL, "TIDEMARK_DEV": "1"}
-    try:
-        figures = soak(args, work, queue, env)
-    finally:
-        if os.environ.get("BENCH_KEEP") != "1":
-            import shutil
-
-            from django.db import connections
-
-            shutil.rmtree(work, ignore_errors=True)
-            connections.close_all()
-            common.drop_database(base, DB_NAME)
-    write(figures, args)
-    print(json.dumps({k: v for k, v in figures.items() if k != "examples"}, indent=1))
-    ok = figures["lost"] == figures["unexpected"] == figures["duplicated"] == 0
-    return 0 if ok and figures["tiling_breaks"] == 0 else 1
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=2000, help="batches = 5 x files")
+    parser.add_argument("--faults-per-kind", type=int, default=80)
+    args = parser.parse_args(argv)
+    env = {
+        **os.environ,
+        "SOAK_FILES": str(args.files),
+        "SOAK_FAULTS_PER_KIND": str(args.faults_per_kind),
+    }
+    command = [sys.executable, "-m", "pytest", "-m", "soak", "-s", "tests/test_soak.py"]
+    return subprocess.call(command, cwd=ROOT, env=env)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

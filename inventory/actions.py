@@ -65,6 +65,11 @@ ACTIONS: dict[str, Action] = {
                api=("backfills", "resume")),
         Action("backfill.cancel", OPERATOR, _S + "backfills.backfill_set_status", "Cancel",
                api=("backfills", "cancel")),
+        # POST /api/v1/jobs/{name}/restatements/{id}/apply/ and dismiss/ (api/restatements.py)
+        Action("restatement.apply", OPERATOR, _S + "restatement_records.restatement_apply",
+               "Apply the replay"),
+        Action("restatement.dismiss", OPERATOR, _S + "restatement_records.restatement_dismiss",
+               "Dismiss", needs_reason=True),
         Action("throttle.set", OPERATOR, _S + "throttle.throttle_set",
                "Set the shared backfill throttle"),  # PUT /api/v1/backfill-throttle/
         Action("batch.retry", OPERATOR, _S + "lifecycle.batch_retry", "Retry",

@@ -28,6 +28,8 @@ from inventory.models import (
     BatchStatus,
     Connector,
     Job,
+    Restatement,
+    RestatementStatus,
     Watermark,
     WatermarkEvent,
     WatermarkSource,
@@ -35,12 +37,12 @@ from inventory.models import (
 from inventory.roles import ADMIN, OPERATOR, VIEWER, actor_name, has_role
 from inventory.services import backfills as backfill_services
 from inventory.services import connectors as connector_services
-from inventory.services import corrections
+from inventory.services import corrections, restatement_records
 from inventory.services import gaps as gap_services
 from inventory.services import jobs as job_services
 from inventory.services import lifecycle as batch_services
 from inventory.services import throttle as throttle_services
-from inventory.services.errors import InvalidInput, TidemarkError
+from inventory.services.errors import InvalidInput, PlanChanged, TidemarkError
 from inventory.services.secrets import mask
 
 
@@ -258,6 +260,10 @@ class JobForm(forms.ModelForm):
     """Saves through job_create / job_update while validating, so that a service error shows on
     the field it names. The admin's change view runs in one transaction: all or nothing."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["restatements"].required = False  # default: automatic
+
     class Meta:
         model = Job
         fields = [*job_services.FIXED_JOB_FIELDS, *job_services.JOB_SETTINGS]
@@ -266,6 +272,8 @@ class JobForm(forms.ModelForm):
         cleaned = super().clean()
         if self.errors:
             return cleaned
+        if not cleaned.get("restatements"):
+            cleaned.pop("restatements", None)  # not given: the job's default policy
         try:
             if self.instance.pk is None:
                 self.instance = job_services.job_create(**cleaned)
@@ -289,9 +297,10 @@ class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
         "batch_weight",
         "max_items",
         "max_concurrency",
+        "restatements",
         "paused",
     ]
-    list_filter = ["paused", "watermark_type", "connector"]
+    list_filter = ["paused", "watermark_type", "restatements", "connector"]
     search_fields = ["name", "connector__name", "processor"]
     list_select_related = ["connector", "watermark"]
     readonly_fields = ["watermark_link", "created_at", "updated_at"]
@@ -345,10 +354,19 @@ class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
             }
             actor = actor_name(request.user)
             scheduled: list[str] = []
+            changed: list[str] = []
 
             def schedule(job):
                 bounds = _hole_bounds(job, **given)
-                created = gap_services.holes_backfill(job=job, **data, **bounds, actor=actor)
+                # the preview's fingerprint of this job: exactly those backfills, or none
+                pinned = request.POST.get(f"fingerprint_{job.pk}") or None
+                try:
+                    created = gap_services.holes_backfill(
+                        job=job, **data, **bounds, actor=actor, fingerprint=pinned
+                    )
+                except PlanChanged:
+                    changed.append(job.name)
+                    raise
                 scheduled.extend(
                     f"{job.name}: backfill {b.pk} [{b.range_start}, {b.range_end}]" for b in created
                 )
@@ -356,7 +374,10 @@ class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
             self.run_service(request, jobs, "holes backfilled", schedule)
             if scheduled:
                 self.message_user(request, "Scheduled " + "; ".join(scheduled), messages.INFO)
-            return None
+            if not changed:
+                return None
+            # the plans as they are now, beside the refusal that says how they changed
+            jobs = [job for job in jobs if job.name in changed]
         given = (
             {k: form.cleaned_data.get(k) for k in ("lower", "upper", "time_start", "time_end")}
             if valid
@@ -375,6 +396,7 @@ class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
                         "plans": plans,
                         "items": sum(b.item_count for p in plans for b in p.batches),
                         "batches": sum(len(p.batches) for p in plans),
+                        "fingerprint": gap_services.holes_fingerprint(job=job, plans=plans),
                     }
                 )
         context = {
@@ -751,6 +773,46 @@ class BackfillAdmin(RoleActionsMixin, ReadOnlyAdmin):
     @service_action("backfill.cancel", "Cancel selected backfills")
     def cancel_backfills(self, request, queryset):
         self._set(request, queryset, BackfillStatus.CANCELLED, "cancelled")
+
+
+@admin.register(Restatement)
+class RestatementAdmin(RoleActionsMixin, ReadOnlyAdmin):
+    """What was restated, when and why; proposed replays applied here as on the dashboard."""
+
+    list_display = [
+        "id",
+        "job",
+        "range_start",
+        "range_end",
+        "cause",
+        "state",
+        "backfill",
+        "decided_by",
+        "created_at",
+    ]
+    list_filter = ["status", "cause", "job"]
+    search_fields = ["job__name", "reason"]
+    list_select_related = ["job", "backfill"]
+    actions = ["apply_restatements"]
+
+    @admin.display(description="state")
+    def state(self, restatement):
+        return restatement.state
+
+    @service_action("restatement.apply", "Apply selected proposed replays (their pinned plans)")
+    def apply_restatements(self, request, queryset):
+        actor = actor_name(request.user)
+        for record in queryset.filter(status=RestatementStatus.PROPOSED).order_by("id"):
+            try:
+                record = restatement_records.restatement_apply(restatement=record, actor=actor)
+            except TidemarkError as exc:  # a changed plan says how (PlanChanged's message)
+                self.message_user(request, f"restatement {record.pk}: {exc}", messages.ERROR)
+            else:
+                self.message_user(
+                    request,
+                    f"restatement {record.pk} applied: backfill {record.backfill_id}",
+                    messages.SUCCESS,
+                )
 
 
 # ---- the shared backfill throttle --------------------------------------------------------------

@@ -38,6 +38,10 @@ class BackfillForm(forms.Form):
     max_concurrency = forms.IntegerField(initial=1, min_value=1)
     priority = forms.IntegerField(initial=0, help_text="> 0 runs before incremental work")
     reason = forms.CharField(required=False, widget=forms.TextInput)
+    # set by the live preview (hx-swap-oob): scheduling runs exactly the plan shown, or shows
+    # how it changed (backfills.backfill_create, PlanChanged)
+    fingerprint = forms.RegexField(r"^[0-9a-f]{16}$", required=False, widget=forms.HiddenInput)
+    previewed = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
 
 
 class GapRangeForm(forms.Form):
@@ -52,6 +56,7 @@ class HolesBackfillForm(GapRangeForm):
     priority = forms.IntegerField(required=False)
     reason = forms.CharField(required=False)
     preview = forms.BooleanField(required=False)
+    fingerprint = forms.RegexField(r"^[0-9a-f]{16}$", required=False)
 
 
 class ReasonForm(forms.Form):

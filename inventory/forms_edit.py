@@ -77,6 +77,8 @@ _JOB_HELP = {
     "max_items": "at most this many items per batch",
     "schedule_seconds": "run every N seconds (empty: on demand and on discovery)",
     "lookback": "re-read this window before the watermark on every run",
+    "restatements": "when input already committed changes: rebuild at once, or propose the "
+    "replay for an operator to apply (job page)",
 }
 
 

@@ -27,6 +27,7 @@ _MODELS = (
     "backfill",
     "watermark",
     "watermarkevent",
+    "restatement",
 )
 _VIEW = {f"view_{model}" for model in _MODELS}
 ROLE_PERMISSIONS = {

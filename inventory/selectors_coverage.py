@@ -236,3 +236,38 @@ def holes_to_backfill(gaps: list[Segment]) -> list[tuple[int, int]]:
         else:
             ranges.append([seg.lower, seg.upper])
     return [(lo, hi - 1) for lo, hi in ranges]
+
+
+# ---- restated ranges -------------------------------------------------------------------------
+
+
+def job_restatements(*, job: Job, lower: int | None = None, upper: int | None = None):
+    """The job's restatements, newest first; with bounds, those meeting [lower, upper)."""
+    from inventory.models import Restatement
+
+    records = Restatement.objects.filter(job=job).select_related("job", "backfill").order_by("-id")
+    if lower is not None:
+        records = records.filter(range_end__gte=lower)
+    if upper is not None:
+        records = records.filter(range_start__lt=upper)
+    return records
+
+
+def restated_strip(coverage: Coverage, records) -> list[dict]:
+    """Restated ranges placed over the coverage strip: left and width in percent of its ids."""
+    span = max(coverage.upper - coverage.lower, 1)
+    placed = []
+    for record in records:
+        lo = max(record.range_start, coverage.lower)
+        hi = min(record.range_end + 1, coverage.upper)
+        if hi <= lo:
+            continue
+        placed.append(
+            {
+                "record": record,
+                "state": record.state,
+                "left": (lo - coverage.lower) * 100 / span,
+                "width": max((hi - lo) * 100 / span, 0.3),
+            }
+        )
+    return placed

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from inventory import views, views_edit
+from inventory import views, views_edit, views_restatements
 
 app_name = "dashboard"
 
@@ -16,6 +16,11 @@ urlpatterns = [
     path("jobs/<slug:name>/run/", views.job_run_now, name="job-run"),
     path("jobs/<slug:name>/gaps/", views.job_gaps, name="job-gaps"),
     path("jobs/<slug:name>/gaps/backfill/", views.job_gaps_backfill, name="job-gaps-backfill"),
+    path(
+        "jobs/<slug:name>/restatements/<int:pk>/<str:action>/",
+        views_restatements.restatement_action,
+        name="restatement-action",
+    ),
     path("jobs/<slug:name>/<str:action>/", views.job_pause_resume, name="job-action"),
     path("connectors/", views.connectors, name="connectors"),
     path("connectors/<slug:name>/edit/", views_edit.connector_edit, name="connector-edit"),

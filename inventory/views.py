@@ -36,8 +36,9 @@ from inventory.services import gaps as gap_services
 from inventory.services import jobs as job_services
 from inventory.services import lifecycle as batch_services
 from inventory.services import scheduling as scheduling_services
-from inventory.services.errors import TidemarkError
+from inventory.services.errors import PlanChanged, TidemarkError
 from inventory.services.secrets import mask
+from inventory.templatetags.human import weight as human_weight
 
 
 def role_required(role):
@@ -120,6 +121,7 @@ def job_detail(request, name):
     history = list(selectors.watermark_history(job=job)[:200])
     counts = selectors.job_batch_counts(job=job)
     coverage = selectors_coverage.job_coverage(job=job)
+    restatements = list(selectors_coverage.job_restatements(job=job)[:RESTATEMENTS_SHOWN])
     rates = selectors_health.jobs_rates(job.pk).get(job.pk) or selectors_health.JobRates()
     lag = selectors.job_lag(job=job)
     context = {
@@ -131,6 +133,7 @@ def job_detail(request, name):
         "blocker": selectors.job_blocker(job=job),
         "counts": counts,
         "coverage": coverage,
+        **_restated_context(coverage, restatements),
         "history": history,
         "history_points": selectors.watermark_chart_points(job=job, events=history),
         "config": mask(
@@ -148,12 +151,26 @@ def job_detail(request, name):
                 "max_concurrency": job.max_concurrency,
                 "executor": job.executor,
                 "start_position": job.start_position,
+                "restatements": job.restatements,
             }
         ),
         **_batches_context(request, job, counts),
         **_page_context(request),
     }
     return render(request, "inventory/job_detail.html", context)
+
+
+RESTATEMENTS_SHOWN = 50
+
+
+def _restated_context(coverage, restatements) -> dict:
+    """Restated ranges beside the coverage strip's holes, and the job's restatements listed."""
+    restated = selectors_coverage.restated_strip(coverage, restatements)
+    return {
+        "restatements": restatements,
+        "restated": restated,
+        "restated_states": sorted({r["state"] for r in restated}),
+    }
 
 
 def _batches_context(request, job, counts) -> dict:
@@ -200,10 +217,12 @@ def job_gaps(request, name):
         for seg in coverage.segments
         if seg.state in selectors_coverage.GAP_STATES and seg.items > 0
     ]
+    restatements = list(selectors_coverage.job_restatements(job=job, **bounds)[:RESTATEMENTS_SHOWN])
     context = {
         "job": job,
         "form": form,
         "coverage": coverage,
+        **_restated_context(coverage, restatements),
         "gaps": gaps,
         "holes": selectors_coverage.holes_to_backfill(gaps),
         "bounds": bounds,
@@ -232,11 +251,20 @@ def job_gaps_backfill(request, name):
             )
         except TidemarkError as exc:
             return render(request, "inventory/_holes_preview.html", {"error": str(exc)})
-        return render(request, "inventory/_holes_preview.html", {"plans": plans, "job": job})
-    _act(
+        context = {
+            "plans": plans,
+            "job": job,
+            "fingerprint": gap_services.holes_fingerprint(job=job, plans=plans),
+        }
+        return render(request, "inventory/_holes_preview.html", context)
+    try:
+        created = gap_services.holes_backfill(job=job, **data, actor=actor_name(request.user))
+    except TidemarkError as exc:  # the holes changed since the preview, among others: say how
+        messages.error(request, str(exc))
+        return redirect("dashboard:job-gaps", name=job.name)
+    messages.success(
         request,
-        lambda: gap_services.holes_backfill(job=job, **data, actor=actor_name(request.user)),
-        lambda created: "Scheduled "
+        "Scheduled "
         + ", ".join(f"backfill {b.pk} [{b.range_start}, {b.range_end}]" for b in created),
     )
     return redirect("dashboard:backfills")
@@ -338,6 +366,7 @@ def connector_action(request, name, action):
 @role_required(VIEWER)
 def backfills(request):
     form = BackfillForm(request.POST or None)
+    plan_changed = None
     if request.method == "POST":
         _require(request, "job.backfill")
         if form.is_valid():
@@ -349,7 +378,10 @@ def backfills(request):
                     priority=data["priority"],
                     reason=data["reason"],
                     actor=actor_name(request.user),
+                    fingerprint=data.get("fingerprint") or None,
                 )
+            except PlanChanged as exc:
+                plan_changed = _plan_changed(form, exc)
             except TidemarkError as exc:
                 _form_error(form, exc)
             else:
@@ -357,6 +389,7 @@ def backfills(request):
                 return redirect("dashboard:backfills")
     context = {
         "form": form,
+        "plan_changed": plan_changed,
         "throttle_form": ThrottleForm(),
         **_time_basis(form),
         **_backfills_context(),
@@ -402,6 +435,8 @@ def backfill_preview(request):
     context = {"form": form, "plan": plan, "span": span, **_time_basis(form)}
     if plan:
         job = form.cleaned_data["job"]
+        summary = backfill_services.plan_summary(job=job, span=span, plan=plan)
+        context.update(fingerprint=summary["fingerprint"], previewed=_plan_text(summary))
         budget = form.cleaned_data.get("batch_weight") or job.batch_weight
         total_weight = sum(p.weight for p in plan)
         throttle = selectors.backfill_throttle_for(job=job)
@@ -527,6 +562,31 @@ def _backfill_args(data):
         "batch_weight": data.get("batch_weight"),
         "max_items": data.get("max_items"),
     }
+
+
+def _plan_changed(form, exc: PlanChanged) -> dict:
+    """The plan changed between the preview and the submit: say how, and pin the plan as it is
+    now, so that scheduling again runs that one (never another plan silently)."""
+    now = exc.plan
+    form.data = form.data.copy()
+    form.data["fingerprint"] = now["fingerprint"]
+    form.data["previewed"] = _plan_text(now)
+    previewed = form.cleaned_data.get("previewed") or "(not shown)"
+    form.add_error(
+        None,
+        f"The plan changed since the preview: previewed {previewed} (fingerprint "
+        f"{form.cleaned_data['fingerprint']}), now {_plan_text(now)} (fingerprint "
+        f"{now['fingerprint']}). Nothing was scheduled; schedule again to run the plan below.",
+    )
+    return now
+
+
+def _plan_text(plan: dict) -> str:
+    return (
+        f"{plan['batch_count']} batch(es), {plan['total_items']} items, weight "
+        f"{human_weight(plan['total_weight'], plan.get('weight_unit', ''))} over ids "
+        f"{plan['range_start']}..{plan['range_end']}"
+    )
 
 
 def _time_basis(form) -> dict:

@@ -1,6 +1,7 @@
 """The Delta Lake sink (issue 22): one Delta commit per batch, each source row once at every version.
 
-Spark cannot read Delta here (no jar): every version of the table is read with `deltalake`.
+Spark cannot read Delta here (no jar): every version of the table is read with `deltalake` and
+with DuckDB's own Delta reader (its `delta` extension, installed from PyPI, tests/duckdb_delta.py).
 The lifecycle tests drive batches by hand through the real lifecycle and the real publish fence
 in PostgreSQL (tests/test_exactly_once.py's helpers); the worker test runs a real Celery worker.
 """
@@ -16,6 +17,7 @@ from inventory.services.backfills import backfill_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import InvalidInput
 from inventory.services.job_config import job_validate_runtime
+from tests import duckdb_delta
 from tests.test_exactly_once import (
     drain,
     expected_rows,
@@ -43,9 +45,14 @@ def rows_at(path, version=None) -> list[tuple]:
     return sorted(zip(table.column("key").to_pylist(), table.column("v").to_pylist(), strict=True))
 
 
-def assert_each_row_at_most_once_at_every_version(path) -> None:
-    for version, rows in enumerate(versions(path)):
+def assert_each_row_at_most_once_at_every_version(path, columns=("key", "v")) -> None:
+    """Read with delta-rs and with DuckDB's own Delta reader, each version holds each row at
+    most once, and both readers see the same rows."""
+    for version in range(DeltaTable(str(path)).version() + 1):
+        table = DeltaTable(str(path), version=version).to_pyarrow_table()
+        rows = sorted(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
         assert len(rows) == len(set(rows)), f"a row twice at version {version}"
+        assert duckdb_delta.rows_at(path, list(columns), version) == rows, f"version {version}"
 
 
 # ---- config ------------------------------------------------------------------------------------

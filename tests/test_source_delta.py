@@ -5,8 +5,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from inventory.models import Asset, Batch, BatchStatus
+from inventory.models import Asset, Backfill, Batch, BatchStatus
 from inventory.services import discovery, execution, lifecycle
+from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import InvalidInput
@@ -71,35 +72,95 @@ def _delta_job(name: str, source: str, sink: str, **options):
     )
 
 
-def test_a_delta_to_delta_chain_replays_exactly_once(spark, tmp_path):
-    upstream_table, downstream_table = tmp_path / "up", tmp_path / "down"
-    upstream, _ = make_files_job(
-        tmp_path, "chain-up", {"kind": "delta", "path": str(upstream_table)}, items=4
-    )
-    drain(spark, upstream)
-    downstream = _delta_job("chain-down", str(upstream_table), str(downstream_table))
-    drain(spark, downstream)
-    assert rows_at(downstream_table) == expected_rows(range(4))
+def _restatements(job):
+    return list(Backfill.objects.filter(job=job, created_by="tidemark").order_by("id"))
 
-    # the upstream job replays its second batch: a new upstream version restates those rows
-    second = Batch.objects.filter(job=upstream, status=BatchStatus.SUCCEEDED).order_by("span")[1]
-    watermark_correct(
-        job=upstream, value=second.span.lower - 1, actor="a", reason="fix", replay=True
-    )
-    drain(spark, upstream)
-    assert rows_at(upstream_table) == expected_rows(range(4))
 
-    # the downstream job replays from its start: the restated version contributes nothing, the
-    # replaying one holds those rows
-    discovery.discover(downstream.connector)
-    first = Batch.objects.filter(job=downstream).order_by("span").first()
-    watermark_correct(
-        job=downstream, value=first.span.lower - 1, actor="a", reason="fix", replay=True
+def test_an_upstream_replay_and_backfill_restate_a_delta_chain_by_themselves(spark, tmp_path):
+    """Invariant 12 across Delta tables: up (files -> Delta A) -> mid (A -> Delta B) -> down
+    (B -> Delta C). An upstream replay, then an upstream backfill, each make a version of A that
+    removes the files earlier versions added; mid's discovery restates exactly the versions it
+    committed them from, its rebuild makes a version of B that does the same to down, and every
+    table shows each row at most once at every version, exactly once at the end."""
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    up, _ = make_files_job(tmp_path, "chain-up", {"kind": "delta", "path": str(a)}, items=4)
+    drain(spark, up)  # versions 0, 1 of A: two batches of two files
+    mid = _delta_job("chain-mid", str(a), str(b), max_items=1)
+    drain(spark, mid)  # versions 0, 1 of B
+    down = _delta_job("chain-down", str(b), str(c), max_items=1)
+    drain(spark, down)
+    assert rows_at(c) == expected_rows(range(4))
+
+    # an upstream replay of its second batch: version 2 of A removes version 1's files
+    second = Batch.objects.filter(job=up, status=BatchStatus.SUCCEEDED).order_by("span")[1]
+    watermark_correct(job=up, value=second.span.lower - 1, actor="a", reason="fix", replay=True)
+    drain(spark, up)
+    assert discovery.discover(mid.connector) == 1
+    restated = Asset.objects.get(connector=mid.connector, extra__version=1)
+    [backfill] = _restatements(mid)
+    assert (backfill.range_start, backfill.range_end, backfill.priority) == (
+        restated.pk,
+        restated.pk,
+        1,
     )
-    drain(spark, downstream)
-    assert_each_row_at_most_once_at_every_version(downstream_table)
-    assert rows_at(downstream_table) == expected_rows(range(4))
-    assert Batch.objects.filter(job=downstream, status=BatchStatus.SUPERSEDED).exists()
+    assert "removed files of versions 1" in backfill.reason
+    assert "restate" not in mid.connector.cursor
+    drain(spark, mid)  # the rebuild of version 1 (nothing live), then version 2 (its rows)
+    assert discovery.discover(down.connector) == 2
+    assert len(_restatements(down)) == 1
+    drain(spark, down)
+
+    # an upstream backfill over everything: version 3 of A removes versions 0's and 2's files
+    ids = sorted(Asset.objects.filter(connector=up.connector).values_list("id", flat=True))
+    backfill_create(job=up, range_start=ids[0], range_end=ids[-1], reason="rewrite")
+    drain(spark, up)
+    discovery.discover(mid.connector)
+    assert _restatements(mid)[-1].reason.endswith("versions 0, 2")
+    drain(spark, mid)
+    discovery.discover(down.connector)
+    drain(spark, down)
+    assert discovery.discover(mid.connector) == discovery.discover(down.connector) == 0
+
+    for table in (a, b, c):
+        assert_each_row_at_most_once_at_every_version(table)
+        assert rows_at(table) == expected_rows(range(4))
+    assert len(_restatements(down)) == 2
+
+
+def test_a_delete_by_another_writer_restates_the_version_it_changed_and_optimize_does_not(
+    spark, tmp_path
+):
+    table, out = str(tmp_path / "t"), tmp_path / "out"
+    write_deltalake(table, _rows([1, 2]))
+    write_deltalake(table, _rows([3, 4]), mode="append")
+    job = _delta_job("deleted", table, str(out), max_items=1)
+    drain(spark, job)
+    assert rows_at(out) == [(k, "x") for k in (1, 2, 3, 4)]
+
+    # version 2 rewrites version 1's file without key 3: version 1 is restated and reads
+    # nothing live, version 2 brings the row that stays
+    DeltaTable(table).delete("key = 3")
+    assert discovery.discover(job.connector) == 1
+    [backfill] = _restatements(job)
+    version_1 = Asset.objects.get(connector=job.connector, extra__version=1)
+    assert (backfill.range_start, backfill.range_end, backfill.priority) == (
+        version_1.pk,
+        version_1.pk,
+        1,
+    )
+    drain(spark, job)
+    assert rows_at(out) == [(k, "x") for k in (1, 2, 4)]
+
+    # a file added and removed between two looks was never read; a compaction moves rows
+    # without changing them: neither restates anything
+    write_deltalake(table, _rows([5]), mode="append")
+    DeltaTable(table).delete("key = 5")
+    DeltaTable(table).optimize.compact()
+    assert discovery.discover(job.connector) == 3
+    assert len(_restatements(job)) == 1
+    drain(spark, job)
+    assert_each_row_at_most_once_at_every_version(out)
+    assert rows_at(out) == [(k, "x") for k in (1, 2, 4)]
 
 
 def test_a_version_whose_files_were_vacuumed_fails_the_batch_naming_it(spark, tmp_path):

@@ -9,7 +9,16 @@ import pyarrow.parquet as pq
 import pytest
 
 import tests.worker_processors  # noqa: F401 - registers the test processors here too
-from inventory.models import Asset, Batch, BatchStatus, Connector, Watermark
+from inventory.models import (
+    Asset,
+    Backfill,
+    Batch,
+    BatchStatus,
+    Connector,
+    Restatement,
+    RestatementCause,
+    Watermark,
+)
 from inventory.services import discovery, dispatch, source_object_store
 from inventory.services.connectors import connector_create
 from inventory.services.errors import InvalidInput
@@ -63,8 +72,9 @@ def test_discovery_registers_only_new_objects_listing_after_the_cursor(
 ):
     for n in range(3):
         _put(s3_server, s3_bucket, f"landing/2026-11-2{n}/part-0.parquet", b"p" * (10 + n))
+    # no recheck window: each look lists only what sorts after the cursor
     connector = connector_create(
-        name="s3-orders", kind="files", config=_config(s3_server, s3_bucket)
+        name="s3-orders", kind="files", config=_config(s3_server, s3_bucket, recheck_seconds=0)
     )
 
     assert discovery.discover(connector) == 3
@@ -382,3 +392,91 @@ def test_spark_native_hands_s3a_paths_to_spark(spark, s3_server, s3_bucket):
     with pytest.raises(ReadError) as failed:
         read(spark, spec)
     assert "s3a" in str(failed.value)
+
+
+# ---- objects rewritten under their key: restatements ---------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_object_whose_etag_changed_is_restated_and_its_rows_replaced_by_a_worker(
+    tmp_path, s3_server, s3_bucket, celery_worker
+):
+    for n in range(2):
+        body = _orders(tmp_path, f"o{n}.parquet", first_id=n * 100, count=5)
+        _put(s3_server, s3_bucket, f"landing/day={n}/orders.parquet", body)
+    connector = connector_create(
+        name="s3-restated", kind="files", config=_config(s3_server, s3_bucket)
+    )
+    assert discovery.discover(connector) == 2
+    sink = tmp_path / "sink"
+    job = make_job(
+        connector=connector,
+        name="s3-restated-copy",
+        batch_weight=10**9,
+        max_items=1,
+        sink={"kind": "files", "path": str(sink)},
+    )
+    dispatch.job_run(job=job)
+    last = Asset.objects.filter(connector=connector).order_by("-id").first()
+    wait_until(lambda: _settled(job, last_item=last.pk), timeout=120, message="the S3 batches")
+    assert sorted(r["order_id"] for r in read_sink(sink)) == [*range(5), *range(100, 105)]
+    first = Asset.objects.filter(connector=connector).order_by("id").first()
+    etag_then = first.extra["etag"]
+
+    # the producer rewrites day=0 under the same key: other rows, another ETag and size
+    body = _orders(tmp_path, "o0-v2.parquet", first_id=50, count=3)
+    _put(s3_server, s3_bucket, "landing/day=0/orders.parquet", body)
+    assert discovery.discover(connector) == 0  # nothing new: a restatement
+    first.refresh_from_db()
+    assert first.extra["etag"] != etag_then and first.weight == len(body)
+    assert first.extra["changed_after_registration"]["etag"] == [etag_then, first.extra["etag"]]
+    record = Restatement.objects.get(job=job)
+    assert (record.cause, record.status) == (RestatementCause.CHANGED_OBJECTS, "applied")
+    assert (record.range_start, record.range_end) == (first.pk, first.pk)
+    assert "day=0/orders.parquet" in record.reason
+
+    dispatch.backfills_pace()  # beat's pacing step: the worker takes the backfill's batch
+    wait_until(
+        lambda: Backfill.objects.get(pk=record.backfill_id).status == "completed",
+        timeout=120,
+        message="the restatement's backfill",
+    )
+    # the rewritten object's old rows left the sink with the publish of its new ones
+    assert sorted(r["order_id"] for r in read_sink(sink)) == [50, 51, 52, *range(100, 105)]
+    assert discovery.discover(connector) == 0
+    assert Restatement.objects.filter(job=job).count() == 1  # once per change
+
+
+@pytest.mark.django_db
+def test_the_recheck_lists_once_from_the_oldest_recently_registered_key(
+    s3_server, s3_bucket, listings
+):
+    for n in range(3):
+        _put(s3_server, s3_bucket, f"landing/2026-11-2{n}/part-0.parquet", b"p")
+    connector = connector_create(
+        name="s3-recheck", kind="files", config=_config(s3_server, s3_bucket)
+    )
+    assert discovery.discover(connector) == 3
+    _put(s3_server, s3_bucket, "landing/2026-11-23/part-0.parquet", b"p")
+    assert discovery.discover(connector) == 1
+    # one listing per look: the second starts just before the oldest object registered within
+    # recheck_seconds (a proper prefix of its key), covering the recheck and what is new
+    assert listings == [("", 3), ("landing/2026-11-20/part-0.parque", 4)]
+
+
+@pytest.mark.django_db
+def test_a_full_listing_flags_a_rewritten_object_once_per_change(s3_server, s3_bucket):
+    _put(s3_server, s3_bucket, "landing/a.parquet", b"one")
+    connector = connector_create(
+        name="s3-full-recheck", kind="files", config=_config(s3_server, s3_bucket, listing="full")
+    )
+    assert discovery.discover(connector) == 1
+    asset = Asset.objects.get(connector=connector)
+    assert "changed_after_registration" not in asset.extra
+    assert discovery.discover(connector) == 0
+    asset.refresh_from_db()
+    assert "changed_after_registration" not in asset.extra  # unchanged: nothing flagged
+    _put(s3_server, s3_bucket, "landing/a.parquet", b"three")
+    assert discovery.discover(connector) == 0
+    asset.refresh_from_db()
+    assert asset.weight == 5 and asset.extra["changed_after_registration"]["size"] == [3, 5]

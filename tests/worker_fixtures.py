@@ -29,16 +29,58 @@ TEST_PROCESSOR_MODULE = "tests.worker_processors"
 WORKER_SINK_ENV = "TM_TEST_WORKER_SINK_DSN"
 
 
-def wait_until(predicate, *, timeout: float, interval: float = 0.2, message: str = ""):
-    """Poll `predicate` until it returns something truthy; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
+def wait_until(
+    predicate,
+    *,
+    timeout: float,
+    interval: float = 0.2,
+    message: str = "",
+    progress=None,
+    limit: float | None = None,
+):
+    """Poll `predicate` until it returns something truthy.
+
+    Without `progress`, fail the test after `timeout` seconds. With `progress` (a callable whose
+    value changes while the awaited work moves: a log growing, CPU time spent, rows changing),
+    `timeout` bounds a stall instead: the test fails only when `progress()` stayed the same for
+    `timeout` seconds, or after `limit` seconds in all (default 10 x `timeout`), so a busy
+    machine makes a wait longer, never a failure, and a hang still ends it."""
+    started = time.monotonic()
+    deadline = started + timeout
+    hard = started + (limit if limit is not None else 10 * timeout)
+    last = progress() if progress else None
     while True:
         value = predicate()
         if value:
             return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {message or predicate}")
+        now = time.monotonic()
+        if progress is not None:
+            current = progress()
+            if current != last:
+                last, deadline = current, now + timeout
+            if now > hard:
+                pytest.fail(f"gave up after {limit or 10 * timeout:.0f} s waiting for {message}")
+        if now > deadline:
+            stalled = "without progress " if progress else ""
+            pytest.fail(
+                f"timed out after {timeout:.0f} s {stalled}waiting for {message or predicate}"
+            )
         time.sleep(interval)
+
+
+def cpu_seconds(pgid: int) -> float:
+    """CPU time spent so far by the processes of a process group (a worker started in a session
+    of its own: its main process, pool processes and their JVMs), dead children included."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid:  # pgrp; then utime, stime, cutime, cstime
+            total += sum(int(x) for x in fields[11:15])
+    return total / tick
 
 
 def database_url() -> str:
@@ -105,6 +147,7 @@ class WorkerProcess:
         wait_until(
             lambda: self._alive() and "ready." in self.log(),
             timeout=60,
+            progress=self.progress,
             message=f"worker {self.name} to be ready",
         )
         if wait_for_spark:
@@ -113,11 +156,21 @@ class WorkerProcess:
         return self
 
     def wait_for_spark(self, *, sessions: int, timeout: float = 90) -> None:
+        """Until the worker logged `sessions` warm SparkSessions; `timeout` bounds a stall (no
+        CPU spent, nothing logged), not a slow start on a busy machine."""
         wait_until(
             lambda: self._alive() and self.log().count("warm SparkSession ready") >= sessions,
             timeout=timeout,
+            progress=self.progress,
             message=f"worker {self.name} to warm its SparkSession",
         )
+
+    def progress(self) -> tuple[int, int]:
+        """Changes while the worker works: its log grows, its processes spend CPU (whole seconds,
+        so an idle JVM's ticks move it only now and then)."""
+        if self.proc is None:
+            return (0, 0)
+        return (len(self.log()), int(cpu_seconds(self.proc.pid)))
 
     def _alive(self) -> bool:
         if self.proc is None or self.proc.poll() is not None:

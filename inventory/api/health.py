@@ -11,7 +11,7 @@ from inventory import selectors, selectors_health
 from inventory.actions import role_of
 from inventory.models import Connector, Job
 from inventory.roles import actor_name
-from inventory.selectors_coverage import holes_to_backfill, job_gaps
+from inventory.selectors_coverage import holes_to_backfill, job_gaps, job_restatements
 from inventory.services import gaps as gap_services
 from inventory.services import throttle as throttle_services
 from inventory.services.errors import NotFound
@@ -43,10 +43,23 @@ class HoleSerializer(serializers.Serializer):
     range_end = serializers.IntegerField()
 
 
+class RestatedRangeSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    range_start = serializers.IntegerField()
+    range_end = serializers.IntegerField()
+    state = serializers.CharField(help_text="pending, proposed, rebuilding, done, ...")
+    cause = serializers.CharField()
+    reason = serializers.CharField()
+    backfill = serializers.IntegerField(source="backfill_id", allow_null=True)
+
+
 class GapReportSerializer(serializers.Serializer):
     job = serializers.CharField()
     gaps = GapSerializer(many=True)
     holes = HoleSerializer(many=True)
+    restated = RestatedRangeSerializer(
+        many=True, help_text="restated ranges in the range, newest first (at most 100)"
+    )
 
 
 class HolesBackfillSerializer(serializers.Serializer):
@@ -59,6 +72,12 @@ class HolesBackfillSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="")
     preview = serializers.BooleanField(
         required=False, default=False, help_text="only show the plan"
+    )
+    fingerprint = serializers.RegexField(
+        r"^[0-9a-f]{16}$",
+        required=False,
+        help_text="a holes preview's fingerprint: exactly those backfills, or 409 with the holes "
+        "as they are now",
     )
 
 
@@ -114,9 +133,12 @@ class JobGapsView(APIView):
     )
     def get(self, request, name):
         job = _job(name)
-        gaps = job_gaps(job=job, **_range_params(request))
+        bounds = _range_params(request)
+        gaps = job_gaps(job=job, **bounds)
         holes = [{"range_start": a, "range_end": b} for a, b in holes_to_backfill(gaps)]
-        return Response(GapReportSerializer({"job": job.name, "gaps": gaps, "holes": holes}).data)
+        restated = job_restatements(job=job, **bounds)[:100]
+        report = {"job": job.name, "gaps": gaps, "holes": holes, "restated": restated}
+        return Response(GapReportSerializer(report).data)
 
 
 class JobHolesBackfillView(APIView):
@@ -126,7 +148,9 @@ class JobHolesBackfillView(APIView):
     @extend_schema(
         summary="Backfill the holes of a job (operator)",
         description="Schedules one backfill per run of dead, cancelled and never-planned items "
-        "in [lower, upper), all or none; with `preview: true` only returns the plan. "
+        "in [lower, upper), all or none; with `preview: true` only returns the plan, with its "
+        "`fingerprint`: given back when creating, exactly that plan runs or a 409 (code "
+        "`planchanged`) carries the holes as they are now. "
         "409 when there is no hole.",
         request=HolesBackfillSerializer,
         responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT},
@@ -144,21 +168,7 @@ class JobHolesBackfillView(APIView):
                     k: data[k] for k in ("lower", "upper", "batch_weight", "max_items") if k in data
                 },
             )
-            return Response(
-                {
-                    "job": job.name,
-                    "backfills": [
-                        {
-                            "range_start": plan.range_start,
-                            "range_end": plan.range_end,
-                            "batch_count": len(plan.batches),
-                            "total_items": sum(p.item_count for p in plan.batches),
-                            "total_weight": sum(p.weight for p in plan.batches),
-                        }
-                        for plan in plans
-                    ],
-                }
-            )
+            return Response(gap_services.holes_summary(job=job, plans=plans))
         created = gap_services.holes_backfill(job=job, **data, actor=actor_name(request.user))
         return Response(
             {

@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from inventory.api import auth, health, views
+from inventory.api import auth, health, restatements, views
 
 # no `.json` suffix routes: `?format=` or the Accept header choose the format, and the views
 # take no `format` argument (a suffix route made them fail with a 500)
@@ -24,6 +24,26 @@ urlpatterns = [
         "jobs/<slug:name>/gaps/backfill/",
         health.JobHolesBackfillView.as_view(),
         name="job-gaps-backfill",
+    ),
+    path(
+        "jobs/<slug:name>/restatements/",
+        restatements.JobRestatementsView.as_view(),
+        name="job-restatements",
+    ),
+    path(
+        "jobs/<slug:name>/restatements/<int:pk>/",
+        restatements.RestatementView.as_view(),
+        name="job-restatement",
+    ),
+    path(
+        "jobs/<slug:name>/restatements/<int:pk>/apply/",
+        restatements.RestatementApplyView.as_view(),
+        name="job-restatement-apply",
+    ),
+    path(
+        "jobs/<slug:name>/restatements/<int:pk>/dismiss/",
+        restatements.RestatementDismissView.as_view(),
+        name="job-restatement-dismiss",
     ),
     *router.urls,
 ]

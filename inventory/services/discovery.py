@@ -10,7 +10,7 @@ from django.db import transaction
 from inventory.models import Connector, ConnectorKind, ConnectorState
 from inventory.services import assets, restatements
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.services.source_kinds import connector_source
+from inventory.services.source_kinds import connector_source, source_name
 
 
 def discovers(connector: Connector) -> bool:
@@ -44,6 +44,10 @@ def discover(connector: Connector) -> int:
         registered = module.discover(connector)
         if connector.kind == ConnectorKind.TABLE:
             restatements.late_rows_restate(connector)
+        if connector.kind == ConnectorKind.DELTA:
+            restatements.delta_restate(connector)
+        elif source_name(connector.kind, connector.config) == "object_store":
+            restatements.changed_files_restate(connector)  # objects rewritten under their key
     else:
         registered = assets.assets_discover(connector=connector)
         restatements.changed_files_restate(connector)

@@ -9,6 +9,7 @@ import importlib
 
 from django.conf import settings
 
+from inventory.models import RestatementPolicy
 from inventory.services.capabilities import sink_confine
 from inventory.services.cron import parse_cron
 from inventory.services.errors import InvalidInput
@@ -37,6 +38,7 @@ def job_validate_runtime(
     schedule_cron=None,
     schedule_seconds=None,
     max_concurrency=None,
+    restatements=None,
 ) -> None:
     """Check what a job names for running (given fields only); InvalidInput names the field.
 
@@ -67,6 +69,11 @@ def job_validate_runtime(
         except ProcessorError as exc:
             param = getattr(exc, "param", None)
             raise InvalidInput(f"params.{param}" if param else "params", str(exc)) from None
+    if restatements is not None and restatements not in RestatementPolicy.values:
+        raise InvalidInput(
+            "restatements",
+            f"must be one of {', '.join(RestatementPolicy.values)}, got {restatements!r}",
+        )
     if executor is not None and executor not in EXECUTORS:
         raise InvalidInput(
             "executor", f"unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}"

@@ -54,6 +54,7 @@ def job_create(
         schedule_cron=options.get("schedule_cron"),
         schedule_seconds=options.get("schedule_seconds"),
         max_concurrency=options.get("max_concurrency"),
+        restatements=options.get("restatements"),
     )
     job = Job.objects.create(
         name=name,
@@ -124,6 +125,7 @@ JOB_SETTINGS = (
     "max_concurrency",
     "executor",
     "lookback",
+    "restatements",
     "paused",
 )
 
@@ -163,6 +165,7 @@ def job_update(*, job: Job, **changes) -> Job:
         schedule_cron=changes.get("schedule_cron"),
         schedule_seconds=changes.get("schedule_seconds"),
         max_concurrency=changes.get("max_concurrency"),
+        restatements=changes.get("restatements"),
     )
     for field, value in changes.items():
         setattr(job, field, value)

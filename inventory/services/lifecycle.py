@@ -387,34 +387,38 @@ def batches_requeue_due(
     return ids
 
 
+LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout ran out
+
+# How long the reaper waits for one job's row before it leaves that job to the next run (a job row
+# is held for the length of one acquire; only a process frozen inside a transaction holds it longer).
+REAPER_LOCK_TIMEOUT = "10s"
+
+
 def batches_reap_expired() -> list[int]:
     """Running batches whose lease expired (their worker is gone) become failed attempts.
 
-    Leases are written with the database's clock (statement_timestamp()), so they are judged with
-    it too (now() in SQL), never with this process's clock: a skewed app server reaps nothing live.
+    Per job, in one transaction: the job's row, waited for as every acquirer waits for it (lock
+    order job -> batch), then tidemark_reap_expired, the one rule for failing an expired lease
+    (acquire applies it too, under the same lock). Waiting instead of skipping is what keeps the
+    reaper from being starved by processes acquiring in a loop. Leases are judged with the
+    database's clock, never with this process's: a skewed app server reaps nothing live.
     """
-    reaped = []
+    reaped: list[int] = []
     expired = Batch.objects.filter(status=BatchStatus.RUNNING, lease_expires_at__lt=Now())
-    for batch_id in expired.values_list("id", flat=True):
-        with transaction.atomic():
-            batch = (
-                Batch.objects.select_for_update(skip_locked=True)
-                .select_related("job")
-                .annotate(db_now=Now())
-                .filter(pk=batch_id, status=BatchStatus.RUNNING, lease_expires_at__lt=Now())
-                .first()
+    for job_id in sorted(set(expired.values_list("job_id", flat=True))):
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('lock_timeout', %s, true)", [REAPER_LOCK_TIMEOUT])
+                cursor.execute(query("job_lock_for_reaper"), [job_id])
+                cursor.execute(query("job_reap_expired"), [job_id])
+                reaped += [row[0] for row in cursor.fetchall()]
+                cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
+        except DatabaseError as exc:
+            if getattr(exc.__cause__, "pgcode", None) != LOCK_NOT_AVAILABLE:
+                raise
+            log.warning(
+                "reaper: job %s stayed locked for %s; next run", job_id, REAPER_LOCK_TIMEOUT
             )
-            if batch is None:
-                continue
-            _fail(
-                batch,
-                error={
-                    "type": "LeaseExpired",
-                    "message": f"worker {batch.worker or '?'} stopped heartbeating; "
-                    f"lease expired at {batch.lease_expires_at.isoformat()}",
-                },
-            )
-            reaped.append(batch.pk)
     return reaped
 
 

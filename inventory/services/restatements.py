@@ -1,12 +1,14 @@
 """Restatements: input a job already committed changed, so its output is rebuilt without a person.
 
-Three kinds: late rows of a `table` connector (a committed slice within a job's `lookback` gained
-rows) and files of a directory rewritten after registration (flagged `changed_after_registration`
-by the recheck), both found at discovery; and upstream commits of a `job_output` chain whose
+Four kinds: late rows of a `table` connector (a committed slice within a job's `lookback` gained
+rows), files of a directory rewritten after registration (flagged `changed_after_registration`
+by the recheck) and objects whose ETag, size or mtime changed (source_object_store.py), all found
+at discovery; and upstream commits of a `job_output` chain whose
 output a later upstream commit replaced (a replay or backfill upstream), found when that commit
 lands. Each job that committed the items gets a backfill over them (actor `tidemark`, the reason
-naming what changed), which re-reads them and replaces the outputs that held them whole, in the
-sink's one publish step (docs/guarantees.md); a replaced upstream commit reads as nothing, its rows
+naming what changed), or, for a job whose `restatements` policy is `proposed`, a proposed replay
+an operator applies (restatement_records.py); each recorded as a `Restatement`. The backfill
+re-reads them and replaces the outputs that held them whole, in the sink's one publish step (docs/guarantees.md); a replaced upstream commit reads as nothing, its rows
 arriving with the replacing commit. A downstream rebuild is itself a commit that replaces outputs,
 so the next job down the chain follows the same way. A job with a batch running over the items is
 left for later: discovery's next look, or the orchestration step for chains.
@@ -19,9 +21,10 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.dispatch import receiver
 
-from inventory.models import Backfill, BatchStatus, Connector, ConnectorKind
-from inventory.services import backfills, source_table
-from inventory.services.errors import Conflict, TidemarkError
+from inventory.models import Backfill, BatchStatus, Connector, ConnectorKind, RestatementCause
+from inventory.services import restatement_records as records
+from inventory.services import source_table
+from inventory.services.errors import TidemarkError
 from inventory.services.signals import batch_committed
 from inventory.sql import query
 
@@ -31,40 +34,55 @@ RESTATED = "restated"
 
 
 def restate_items(
-    connector: Connector, ids: list[int], *, reason: str, jobs=None, priority: int = 0
+    connector: Connector,
+    ids: list[int],
+    *,
+    reason: str,
+    cause: str,
+    detail: dict | None = None,
+    jobs=None,
+    priority: int = 0,
 ) -> tuple:
-    """A backfill over `ids` for each job of the connector that committed some of them.
+    """Restate `ids` in each job of the connector that committed some of them, by the job's
+    policy (restatement_records.restatement_open: a backfill now, or a proposed replay), each
+    recorded as a `Restatement`.
 
     Returns (backfills created, done): `done` is False while a job had a batch running over them
-    or in flight where the backfill would go; the caller then keeps its record to try again."""
+    (recorded as pending); the caller then keeps its record to try again."""
     if not ids:
         return [], True
     jobs = list(jobs if jobs is not None else connector.jobs.select_related("watermark"))
     span = (min(ids), max(ids) + 1)
+    detail = detail or {}
     created, done = [], True
     for job in jobs:
-        if job.batches.filter(status=BatchStatus.RUNNING, span__overlap=span).exists():
-            done = False  # it may have read before the change: the next look decides
-            continue
         # items this job has not committed yet are read, changed, when their batch runs
         committed = [pk for pk in ids if pk < job.watermark.position]
-        if not committed:
-            continue
-        try:
-            created.append(
-                backfills.backfill_create(
-                    job=job,
-                    range_start=min(committed),
-                    range_end=max(committed),
-                    reason=reason,
-                    actor="tidemark",
-                    priority=priority,
-                )
+        if job.batches.filter(status=BatchStatus.RUNNING, span__overlap=span).exists():
+            done = False  # it may have read before the change: the next look decides
+            records.restatement_pending(
+                job=job,
+                cause=cause,
+                range_start=min(committed or ids),
+                range_end=max(committed or ids),
+                reason=reason,
+                detail=detail,
             )
-        except Conflict:
-            # no batch runs over them (checked above): the queued or retrying batch that holds
-            # them reads them as they are now when it runs; or no item is left to read
-            pass
+            continue
+        if not committed:
+            records.pending_drop(job=job, cause=cause)
+            continue
+        record = records.restatement_open(
+            job=job,
+            cause=cause,
+            range_start=min(committed),
+            range_end=max(committed),
+            reason=reason,
+            detail=detail,
+            priority=priority,
+        )
+        if record is not None and record.backfill_id is not None:
+            created.append(record.backfill)
     return created, done
 
 
@@ -84,7 +102,12 @@ def late_rows_restate(connector: Connector) -> list[Backfill]:
         f"{asset.location} {asset.weight} -> {rows} rows" for asset, rows in late[:5]
     ) + (f" and {len(late) - 5} more" if len(late) > 5 else "")
     created, done = restate_items(
-        connector, [asset.pk for asset, _ in late], reason=f"late rows: {described}", jobs=jobs
+        connector,
+        [asset.pk for asset, _ in late],
+        reason=f"late rows: {described}",
+        cause=RestatementCause.LATE_ROWS,
+        detail={"slices": [{"id": a.pk, "rows_then": a.weight, "rows_now": n} for a, n in late]},
+        jobs=jobs,
     )
     if done:
         with connection.cursor() as cursor:  # one statement for every recounted slice
@@ -102,16 +125,26 @@ def changed_files_restate(connector: Connector) -> list[Backfill]:
         connector.assets.filter(extra__has_key="changed_after_registration")
         .filter(~Q(extra__has_key=RESTATED))
         .order_by("id")
-        .values_list("id", "location")
+        .values_list("id", "location", "extra")
     )
     if not changed:
         return []
-    names = ", ".join(location for _, location in changed[:5]) + (
+    names = ", ".join(location for _, location, _ in changed[:5]) + (
         f" and {len(changed) - 5} more" if len(changed) > 5 else ""
     )
-    ids = [pk for pk, _ in changed]
+    ids = [pk for pk, _, _ in changed]
+    objects = any("etag" in (extra or {}) for _, _, extra in changed)
     created, done = restate_items(
-        connector, ids, reason=f"files changed after registration: {names}"
+        connector,
+        ids,
+        reason=f"{'objects' if objects else 'files'} changed after registration: {names}",
+        cause=RestatementCause.CHANGED_OBJECTS if objects else RestatementCause.CHANGED_FILES,
+        detail={
+            "assets": [
+                {"id": pk, "location": location, "change": extra["changed_after_registration"]}
+                for pk, location, extra in changed[:100]
+            ]
+        },
     )
     if done:
         with connection.cursor() as cursor:
@@ -167,6 +200,8 @@ def _restate_chain(connector_id: int, commit_seqs: set, *, upstream: str) -> lis
             connector,
             ids,
             reason=f"upstream job {upstream} replaced the output of commits {shown}",
+            cause=RestatementCause.UPSTREAM,
+            detail={"upstream_job": upstream, "commits": ids[:1000]},
             priority=1,
         )
         cursor = dict(connector.cursor or {})
@@ -177,4 +212,36 @@ def _restate_chain(connector_id: int, commit_seqs: set, *, upstream: str) -> lis
         if cursor != (connector.cursor or {}):
             connector.cursor = cursor
             connector.save(update_fields=["cursor", "updated_at"])
+    return created
+
+
+# ---- delta tables ------------------------------------------------------------------------------
+
+
+def delta_restate(connector: Connector) -> list[Backfill]:
+    """Versions of a `delta` connector's table whose files a later version removed (an upstream
+    replay or backfill, a delete, an overwrite), recorded by discovery in `cursor.restate`, are
+    rebuilt by every job that committed them, before its incremental work (priority 1). A
+    restated version reads only its files still live, the later version bringing the rest, so
+    each row reaches the sink once. What waits for a running batch stays for the next look."""
+    with transaction.atomic():
+        locked = Connector.objects.select_for_update().get(pk=connector.pk)
+        ids = sorted((locked.cursor or {}).get("restate", []))
+        if not ids:
+            return []
+        versions = sorted(locked.assets.filter(pk__in=ids).values_list("extra__version", flat=True))
+        shown = ", ".join(map(str, versions[:10])) + (" ..." if len(versions) > 10 else "")
+        created, done = restate_items(
+            locked,
+            ids,
+            reason=f"later versions of Delta table {locked.config.get('path')} removed files "
+            f"of versions {shown}",
+            cause=RestatementCause.DELTA_VERSIONS,
+            detail={"versions": versions[:100]},
+            priority=1,
+        )
+        if done:
+            locked.cursor = {k: v for k, v in locked.cursor.items() if k != "restate"}
+            locked.save(update_fields=["cursor", "updated_at"])
+    connector.cursor = locked.cursor
     return created

@@ -16,11 +16,18 @@ downstream replay reads each row once. Files moved by `OPTIMIZE` (no `dataChange
 from the version that wrote them. A version whose log entry was cleaned up, or whose files were
 vacuumed, is an explicit error naming the version, never a silent skip (docs/sources/delta.md).
 
+A version that removes (with `dataChange`) files that registered versions added restates those
+versions: an upstream Tidemark replay or backfill, a delete, an overwrite. Discovery finds the
+versions that added them (`restated_versions`) and records their items in the connector's cursor
+(`restate`) in the transaction that registers the new version; `restatements.delta_restate` then
+gives every job that committed them a backfill over exactly those items (invariant 12).
+
 The log is read as the Delta protocol writes it (`_delta_log/<version>.json`, one action a line);
 delta-rs (`deltalake`) answers the table's latest version, schema and protocol.
 """
 
 import json
+import logging
 import os
 
 from django.db import transaction
@@ -30,6 +37,8 @@ from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
 from inventory.services.source_kinds import check_known_keys
 from inventory.services.sources import check_local_directory
+
+log = logging.getLogger(__name__)
 
 KEYS = ("path", "lineage")
 VERSIONS_PER_LOOK = 1000
@@ -95,7 +104,8 @@ def _rows(add: dict) -> int:
 
 
 def discover(connector: Connector) -> int:
-    """Register the versions after the cursor, up to VERSIONS_PER_LOOK of them per look."""
+    """Register the versions after the cursor, up to VERSIONS_PER_LOOK of them per look; the
+    registered versions whose files they removed are added to the cursor's `restate` list."""
     path = connector.config["path"]
     after = (connector.cursor or {}).get("version")
     latest = _table(path).version()
@@ -103,10 +113,15 @@ def discover(connector: Connector) -> int:
     last = min(latest, first + VERSIONS_PER_LOOK - 1)
     if last < first:
         return 0
-    items = []
+    items, removed, added_here = [], {}, set()
     for version in range(first, last + 1):
         actions = commit_actions(path, version)
         added = _added(actions)
+        for gone in _removed(actions) - added_here:  # added in this look: never read
+            removed.setdefault(gone, version)
+        for add in added:
+            added_here.add(add["path"])
+            removed.pop(add["path"], None)  # put back (a reverted commit): nothing restated
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         extra = {
             "version": version,
@@ -115,16 +130,52 @@ def discover(connector: Connector) -> int:
             "operation": info.get("operation", ""),
         }
         items.append((f"{path}@v{version}", sum(int(a.get("size", 0)) for a in added), extra))
+    restated = restated_versions(path, removed, below=first) if removed and first else set()
     with transaction.atomic():
         locked = Connector.objects.select_for_update().get(pk=connector.pk)
         if (locked.cursor or {}).get("version") != after:
             connector.cursor = locked.cursor  # another look registered these meanwhile
             return 0
         registered = assets_register(connector=locked, items=items)
-        locked.cursor = {"version": last}
+        cursor = {**(locked.cursor or {}), "version": last}
+        if restated:
+            restate = set(cursor.get("restate", []))
+            restate |= set(
+                Asset.objects.filter(
+                    connector=locked, extra__version__in=sorted(restated)
+                ).values_list("id", flat=True)
+            )
+            cursor["restate"] = sorted(restate)
+        locked.cursor = cursor
         locked.save(update_fields=["cursor", "updated_at"])
     connector.cursor = locked.cursor
     return registered
+
+
+def restated_versions(path: str, removed: dict[str, int], *, below: int) -> set[int]:
+    """The versions below `below` that added the files in `removed` (path -> the version that
+    removed it), found by reading the log backwards from `below - 1` until every file is
+    accounted for. A file added by a version already cleaned from the log cannot be traced: it
+    is logged, not guessed (docs/sources/delta.md)."""
+    wanted, versions = dict(removed), set()
+    for version in range(below - 1, -1, -1):
+        if not wanted:
+            break
+        try:
+            actions = commit_actions(path, version)
+        except InvalidInput:
+            log.warning(
+                "Delta table %s: %d removed files were added before version %d, which the log "
+                "no longer holds; their versions are not restated",
+                path,
+                len(wanted),
+                version + 1,
+            )
+            break
+        for add in _added(actions):
+            if wanted.pop(add["path"], None) is not None:
+                versions.add(version)
+    return versions
 
 
 def read_spec(*, connector: Connector, batch: Batch) -> dict:

@@ -14,22 +14,30 @@ sequence-numbered names); where they cannot, `listing: "full"` lists the whole p
 and compares it, in memory, with the registered locations (as a local directory is scanned).
 Any other fsspec filesystem is always listed in full.
 
-Objects are immutable once written, so an object is complete when listed: `settle_seconds`
-(default 0) waits until its LastModified is that old, `marker_suffix` until `<key><suffix>`
-exists. The cursor never passes an object that is still waiting for either.
+An object is complete when listed: `settle_seconds` (default 0) waits until its LastModified is
+that old, `marker_suffix` until `<key><suffix>` exists. The cursor never passes an object that is
+still waiting for either.
+
+An object rewritten under its key after registration is a *restatement*: each look also lists the
+objects registered within `recheck_seconds` (default 1 hour; `start_after` listing: from the oldest
+of them) and compares ETag, size and LastModified with what was registered. A changed object gets
+its new ETag and size, and `changed_after_registration`; `restatements.changed_files_restate` then
+restates it in every job that committed it, once per change.
 """
 
+import json
 import logging
 import os
 import time
 from urllib.parse import urlparse
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from inventory.models import Asset, Batch, Connector
 from inventory.services import assets, endpoints
 from inventory.services.errors import InvalidInput
 from inventory.services.secrets import credential_value
+from inventory.sql import query
 
 log = logging.getLogger(__name__)
 
@@ -233,10 +241,18 @@ def _discover_after_cursor(connector: Connector, config: dict) -> int:
     bucket, prefix = s3_location(path)
     fs = s3_filesystem(config)
     start_after = _stored_cursor(connector, path)
-    listed = [
+    recent = _recent_objects(connector, config)
+    begin = start_after
+    if recent:
+        # one listing for the recheck and what is new: from the oldest recently registered key
+        # on (a key's proper prefix sorts before it)
+        begin = min(begin, min(recent)[len(f"s3://{bucket}/") :][:-1])
+    everything = [
         (f"s3://{bucket}/{obj['Key']}", obj["Key"][len(prefix) :], obj)
-        for obj in list_s3(fs, bucket=bucket, prefix=prefix, start_after=start_after)
+        for obj in list_s3(fs, bucket=bucket, prefix=prefix, start_after=begin)
     ]
+    _recheck(connector, recent, everything)
+    listed = [entry for entry in everything if entry[2]["Key"] > start_after]
     items, decided = _decide(listed, config)
     log.info(
         "connector %s: %d objects listed after %r, %d complete",
@@ -320,6 +336,7 @@ def _discover_full(connector: Connector, config: dict, scheme: str) -> int:
             for name, info in sorted(fs.find(root, detail=True).items())
             if info.get("type") == "file"
         ]
+    _recheck(connector, _recent_objects(connector, config), listed)
     known = assets._known_files(connector, recheck_seconds=0)
     unseen = []
     for entry in listed:
@@ -328,6 +345,68 @@ def _discover_full(connector: Connector, config: dict, scheme: str) -> int:
             unseen.append(entry)
     items, _decided = _decide(unseen, config)
     return assets.assets_register(connector=connector, items=items)
+
+
+def _recent_objects(connector: Connector, config: dict) -> dict:
+    """location -> (id, weight, extra) of the objects registered within `recheck_seconds`."""
+    seconds = float(config.get("recheck_seconds", assets.DEFAULT_RECHECK_SECONDS))
+    with connection.cursor() as cursor:
+        cursor.execute(query("objects_recent"), [connector.pk, seconds])
+        return {
+            location: (pk, weight, json.loads(extra) if isinstance(extra, str) else extra or {})
+            for pk, location, weight, extra in cursor
+        }
+
+
+def _recheck(connector: Connector, recent: dict, listed) -> int:
+    """Flag the recently registered objects of `listed` that changed under their key; returns
+    how many."""
+    flagged = 0
+    for location, _relative, obj in listed:
+        if location not in recent:
+            continue
+        pk, weight, extra = recent[location]
+        now = _extra(obj)
+        etag_then = extra.get("etag", "")
+        changed = (
+            int(obj["Size"]) != weight
+            or (now["etag"] and etag_then and now["etag"] != etag_then)
+            or ("mtime_ns" in extra and now["mtime_ns"] != extra["mtime_ns"])
+        )
+        if not changed:
+            continue
+        change = {
+            "etag": [etag_then, now["etag"]],
+            "size": [weight, int(obj["Size"])],
+            "last_modified": [extra.get("last_modified"), now["last_modified"]],
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(
+                query("object_flag_changed"),
+                {
+                    **now,
+                    "size": int(obj["Size"]),
+                    "change": json.dumps(change),
+                    "id": pk,
+                    "old_size": weight,
+                    "old_etag": etag_then,
+                },
+            )
+            if cursor.rowcount:
+                flagged += 1
+                log.warning(
+                    "connector %s: object %s changed after it was registered as asset %s "
+                    "(ETag %s -> %s, %s -> %s bytes); the jobs that committed it read it again "
+                    "(a restatement)",
+                    connector.name,
+                    location,
+                    pk,
+                    etag_then,
+                    now["etag"],
+                    weight,
+                    obj["Size"],
+                )
+    return flagged
 
 
 def _as_listed(info: dict) -> dict:

@@ -200,3 +200,31 @@ WHERE a.id = c.id;
 -- Changed files restated: the backfills that read them again, recorded on each asset at once.
 UPDATE inventory_asset SET extra = extra || jsonb_build_object('restated', %s::jsonb)
 WHERE id = ANY(%s);
+
+-- name: objects_recent
+-- The objects of a connector registered within the recheck window (seconds), with what was seen
+-- of them then; the `(connector, id)` index bounds it by what is recent.
+SELECT id, location, weight, extra
+FROM inventory_asset
+WHERE connector_id = %s AND discovered_at > now() - make_interval(secs => %s)
+ORDER BY id;
+
+-- name: object_flag_changed
+-- An object rewritten under its key: what it is now, and the change to restate (again after a
+-- restatement: `restated` leaves). Only if it still holds the ETag the caller compared with, so
+-- two looks at once record one change.
+UPDATE inventory_asset
+SET weight = %(size)s,
+    extra = (extra - 'restated') || jsonb_build_object(
+        'etag', %(etag)s::text, 'last_modified', %(last_modified)s::text,
+        'mtime_ns', %(mtime_ns)s::bigint, 'changed_after_registration', %(change)s::jsonb)
+WHERE id = %(id)s AND weight = %(old_size)s
+  AND coalesce(extra ->> 'etag', '') = %(old_etag)s;
+
+-- name: job_lock_for_reaper
+-- The reaper waits for the job's row as every acquirer does (lock order job -> batch).
+SELECT id FROM inventory_job WHERE id = %s FOR UPDATE;
+
+-- name: job_reap_expired
+-- The job's running batches whose lease expired become failed attempts (the caller holds the job).
+SELECT * FROM tidemark_reap_expired(%s);

@@ -21,6 +21,36 @@ from tests.worker_fixtures import WorkerProcess, read_sink, wait_until, write_or
 
 CHAOS_MODULES = "tests.worker_processors,tests.chaos.processors"
 
+# the workers of the running scenario: what they do is the progress its waits watch
+_STARTED: list[WorkerProcess] = []
+
+
+def pytest_collection_modifyitems(items):
+    """A scenario's waits end on facts, so on a busy machine it takes longer rather than failing:
+    its bound is a hang's (each wait's stall bound), not pytest's default per-test time."""
+    for item in items:
+        if item.get_closest_marker("chaos") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(1800))
+
+
+def progress():
+    """Changes while the scenario moves: its workers log or spend CPU, attempts start or end."""
+    from inventory.models import BatchAttempt
+
+    attempts = BatchAttempt.objects.values_list("outcome", flat=True)
+    return (
+        tuple(w.progress() for w in _STARTED if w.proc is not None),
+        len(attempts),
+        sum(1 for outcome in attempts if outcome),
+    )
+
+
+def chaos_wait(predicate, *, timeout: float, message: str = "", interval: float = 0.2):
+    """wait_until on a fact; `timeout` bounds a stall of the scenario, not a slow machine."""
+    return wait_until(
+        predicate, timeout=timeout, interval=interval, message=message, progress=progress
+    )
+
 
 @pytest.fixture
 def chaos_queue(private_queue):
@@ -48,9 +78,11 @@ def chaos_worker(worker_env, chaos_queue, worker_log_dir):
             concurrency=options.pop("concurrency", 1),
         )
         started.append(worker)
+        _STARTED.append(worker)
         return worker.start(**options)
 
     yield start
+    _STARTED.clear()
     for worker in started:
         if worker.proc is not None and worker.proc.poll() is None:
             try:
@@ -125,7 +157,7 @@ def drive(until, *, timeout: float, jobs=(), every: float = 0.5, message: str = 
             time.sleep(every)
         return value
 
-    return wait_until(step, timeout=timeout, interval=0, message=message)
+    return chaos_wait(step, timeout=timeout, interval=0, message=message)
 
 
 def all_batches_done(job) -> bool:

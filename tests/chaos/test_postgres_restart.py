@@ -83,7 +83,9 @@ def test_postgres_restarted_mid_batch_leaves_nothing_running_and_each_row_once(
         message="the first batch to be inside its processor",
     )
 
+    before = _postmaster_pid()
     _restart_postgres()
+    assert _postmaster_pid() != before  # the fault happened: a new server, every session cut
     gate.touch()  # the batch goes on writing; its commit meets a new server
 
     drive(lambda: all_batches_done(job), timeout=240, jobs=[job], message="all batches")

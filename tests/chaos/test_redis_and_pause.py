@@ -18,6 +18,7 @@ from tests.chaos.conftest import (
     assert_exactly_once,
     assert_watermark_covers,
     chaos_job,
+    chaos_wait,
     drive,
 )
 from tests.worker_fixtures import wait_until
@@ -105,16 +106,17 @@ def test_redis_stopped_for_a_minute_and_started_again(tmp_path, chaos_worker, mo
             )
             planned = dispatch.job_run(job=job).planned
             assert len(planned) == 4
-            wait_until(
+            chaos_wait(
                 lambda: any((gates / f"started-{b}-1").exists() for b in planned),
                 timeout=90,
                 message="the first batch to start",
             )
 
             redis.stop()  # the running batch's message and the three queued ones vanish
+            assert not redis._answers()  # the fault happened: no broker
             stopped_at = time.monotonic()
             gate.touch()  # the running batch commits meanwhile: PostgreSQL is still there
-            wait_until(
+            chaos_wait(
                 lambda: job.batches.filter(status=BatchStatus.SUCCEEDED).exists(),
                 timeout=60,
                 message="the running batch to commit without the broker",
@@ -149,7 +151,7 @@ def test_a_pause_while_batches_run_stops_acquisition_and_resume_leaves_no_gap(
     )
     planned = dispatch.job_run(job=job).planned
     assert len(planned) == 3  # two run (two pool processes), one waits in the queue
-    wait_until(
+    chaos_wait(
         lambda: sum((gates / f"started-{b}-1").exists() for b in planned) == 2,
         timeout=120,
         message="two batches to start",
@@ -159,7 +161,7 @@ def test_a_pause_while_batches_run_stops_acquisition_and_resume_leaves_no_gap(
     paused_at = _db_now()
     gate.touch()
     # the running batches finish and commit; the queued one is handed out to no one
-    wait_until(
+    chaos_wait(
         lambda: job.batches.filter(status=BatchStatus.SUCCEEDED).count() == 2,
         timeout=60,
         message="the running batches to commit",

@@ -18,10 +18,11 @@ from tests.chaos.conftest import (
     assert_exactly_once,
     assert_watermark_covers,
     chaos_job,
+    chaos_wait,
     drive,
     worker_pid,
 )
-from tests.worker_fixtures import wait_until
+from tests.worker_fixtures import read_sink
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 
@@ -37,6 +38,20 @@ def _succeeded(batch_id: int) -> bool:
     return Batch.objects.get(pk=batch_id).status == BatchStatus.SUCCEEDED
 
 
+def _gone(pid: int) -> bool:
+    """The process ended (or is a zombie waiting for its parent to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
 def _assert_published_by_final_attempt(rows: list[dict], batch_id: int) -> None:
     final = Batch.objects.get(pk=batch_id).attempt
     assert {row["_attempt"] for row in rows} == {final}, "the sink holds a stale attempt's output"
@@ -49,13 +64,21 @@ def test_a_worker_killed_during_the_sink_write(tmp_path, chaos_worker):
         tmp_path, "kill-in-write", rows=20, params={"gate": str(gate), "hold": "write"}
     )
     (batch_id,) = dispatch.job_run(job=job).planned
-    wait_until(lambda: (gates / f"writing-{batch_id}").exists(), timeout=90, message="the write")
+    chaos_wait(lambda: (gates / f"writing-{batch_id}").exists(), timeout=90, message="the write")
 
-    os.kill(worker_pid(Batch.objects.get(pk=batch_id)), signal.SIGKILL)
+    # the fault lands mid-write: attempt 1's Spark write has its staging directory, nothing is
+    # published yet, and the process it kills is the one running the batch
+    assert list(sink.glob(f"_staging/batch_id={batch_id}-a1-*"))
+    assert read_sink(sink) == []
+    pid = worker_pid(Batch.objects.get(pk=batch_id))
+    os.kill(pid, signal.SIGKILL)
+    chaos_wait(lambda: _gone(pid), timeout=30, message="the killed process to be gone")
+    assert Batch.objects.get(pk=batch_id).status == BatchStatus.RUNNING  # nothing committed
     gate.touch()
     drive(lambda: _succeeded(batch_id), timeout=120, message="a later attempt to succeed")
 
     assert _attempts(batch_id)[0] == (1, "failed", "LeaseExpired")
+    assert not list(sink.glob(f"_staging/batch_id={batch_id}-a1-*"))  # cleaned by attempt 2
     rows = assert_exactly_once(sink, expected)
     _assert_published_by_final_attempt(rows, batch_id)
     assert_watermark_covers(job)
@@ -71,8 +94,13 @@ def test_a_crash_after_the_sink_write_and_before_the_commit(tmp_path, chaos_work
         params={"crash_before_commit": str(tmp_path / "gates" / "crashed")},
     )
     (batch_id,) = dispatch.job_run(job=job).planned
-    wait_until(lambda: (gates / "crashed").exists(), timeout=90, message="the crash")
-    # attempt 1's output is in the sink, and the batch is still running: nothing committed
+    chaos_wait(lambda: (gates / "crashed").exists(), timeout=90, message="the crash")
+    # the crash landed between the write and the commit: the process is gone, attempt 1's output
+    # is published in the sink, and the batch is still running: nothing committed
+    crashed = int((gates / "crashed").read_text())
+    chaos_wait(lambda: _gone(crashed), timeout=30, message="the crashed process to be gone")
+    assert {row["_attempt"] for row in read_sink(sink)} == {1}
+    assert {row["order_id"] for row in read_sink(sink)} == expected
     assert Batch.objects.get(pk=batch_id).status == BatchStatus.RUNNING
     assert not WatermarkEvent.objects.filter(watermark__job=job).exists()
 
@@ -93,9 +121,12 @@ def test_a_death_before_the_first_heartbeat(tmp_path, chaos_worker):
         params={"die_before_heartbeat": str(tmp_path / "gates" / "died")},
     )
     (batch_id,) = dispatch.job_run(job=job).planned
-    wait_until(lambda: (gates / "died").exists(), timeout=90, message="the death")
+    chaos_wait(lambda: (gates / "died").exists(), timeout=90, message="the death")
+    died = int((gates / "died").read_text())
+    chaos_wait(lambda: _gone(died), timeout=30, message="the dead process to be gone")
     batch = Batch.objects.get(pk=batch_id)
     assert (batch.status, batch.attempt) == (BatchStatus.RUNNING, 1)
+    assert batch.worker.endswith(f":{died}")  # the process that died held the lease
 
     drive(lambda: _succeeded(batch_id), timeout=120, message="attempt 2 to succeed")
 
@@ -114,22 +145,23 @@ def test_a_zombie_worker_can_neither_commit_nor_publish(tmp_path, chaos_worker):
     gate = tmp_path / "gates" / "open"
     job, expected, sink, gates = chaos_job(tmp_path, "zombie", rows=10, params={"gate": str(gate)})
     (batch_id,) = dispatch.job_run(job=job).planned
-    wait_until(lambda: (gates / f"started-{batch_id}-1").exists(), timeout=90, message="start")
+    chaos_wait(lambda: (gates / f"started-{batch_id}-1").exists(), timeout=90, message="start")
     pid = worker_pid(Batch.objects.get(pk=batch_id))
     zombie = next(w for w in workers if _parent_pid(pid) == w.proc.pid)
 
     os.killpg(zombie.proc.pid, signal.SIGSTOP)  # the whole worker freezes, past its lease
     try:
+        chaos_wait(lambda: _state(pid) == "T", timeout=30, message="the worker to be stopped")
         drive(
             lambda: (gates / f"started-{batch_id}-2").exists(),
             timeout=120,
             message="attempt 2 on the other worker",
         )
         gate.touch()
-        wait_until(lambda: _succeeded(batch_id), timeout=60, message="attempt 2 to commit")
+        chaos_wait(lambda: _succeeded(batch_id), timeout=60, message="attempt 2 to commit")
     finally:
         os.killpg(zombie.proc.pid, signal.SIGCONT)
-    wait_until(
+    chaos_wait(
         lambda: f"batch {batch_id} attempt 1: stale" in zombie.log(),
         timeout=60,
         message="the zombie to give up",
@@ -161,6 +193,8 @@ def test_a_poison_batch_stops_at_max_attempts_while_other_jobs_flow(tmp_path, ch
     )
 
     assert _attempts(poison_batch) == [(1, "failed", "LeaseExpired"), (2, "failed", "LeaseExpired")]
+    # each attempt really ended its pool process (the processor's os._exit(9))
+    assert worker.log().count("exited with 'exitcode 9'") == 2, worker.log()[-3000:]
     assert_exactly_once(sink, expected)
     assert_watermark_covers(healthy)
     # no message loops: once dead, nothing keeps delivering the batch
@@ -182,7 +216,7 @@ def test_a_broker_redelivery_while_the_batch_runs_takes_nothing(tmp_path, chaos_
         tmp_path, "redeliver", rows=10, lease_seconds=5, params={"gate": str(gate)}
     )
     (batch_id,) = dispatch.job_run(job=job).planned
-    wait_until(lambda: (gates / f"started-{batch_id}-1").exists(), timeout=90, message="start")
+    chaos_wait(lambda: (gates / f"started-{batch_id}-1").exists(), timeout=90, message="start")
 
     # past the visibility timeout, a worker that connects restores the unacknowledged nudge to
     # the queue (kombu does it when it starts polling, and every 100 s after) and takes it again
@@ -193,10 +227,10 @@ def test_a_broker_redelivery_while_the_batch_runs_takes_nothing(tmp_path, chaos_
     def redelivered() -> bool:
         return sum(w.log().count(f"'job': {job.pk}, 'batches': {{}}") for w in workers) >= 1
 
-    wait_until(redelivered, timeout=90, message="the redelivered nudge to find nothing to take")
+    chaos_wait(redelivered, timeout=90, message="the redelivered nudge to find nothing to take")
     assert not _succeeded(batch_id)  # it was still running when the redelivery came
     gate.touch()
-    wait_until(lambda: _succeeded(batch_id), timeout=60, message="the batch to succeed")
+    chaos_wait(lambda: _succeeded(batch_id), timeout=60, message="the batch to succeed")
 
     assert _attempts(batch_id) == [(1, "succeeded", "")]
     assert WatermarkEvent.objects.filter(watermark__job=job).count() == 1
@@ -212,6 +246,6 @@ def test_a_broker_redelivery_while_the_batch_runs_takes_nothing(tmp_path, chaos_
     def took() -> set[str]:
         return set(re.findall(r"run_job\[([0-9a-f-]+)\] succeeded", workers[0].log()))
 
-    wait_until(
+    chaos_wait(
         lambda: set(idle) <= took(), timeout=120, message="the first worker to end the same task"
     )

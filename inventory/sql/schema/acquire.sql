@@ -129,6 +129,48 @@ BEGIN
 END
 $$;
 
+-- The running batches of a job whose lease expired by the database's clock (their worker is gone)
+-- become failed attempts, exactly as lifecycle._fail fails one: `dead` at max_attempts, else
+-- `failed` with a retry after retry_backoff_seconds * 2^(attempt - 1); the attempt row is closed
+-- with a LeaseExpired error. Returns their ids. The caller holds the job's row (tidemark_acquire,
+-- or the reaper, which waits for it as acquirers do, so it is never starved by them); the batches
+-- are taken in id order with SKIP LOCKED: one a live transaction holds is left to the next call.
+CREATE OR REPLACE FUNCTION tidemark_reap_expired(p_job bigint)
+RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+DECLARE
+    b record;
+    v_error jsonb;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    FOR b IN
+        SELECT x.id, x.attempt, x.max_attempts, x.worker, x.lease_expires_at,
+               j.retry_backoff_seconds
+        FROM inventory_batch AS x JOIN inventory_job AS j ON j.id = x.job_id
+        WHERE x.job_id = p_job AND x.status = 'running' AND x.lease_expires_at < v_now
+        ORDER BY x.id
+        FOR UPDATE OF x SKIP LOCKED
+    LOOP
+        v_error := jsonb_build_object(
+            'type', 'LeaseExpired',
+            'message', format('worker %s stopped heartbeating; lease expired at %s',
+                              coalesce(nullif(b.worker, ''), '?'),
+                              to_jsonb(b.lease_expires_at) #>> '{}')
+        );
+        UPDATE inventory_batch
+        SET status = CASE WHEN b.attempt >= b.max_attempts THEN 'dead' ELSE 'failed' END,
+            next_attempt_at = CASE WHEN b.attempt >= b.max_attempts THEN NULL
+                ELSE v_now + make_interval(secs => b.retry_backoff_seconds * 2 ^ (b.attempt - 1))
+            END,
+            error = v_error, finished_at = v_now, lease_expires_at = NULL
+        WHERE id = b.id;
+        UPDATE inventory_batchattempt
+        SET finished_at = v_now, outcome = 'failed', error = v_error
+        WHERE batch_id = b.id AND number = b.attempt;
+        RETURN NEXT b.id;
+    END LOOP;
+END
+$$;
+
 -- Take the next batch of a job and start it, under the job's row lock, in this order: a due batch
 -- of an urgent backfill (priority > 0), a due incremental batch (queued or a retry), a newly
 -- planned incremental batch, a due batch of another backfill (tidemark_claim_backfill: within its
@@ -136,6 +178,10 @@ $$;
 -- max_concurrency) no incremental batch starts while `p_limit` of them run; NULL (API clients)
 -- sets no limit. Returns the started batch, or nothing when there is no work; TM404/TM409 when
 -- the job is missing, paused or not active. Every worker and API client takes work here.
+-- Last, still under the job's row lock, it takes over the job's expired leases
+-- (tidemark_reap_expired): however many processes acquire in a loop, a lost worker's batch fails
+-- at the next acquire and is retried, without waiting for the reaper. This comes after every other
+-- lock (job -> backfill -> throttle -> batch): those batches are rows of the last kind.
 CREATE OR REPLACE FUNCTION tidemark_acquire(
     p_job bigint, p_items_sql text, p_worker text, p_lease_seconds integer, p_snapshot jsonb,
     p_limit integer
@@ -169,6 +215,7 @@ BEGIN
         -- the incremental lane is full: only another backfill's batch may start
         claimed := tidemark_claim_backfill(p_job, false);
         IF claimed IS NULL THEN
+            PERFORM tidemark_reap_expired(p_job);
             RETURN;
         END IF;
     END IF;
@@ -196,11 +243,13 @@ BEGIN
             ) RETURNING id INTO claimed;
             INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
             VALUES (claimed, 1, p_worker, statement_timestamp(), '', '{}');
+            PERFORM tidemark_reap_expired(p_job);
             RETURN QUERY SELECT * FROM inventory_batch WHERE id = claimed;
             RETURN;
         END IF;
         claimed := tidemark_claim_backfill(p_job, false);
         IF claimed IS NULL THEN
+            PERFORM tidemark_reap_expired(p_job);
             RETURN;
         END IF;
     END IF;
@@ -212,6 +261,7 @@ BEGIN
     WHERE id = claimed;
     INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
     SELECT id, attempt, worker, started_at, '', '{}' FROM inventory_batch WHERE id = claimed;
+    PERFORM tidemark_reap_expired(p_job);
     RETURN QUERY SELECT * FROM inventory_batch WHERE id = claimed;
 END
 $$;

@@ -1,0 +1,313 @@
+"""A total-queue checker for a soak run, in the style of Jepsen's: it cannot pass a wrong run.
+
+Given every source row (its key, a checksum of its content, the inventory item it came from), each
+job's batches and watermark as the inventory holds them after the run, and what a reader of each
+sink sees (every row with the checksum of its content and the batch and attempt that wrote it), it
+reports, per sink:
+
+- lost: source rows no reader sees;
+- duplicated: source rows a reader sees more than once;
+- unexpected: rows a reader sees that are no source row;
+- altered: rows whose content differs from the source row's (checksum);
+- stale: rows not written by the committed attempt of the batch that covers their item (a zombie's
+  late write, an uncommitted batch's output, a row under another batch's name);
+
+and, per job: committed batches that overlap, and a watermark that differs from the end of the
+contiguous committed prefix (invariant 3). Any of these fails the run: `Report.ok` is False and the
+command line exits 1.
+
+No Django and no Spark: the inputs are plain data, so the checker's own tests plant each kind of
+error on purpose-built runs (tests/test_soak_checker.py). `read_json_lines_sink`,
+`read_postgres_sink` and `read_delta_sink` read a files sink (JSON), a PostgreSQL sink and a Delta
+table as a reader would, and recompute each row's checksum from its content.
+
+    python bench/soak_checker.py run.json    # {"sources": ..., "jobs": ..., "sinks": ...}
+"""
+
+import argparse
+import hashlib
+import json
+import sys
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+COMMITTED = ("succeeded", "skipped")
+
+
+def checksum(*values) -> str:
+    """The content checksum the soak's processor writes and the checker recomputes."""
+    text = json.dumps([None if v is None else str(v) for v in values])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    key: str
+    checksum: str
+    item: int  # the inventory item (asset id, offset) the row came from
+
+
+@dataclass(frozen=True)
+class SinkRow:
+    key: str
+    checksum: str
+    batch_id: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class BatchFact:
+    id: int
+    lo: int  # the item range [lo, hi) it covers
+    hi: int
+    status: str
+    attempt: int
+
+
+@dataclass
+class JobFacts:
+    name: str
+    start: int  # the job's first position (the watermark before any commit)
+    watermark: int | None  # the watermark's position after the run
+    batches: list[BatchFact]
+
+
+@dataclass
+class SinkVerdict:
+    rows_seen: int = 0
+    lost: list[str] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    altered: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.unexpected or self.altered or self.stale)
+
+
+@dataclass
+class JobVerdict:
+    overlaps: list[tuple[int, int]] = field(default_factory=list)
+    watermark: int | None = None
+    committed_prefix_end: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.overlaps and self.watermark == self.committed_prefix_end
+
+
+@dataclass
+class Report:
+    sinks: dict[str, SinkVerdict]
+    jobs: dict[str, JobVerdict]
+
+    @property
+    def ok(self) -> bool:
+        return all(v.ok for v in self.sinks.values()) and all(v.ok for v in self.jobs.values())
+
+    def failures(self) -> list[str]:
+        """One line per kind of failure, naming it and a few examples."""
+        lines = []
+        for name, v in self.sinks.items():
+            for kind in ("lost", "duplicated", "unexpected", "altered", "stale"):
+                found = getattr(v, kind)
+                if found:
+                    lines.append(f"{name}: {len(found)} {kind}, e.g. {found[:5]}")
+        for name, v in self.jobs.items():
+            if v.overlaps:
+                lines.append(f"job {name}: committed batches overlap: {v.overlaps[:5]}")
+            if v.watermark != v.committed_prefix_end:
+                lines.append(
+                    f"job {name}: watermark {v.watermark} is not the end of the contiguous "
+                    f"committed prefix ({v.committed_prefix_end})"
+                )
+        return lines
+
+    def summary(self) -> dict:
+        return {
+            "ok": self.ok,
+            "sinks": {
+                name: {
+                    "rows_seen": v.rows_seen,
+                    **{
+                        k: len(getattr(v, k))
+                        for k in ("lost", "duplicated", "unexpected", "altered", "stale")
+                    },
+                }
+                for name, v in self.sinks.items()
+            },
+            "jobs": {name: asdict(v) for name, v in self.jobs.items()},
+        }
+
+
+def committed_prefix_end(job: JobFacts) -> int:
+    """Where the watermark must stand: from the job's start, over committed batches each starting
+    where the previous one ended, up to the first position no committed batch starts at (a gap,
+    or a batch not committed: failed, dead, still running)."""
+    starts = {b.lo: b.hi for b in job.batches if b.status in COMMITTED}
+    end = job.start
+    while starts.get(end, end) > end:
+        end = starts[end]
+    return end
+
+
+def check_job(job: JobFacts) -> JobVerdict:
+    committed = sorted((b for b in job.batches if b.status in COMMITTED), key=lambda b: b.lo)
+    overlaps = [
+        (a.id, b.id)
+        for a, b in zip(committed, committed[1:], strict=False)
+        if b.lo < a.hi  # sorted by lo: the next one starts inside this one
+    ]
+    return JobVerdict(
+        overlaps=overlaps, watermark=job.watermark, committed_prefix_end=committed_prefix_end(job)
+    )
+
+
+def check_sink(sources: Iterable[SourceRow], rows: Iterable[SinkRow], job: JobFacts) -> SinkVerdict:
+    """What a reader of one sink sees, against the source rows the job read from."""
+    expected = {row.key: row for row in sources}
+    committed = sorted((b for b in job.batches if b.status in COMMITTED), key=lambda b: b.lo)
+    lows = [b.lo for b in committed]
+
+    def covering(item: int) -> BatchFact | None:
+        index = bisect_right(lows, item) - 1
+        if index >= 0 and committed[index].lo <= item < committed[index].hi:
+            return committed[index]
+        return None
+
+    rows = list(rows)
+    seen = Counter(row.key for row in rows)
+    verdict = SinkVerdict(rows_seen=len(rows))
+    verdict.lost = sorted(key for key in expected if key not in seen)
+    verdict.duplicated = sorted(key for key, n in seen.items() if n > 1 and key in expected)
+    verdict.unexpected = sorted({row.key for row in rows if row.key not in expected})
+    for row in rows:
+        source = expected.get(row.key)
+        if source is None:
+            continue
+        if row.checksum != source.checksum:
+            verdict.altered.append(row.key)
+        owner = covering(source.item)
+        if owner is None or (owner.id, owner.attempt) != (row.batch_id, row.attempt):
+            verdict.stale.append(row.key)
+    verdict.altered = sorted(set(verdict.altered))
+    verdict.stale = sorted(set(verdict.stale))
+    return verdict
+
+
+def check(
+    *, sources: dict[str, list[SourceRow]], jobs: dict[str, JobFacts], sinks: dict[str, tuple]
+) -> Report:
+    """`sinks` maps a sink's name to (job name, rows a reader sees); `sources` maps a job's name
+    to the source rows it reads."""
+    return Report(
+        sinks={
+            name: check_sink(sources[job_name], rows, jobs[job_name])
+            for name, (job_name, rows) in sinks.items()
+        },
+        jobs={name: check_job(job) for name, job in jobs.items()},
+    )
+
+
+# ---- readers: what a reader of each sink sees ---------------------------------------------------
+
+
+# What the soak's rows carry: their content, and the batch and attempt that wrote them (added by
+# its processor, bench/soak_processors.py). A reader recomputes each row's checksum from what it
+# reads, so a row whose content changed on the way is `altered`.
+CONTENT = ("row_id", "key", "value", "note")
+WRITER = ("src_batch", "src_attempt")
+
+
+def sink_row(record: dict, *, identity: str, content=CONTENT, writer=WRITER) -> SinkRow:
+    return SinkRow(
+        key=str(record[identity]),
+        checksum=checksum(*(record.get(c) for c in content)),
+        batch_id=int(record[writer[0]]),
+        attempt=int(record[writer[1]]),
+    )
+
+
+def read_json_lines_sink(path: Path, *, identity: str = "row_id", **columns) -> list[SinkRow]:
+    """A files sink in JSON format, read as Spark reads it: every `*.json` part file under the
+    sink's path, paths with a part starting with `_` or `.` (staging, Spark's markers) skipped."""
+    path = Path(path)
+    rows = []
+    for part in sorted(path.rglob("*.json")):
+        if any(p.startswith(("_", ".")) for p in part.relative_to(path).parts):
+            continue
+        for line in part.read_text().splitlines():
+            if line.strip():
+                rows.append(sink_row(json.loads(line), identity=identity, **columns))
+    return rows
+
+
+def read_postgres_sink(
+    dsn: str, table: str, *, identity: str = "key", content=CONTENT, writer=WRITER
+) -> list[SinkRow]:
+    """A PostgreSQL sink table, as a reader of the table sees it."""
+    import psycopg2
+    from psycopg2 import sql
+
+    schema, _, name = table.rpartition(".")
+    names = list(dict.fromkeys([identity, *content, *writer]))
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cursor:
+        cursor.execute(
+            sql.SQL("SELECT {} FROM {}").format(
+                sql.SQL(", ").join(map(sql.Identifier, names)),
+                sql.Identifier(schema, name) if schema else sql.Identifier(name),
+            )
+        )
+        records = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    conn.close()
+    return [sink_row(r, identity=identity, content=content, writer=writer) for r in records]
+
+
+def read_delta_sink(path, *, identity: str = "row_id", **columns) -> list[SinkRow]:
+    """A Delta table, as a reader of its latest version sees it (delta-rs: only the files the
+    Delta log names, never an uncommitted attempt's)."""
+    from deltalake import DeltaTable
+
+    records = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return [sink_row(r, identity=identity, **columns) for r in records]
+
+
+# ---- command line -------------------------------------------------------------------------------
+
+
+def load(document: dict) -> tuple[dict, dict, dict]:
+    """The JSON form: {"sources": {job: [[key, checksum, item], ...]}, "jobs": {job: {"start",
+    "watermark", "batches": [[id, lo, hi, status, attempt], ...]}}, "sinks": {name: {"job",
+    "rows": [[key, checksum, batch_id, attempt], ...]}}}."""
+    sources = {j: [SourceRow(*r) for r in rows] for j, rows in document["sources"].items()}
+    jobs = {
+        j: JobFacts(
+            name=j,
+            start=f["start"],
+            watermark=f["watermark"],
+            batches=[BatchFact(*b) for b in f["batches"]],
+        )
+        for j, f in document["jobs"].items()
+    }
+    sinks = {n: (s["job"], [SinkRow(*r) for r in s["rows"]]) for n, s in document["sinks"].items()}
+    return sources, jobs, sinks
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="the run's facts as JSON (see load())")
+    args = parser.parse_args(argv)
+    sources, jobs, sinks = load(json.loads(args.run.read_text()))
+    report = check(sources=sources, jobs=jobs, sinks=sinks)
+    print(json.dumps(report.summary(), indent=1))
+    for line in report.failures():
+        print("FAIL", line, file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

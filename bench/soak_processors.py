@@ -1,0 +1,21 @@
+"""The soak's processor, loaded in its workers through TIDEMARK_PROCESSOR_MODULES.
+
+`soak_tag` passes every input row through unchanged and adds the batch and the attempt that wrote
+it (`src_batch`, `src_attempt`), so that the checker (bench/soak_checker.py) can tell the
+committed attempt's output from a stale one's. The attempt is read from the inventory when the
+processor starts: this process's own attempt (the chaos suite's processors do the same).
+"""
+
+from pyspark.sql import functions as F
+
+from workers.spark.processors import ProcessorContext, register
+
+
+@register("soak_tag")
+def tag(df, ctx: ProcessorContext):
+    from inventory.models import Batch
+
+    attempt = Batch.objects.values_list("attempt", flat=True).get(pk=ctx.batch_id)
+    return df.withColumn("src_batch", F.lit(ctx.batch_id).cast("long")).withColumn(
+        "src_attempt", F.lit(attempt).cast("long")
+    )

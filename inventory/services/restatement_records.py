@@ -1,0 +1,165 @@
+"""What a restatement did for one job, recorded: rebuilt at once, proposed, or waiting.
+
+`restatements.py` finds input a job already committed that changed; here each job's share becomes
+a `Restatement` row. The job's policy decides: `automatic` creates the backfill now (status
+`applied`), `proposed` records the plan the backfill would run, with its fingerprint, for an
+operator to apply (`restatement_apply`, which creates exactly that backfill through
+`backfills.backfill_create`, or is refused with the plan as it is now) or dismiss with a reason.
+A job with a batch running over the items gets a `pending` record, turned into one of the others
+when the restatement is tried again. Every front (API, dashboard, admin) calls these functions.
+"""
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from inventory.models import (
+    Backfill,
+    Job,
+    Restatement,
+    RestatementPolicy,
+    RestatementStatus,
+)
+from inventory.services import backfills
+from inventory.services.backfills import BackfillRange
+from inventory.services.errors import Conflict, InvalidInput
+
+ACTOR = "tidemark"
+
+
+def restatement_pending(
+    *, job: Job, cause: str, range_start: int, range_end: int, reason: str, detail: dict
+) -> Restatement:
+    """A batch of `job` is running over the items: one pending record per job and cause, widened
+    to every range that waits, until the restatement is tried again."""
+    with transaction.atomic():
+        pending = (
+            Restatement.objects.select_for_update()
+            .filter(job=job, cause=cause, status=RestatementStatus.PENDING)
+            .first()
+        )
+        if pending is None:
+            return Restatement.objects.create(
+                job=job,
+                cause=cause,
+                status=RestatementStatus.PENDING,
+                range_start=range_start,
+                range_end=range_end,
+                reason=reason,
+                detail=detail,
+            )
+        pending.range_start = min(pending.range_start, range_start)
+        pending.range_end = max(pending.range_end, range_end)
+        pending.reason, pending.detail = reason, detail
+        pending.save(update_fields=["range_start", "range_end", "reason", "detail", "updated_at"])
+        return pending
+
+
+def restatement_open(
+    *,
+    job: Job,
+    cause: str,
+    range_start: int,
+    range_end: int,
+    reason: str,
+    detail: dict,
+    priority: int = 0,
+) -> Restatement | None:
+    """Restate [range_start, range_end] of `job` by its policy: a backfill now (automatic) or a
+    proposed replay with its plan (proposed). None when there is nothing to rebuild: a queued or
+    retrying batch holds the items (it reads them as they are now when it runs) or none is left.
+    A pending record of the same job and cause becomes this one."""
+    with transaction.atomic():
+        record = (
+            Restatement.objects.select_for_update()
+            .filter(job=job, cause=cause, status=RestatementStatus.PENDING)
+            .first()
+        ) or Restatement(job=job, cause=cause)
+        record.range_start, record.range_end = range_start, range_end
+        record.reason, record.detail, record.priority = reason, detail, priority
+        try:
+            with transaction.atomic():
+                if job.restatements == RestatementPolicy.PROPOSED:
+                    plan = backfills.backfill_preview(
+                        job=job, range_start=range_start, range_end=range_end
+                    )
+                    record.status = RestatementStatus.PROPOSED
+                    record.preview = backfills.plan_summary(
+                        job=job, span=BackfillRange(range_start, range_end), plan=plan
+                    )
+                else:
+                    record.backfill = backfills.backfill_create(
+                        job=job,
+                        range_start=range_start,
+                        range_end=range_end,
+                        reason=reason,
+                        actor=ACTOR,
+                        priority=priority,
+                    )
+                    record.status = RestatementStatus.APPLIED
+                    record.decided_by = ACTOR
+                    record.decided_at = Now()
+        except Conflict:
+            if record.pk is not None:
+                record.delete()
+            return None
+        record.save()
+        record.refresh_from_db(fields=["decided_at"])
+        return record
+
+
+def pending_drop(*, job: Job, cause: str) -> None:
+    """The batch a pending record waited for left nothing committed to restate (it failed)."""
+    Restatement.objects.filter(job=job, cause=cause, status=RestatementStatus.PENDING).delete()
+
+
+def _locked_proposal(restatement: Restatement) -> Restatement:
+    record = Restatement.objects.select_for_update().select_related("job").get(pk=restatement.pk)
+    if record.status != RestatementStatus.PROPOSED:
+        raise Conflict(f"restatement {record.pk} is {record.status}, not proposed")
+    return record
+
+
+def restatement_apply(
+    *, restatement: Restatement, actor: str, fingerprint: str | None = None
+) -> Restatement:
+    """Apply a proposed replay: the backfill of its plan (the preview's fingerprint, or the one
+    given after a refusal showed the plan as it is now), created by the backfill service. A plan
+    that changed since is refused (PlanChanged carrying the plan now); nothing is recorded then."""
+    if fingerprint is not None and (not isinstance(fingerprint, str) or len(fingerprint) != 16):
+        raise InvalidInput("fingerprint", "must be a preview's 16-character fingerprint")
+    with transaction.atomic():
+        record = _locked_proposal(restatement)
+        pinned = fingerprint or (record.preview or {}).get("fingerprint")
+        backfill: Backfill = backfills.backfill_create(
+            job=record.job,
+            range_start=record.range_start,
+            range_end=record.range_end,
+            priority=record.priority,
+            reason=f"restatement {record.pk}: {record.reason}",
+            actor=actor,
+            fingerprint=pinned,
+        )
+        record.status = RestatementStatus.APPLIED
+        record.backfill = backfill
+        record.decided_by = actor
+        record.decided_at = Now()
+        record.save(update_fields=["status", "backfill", "decided_by", "decided_at", "updated_at"])
+    record.refresh_from_db()
+    return record
+
+
+def restatement_dismiss(*, restatement: Restatement, actor: str, reason: str) -> Restatement:
+    """Dismiss a proposed replay with a reason: the outputs stay as they are."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput("reason", "say why the outputs stay as they are")
+    with transaction.atomic():
+        record = _locked_proposal(restatement)
+        record.status = RestatementStatus.DISMISSED
+        record.dismiss_reason = reason.strip()
+        record.decided_by = actor
+        record.decided_at = Now()
+        record.save(
+            update_fields=["status", "dismiss_reason", "decided_by", "decided_at", "updated_at"]
+        )
+    record.refresh_from_db()
+    return record

@@ -1,0 +1,221 @@
+"""The soak's checker cannot pass a wrong run: each kind of error, planted on a purpose-built run,
+is named; the correct run passes. Pure logic (the checker imports neither Django nor Spark), plus
+its readers on a real files-sink layout and a real PostgreSQL table."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from bench import soak_checker as sc
+
+# a job of 6 items (ids 10..15) in 3 batches of 2; batch 2 needed a second attempt
+START = 10
+SOURCES = [sc.SourceRow(f"k{i}", sc.checksum(f"k{i}", f"value {i}"), i) for i in range(10, 16)]
+BATCHES = [
+    sc.BatchFact(1, 10, 12, "succeeded", 1),
+    sc.BatchFact(2, 12, 14, "succeeded", 2),
+    sc.BatchFact(3, 14, 16, "succeeded", 1),
+]
+
+
+def _owner(item):
+    return next(b for b in BATCHES if b.lo <= item < b.hi)
+
+
+def _correct_rows():
+    return [
+        sc.SinkRow(s.key, s.checksum, _owner(s.item).id, _owner(s.item).attempt) for s in SOURCES
+    ]
+
+
+def _check(rows=None, *, batches=None, watermark=16):
+    job = sc.JobFacts("soak", START, watermark, BATCHES if batches is None else batches)
+    return sc.check(
+        sources={"soak": SOURCES},
+        jobs={"soak": job},
+        sinks={"files": ("soak", _correct_rows() if rows is None else rows)},
+    )
+
+
+def test_a_correct_run_passes():
+    report = _check()
+    assert report.ok
+    assert report.failures() == []
+    assert report.summary()["sinks"]["files"] == {
+        "rows_seen": 6,
+        "lost": 0,
+        "duplicated": 0,
+        "unexpected": 0,
+        "altered": 0,
+        "stale": 0,
+    }
+
+
+def test_a_lost_row_is_named():
+    report = _check(_correct_rows()[:3] + _correct_rows()[4:])
+    assert not report.ok
+    assert report.sinks["files"].lost == ["k13"]
+    assert report.failures() == ["files: 1 lost, e.g. ['k13']"]
+
+
+def test_a_duplicated_row_is_named():
+    rows = _correct_rows()
+    report = _check(rows + [rows[0]])
+    assert (report.ok, report.sinks["files"].duplicated) == (False, ["k10"])
+
+
+def test_an_unexpected_row_is_named():
+    report = _check(_correct_rows() + [sc.SinkRow("k99", sc.checksum("k99"), 3, 1)])
+    assert (report.ok, report.sinks["files"].unexpected) == (False, ["k99"])
+
+
+def test_an_altered_row_is_named():
+    rows = _correct_rows()
+    rows[2] = replace(rows[2], checksum=sc.checksum("k12", "value 12 changed"))
+    report = _check(rows)
+    assert (report.ok, report.sinks["files"].altered) == (False, ["k12"])
+    assert report.sinks["files"].stale == []  # right writer, wrong content
+
+
+def test_a_stale_attempts_output_is_named():
+    """Batch 2 committed attempt 2; a zombie's attempt 1 wrote the same content over it."""
+    rows = _correct_rows()
+    rows[3] = replace(rows[3], attempt=1)
+    report = _check(rows)
+    assert (report.ok, report.sinks["files"].stale) == (False, ["k13"])
+    assert report.sinks["files"].altered == []  # same content, wrong writer: still a failure
+
+
+def test_output_of_an_uncommitted_batch_is_named():
+    batches = [*BATCHES[:2], replace(BATCHES[2], status="failed")]
+    report = _check(batches=batches, watermark=14)
+    assert report.jobs["soak"].ok
+    assert (report.ok, report.sinks["files"].stale) == (False, ["k14", "k15"])
+
+
+def test_a_row_written_under_another_batch_is_named():
+    rows = _correct_rows()
+    rows[0] = replace(rows[0], batch_id=3)
+    assert _check(rows).sinks["files"].stale == ["k10"]
+
+
+@pytest.mark.parametrize("watermark", [14, 18, None])
+def test_a_watermark_other_than_the_committed_prefix_is_named(watermark):
+    report = _check(watermark=watermark)
+    assert not report.ok and report.sinks["files"].ok
+    assert report.jobs["soak"].committed_prefix_end == 16
+    assert "is not the end of the contiguous committed prefix (16)" in report.failures()[0]
+
+
+def test_the_watermark_stops_in_front_of_a_dead_batch_and_at_a_gap():
+    dead = [BATCHES[0], replace(BATCHES[1], status="dead"), BATCHES[2]]
+    assert sc.committed_prefix_end(sc.JobFacts("j", START, None, dead)) == 12
+    gap = [BATCHES[0], BATCHES[2]]
+    assert sc.committed_prefix_end(sc.JobFacts("j", START, None, gap)) == 12
+    skipped = [BATCHES[0], replace(BATCHES[1], status="skipped"), BATCHES[2]]
+    assert sc.committed_prefix_end(sc.JobFacts("j", START, None, skipped)) == 16
+
+
+def test_overlapping_committed_batches_are_named():
+    batches = [*BATCHES, sc.BatchFact(4, 13, 15, "succeeded", 1)]
+    report = _check(batches=batches)
+    assert not report.ok
+    assert report.jobs["soak"].overlaps == [(2, 4), (4, 3)]
+
+
+def test_the_command_line_exits_non_zero_on_any_failure(tmp_path, capsys):
+    def document(rows, watermark=16):
+        return {
+            "sources": {"soak": [[s.key, s.checksum, s.item] for s in SOURCES]},
+            "jobs": {
+                "soak": {
+                    "start": START,
+                    "watermark": watermark,
+                    "batches": [[b.id, b.lo, b.hi, b.status, b.attempt] for b in BATCHES],
+                }
+            },
+            "sinks": {
+                "files": {
+                    "job": "soak",
+                    "rows": [[r.key, r.checksum, r.batch_id, r.attempt] for r in rows],
+                }
+            },
+        }
+
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(document(_correct_rows())))
+    assert sc.main([str(run)]) == 0
+    stale = _correct_rows()
+    stale[3] = replace(stale[3], attempt=1)
+    run.write_text(json.dumps(document(stale)))
+    assert sc.main([str(run)]) == 1
+    assert "files: 1 stale" in capsys.readouterr().err
+    run.write_text(json.dumps(document(_correct_rows(), watermark=12)))
+    assert sc.main([str(run)]) == 1
+
+
+def test_the_files_reader_sees_what_spark_sees_and_recomputes_checksums(tmp_path):
+    """Published batch directories are read; staging and marker files (`_`, `.`) are not; a row
+    whose content changed after it was written is altered."""
+
+    def record(n, batch, attempt, value=None):
+        return {
+            "row_id": f"r{n}",
+            "key": f"k{n}",
+            "value": value or f"value {n}",
+            "src_batch": batch,
+            "src_attempt": attempt,
+        }  # `note` is null: Spark's JSON writer leaves it out
+
+    sources = [
+        sc.SourceRow(f"r{n}", sc.checksum(f"r{n}", f"k{n}", f"value {n}", None), n)
+        for n in (10, 11)
+    ]
+    job = sc.JobFacts("j", 10, 12, [sc.BatchFact(7, 10, 12, "succeeded", 2)])
+    part = tmp_path / "batch_id=7" / "part-0000.json"
+    part.parent.mkdir()
+    part.write_text("\n".join(json.dumps(record(n, 7, 2)) for n in (10, 11)) + "\n")
+    staged = tmp_path / "_staging" / "batch_id=7-a1-abc" / "part-0000.json"
+    staged.parent.mkdir(parents=True)
+    staged.write_text(json.dumps(record(10, 7, 1)))
+    (tmp_path / "batch_id=7" / ".part-0000.json.crc").write_text("crc")
+
+    seen = sc.read_json_lines_sink(tmp_path)
+    assert sorted(r.key for r in seen) == ["r10", "r11"]
+    assert sc.check_sink(sources, seen, job).ok
+
+    part.write_text(json.dumps(record(10, 7, 2)) + "\n" + json.dumps(record(11, 7, 2, "edited")))
+    verdict = sc.check_sink(sources, sc.read_json_lines_sink(tmp_path), job)
+    assert verdict.altered == ["r11"] and not verdict.ok
+
+
+def test_the_delta_reader_sees_the_latest_version_only(tmp_path):
+    """A row a later Delta version removed is not seen; one it added with other content is
+    altered (a real Delta table, written with delta-rs)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    def table(value):
+        return pa.Table.from_pylist(
+            [
+                {
+                    "row_id": "r10",
+                    "key": "k10",
+                    "value": value,
+                    "note": None,
+                    "src_batch": 7,
+                    "src_attempt": 2,
+                },
+            ]
+        )
+
+    sources = [sc.SourceRow("r10", sc.checksum("r10", "k10", "value 10", None), 10)]
+    job = sc.JobFacts("j", 10, 11, [sc.BatchFact(7, 10, 11, "succeeded", 2)])
+    write_deltalake(str(tmp_path), table("stale value"))
+    write_deltalake(str(tmp_path), table("value 10"), mode="overwrite")
+    assert sc.check_sink(sources, sc.read_delta_sink(tmp_path), job).ok
+
+    write_deltalake(str(tmp_path), table("edited"), mode="append")
+    verdict = sc.check_sink(sources, sc.read_delta_sink(tmp_path), job)
+    assert (verdict.duplicated, verdict.altered) == (["r10"], ["r10"])
