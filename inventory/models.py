@@ -91,6 +91,13 @@ class Asset(models.Model):
     weight = models.BigIntegerField()
     discovered_at = models.DateTimeField(auto_now_add=True)
     extra = models.JSONField(default=dict, blank=True)
+    # The running count and weight of the connector's assets up to and including this one, in id
+    # order: a job's lag is (cum at the connector's last asset) - (cum at the last asset before
+    # its watermark), two index lookups whatever the backlog. Written by the registering INSERT
+    # under the connector's row lock (queries.sql: assets_register); any other insert, a delete,
+    # or a weight change is put right by triggers (sql/schema/prefix_sums.sql).
+    cum_count = models.BigIntegerField(null=True, editable=False)
+    cum_weight = models.DecimalField(max_digits=38, decimal_places=0, null=True, editable=False)
 
     class Meta:
         ordering = ["id"]
@@ -477,6 +484,29 @@ class AttemptRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.outcome or 'started'}: {self.count}"
+
+
+class JobHourlyRates(models.Model):
+    """Attempts finished per job and clock hour (UTC): succeeded and failed, and the items and
+    weight of the succeeded ones. Kept by a trigger on the attempt that finishes, in the commit or
+    failure transaction (sql/schema/rates.sql), so the dashboard's last-day rates read at most 24
+    rows per job instead of counting batches; a job's rows older than two days go when it starts
+    a new hour."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    hour = models.DateTimeField()
+    succeeded = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    items = models.BigIntegerField(default=0)
+    weight = models.DecimalField(max_digits=38, decimal_places=0, default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "hour"], name="job_hourly_rates_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.hour:%Y-%m-%d %H}h: {self.succeeded} ok, {self.failed} failed"
 
 
 class BackfillThrottle(models.Model):
