@@ -16,6 +16,7 @@ from inventory.models import Asset, BatchAttempt, JobHourlyRates, Watermark
 from inventory.services import lifecycle as batches
 from inventory.services.assets import assets_register
 from inventory.services.connectors import connector_reset
+from inventory.sql import query
 from tests.factories import AssetFactory, ConnectorFactory, make_job
 from tests.test_concurrent_acquire import _run_in_processes
 
@@ -58,6 +59,23 @@ def _lags_agree(jobs, rng) -> None:
         for job in jobs:
             lag = found[job.pk]
             assert (lag.items, lag.weight) == _scanned_lag(job.pk), (job.name, position)
+    # the coverage strip's counts of id ranges come from the same sums
+    for job in jobs:
+        lows = sorted({rng.randint(0, max(ids) + 2) for _ in range(4)})
+        highs = [low + rng.randint(0, max(ids) + 2) for low in lows]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                query("asset_counts_between"),
+                {"connector": job.connector_id, "lows": lows, "highs": highs},
+            )
+            counted = dict(cursor.fetchall())
+            for low, high in zip(lows, highs, strict=True):
+                cursor.execute(
+                    "SELECT count(*) FROM inventory_asset "
+                    "WHERE connector_id = %s AND id >= %s AND id < %s",
+                    [job.connector_id, low, high],
+                )
+                assert counted[low] == cursor.fetchone()[0], (low, high)
 
 
 @pytest.mark.django_db

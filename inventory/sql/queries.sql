@@ -216,6 +216,20 @@ WHERE j.id = ANY(%s) AND c.kind <> 'job_output'
   -- a remote meta table (dsn_env) is read through its mirror, Tidemark's asset table
   AND NOT (coalesce(c.config ? 'meta_table', false) AND NOT coalesce(c.config ? 'dsn_env', false));
 
+-- name: asset_counts_between
+-- (lower, assets of the connector with lower <= id < upper) for each given [lower, upper): the
+-- prefix sums below upper minus those below lower, two probes of asset_connector_id_idx each.
+SELECT g.lo, coalesce(hi.cum_count, 0) - coalesce(lo.cum_count, 0)
+FROM unnest(%(lows)s::bigint[], %(highs)s::bigint[]) AS g(lo, hi)
+LEFT JOIN LATERAL (
+    SELECT a.cum_count FROM inventory_asset AS a
+    WHERE a.connector_id = %(connector)s AND a.id < g.lo ORDER BY a.id DESC LIMIT 1
+) AS lo ON true
+LEFT JOIN LATERAL (
+    SELECT a.cum_count FROM inventory_asset AS a
+    WHERE a.connector_id = %(connector)s AND a.id < g.hi ORDER BY a.id DESC LIMIT 1
+) AS hi ON true;
+
 -- ---- restatements (inventory/services/restatements.py) -----------------------------------------
 
 -- name: restatement_replaced_commits
