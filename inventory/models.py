@@ -402,15 +402,15 @@ class Batch(models.Model):
             ),
             # the overview's last batch per job and the job page's batches filtered by status
             models.Index(fields=["job", "-id"], name="batch_job_recent_idx"),
-            # the overview's last-day sparklines and ETAs: "batches finished since T"
+            # "batches finished since T" (the last-day sparklines and ETAs read JobHourlyRates
+            # now)
             models.Index(
                 fields=["finished_at"],
                 name="batch_finished_idx",
                 condition=Q(finished_at__isnull=False),
             ),
-            # the last-day rates of the overview's page of jobs and of the job page: "succeeded
-            # batches of jobs J finished since T" (selectors_health.jobs_rates; batch_finished_idx
-            # read every job's batches of the day and kept the page's)
+            # "succeeded batches of job J, newest first" (selectors.backfill_duration_estimate;
+            # the last-day rates read JobHourlyRates now)
             models.Index(
                 fields=["job", "finished_at"],
                 name="batch_job_succeeded_idx",
@@ -447,14 +447,15 @@ class BatchAttempt(models.Model):
             models.UniqueConstraint(fields=["batch", "number"], name="attempt_batch_number_unique"),
         ]
         indexes = [
-            # the overview's last-day success rate and throughput: "attempts finished since T"
+            # /metrics' attempt counters: "attempts finished since the rollup's boundary"
+            # (selectors_health.attempt_counts)
             models.Index(
                 fields=["finished_at"],
                 name="attempt_finished_idx",
                 condition=Q(finished_at__isnull=False),
             ),
-            # the failures in those rates: "attempts that did not succeed, finished since T"
-            # (selectors_health.jobs_rates; attempt_finished_idx read the successes too)
+            # "attempts that did not succeed, finished since T": read by the last-day rates
+            # until they read JobHourlyRates; no reader left (a candidate to drop)
             models.Index(
                 fields=["finished_at"],
                 name="attempt_failed_finished_idx",
