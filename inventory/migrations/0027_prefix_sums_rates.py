@@ -9,7 +9,7 @@ from inventory.sql.migrations_utils import RunSQLFile
 
 
 class Migration(migrations.Migration):
-    dependencies = [("inventory", "0025_one_overlap_rule")]
+    dependencies = [("inventory", "0026_restatements")]
 
     operations = [
         migrations.AddField(
