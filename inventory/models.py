@@ -113,6 +113,13 @@ class Asset(models.Model):
     weight = models.BigIntegerField()
     discovered_at = models.DateTimeField(auto_now_add=True)
     extra = models.JSONField(default=dict, blank=True)
+    # The running count and weight of the connector's assets up to and including this one, in id
+    # order: a job's lag is (cum at the connector's last asset) - (cum at the last asset before
+    # its watermark), two index lookups whatever the backlog. Written by the registering INSERT
+    # under the connector's row lock (queries.sql: assets_register); any other insert, a delete,
+    # or a weight change is put right by triggers (sql/schema/prefix_sums.sql).
+    cum_count = models.BigIntegerField(null=True, editable=False)
+    cum_weight = models.DecimalField(max_digits=38, decimal_places=0, null=True, editable=False)
 
     class Meta:
         ordering = ["id"]
@@ -519,15 +526,15 @@ class Batch(models.Model):
             ),
             # the overview's last batch per job and the job page's batches filtered by status
             models.Index(fields=["job", "-id"], name="batch_job_recent_idx"),
-            # the overview's last-day sparklines and ETAs: "batches finished since T"
+            # "batches finished since T" (the last-day sparklines and ETAs read JobHourlyRates
+            # now)
             models.Index(
                 fields=["finished_at"],
                 name="batch_finished_idx",
                 condition=Q(finished_at__isnull=False),
             ),
-            # the last-day rates of the overview's page of jobs and of the job page: "succeeded
-            # batches of jobs J finished since T" (selectors_health.jobs_rates; batch_finished_idx
-            # read every job's batches of the day and kept the page's)
+            # "succeeded batches of job J, newest first" (selectors.backfill_duration_estimate;
+            # the last-day rates read JobHourlyRates now)
             models.Index(
                 fields=["job", "finished_at"],
                 name="batch_job_succeeded_idx",
@@ -564,14 +571,15 @@ class BatchAttempt(models.Model):
             models.UniqueConstraint(fields=["batch", "number"], name="attempt_batch_number_unique"),
         ]
         indexes = [
-            # the overview's last-day success rate and throughput: "attempts finished since T"
+            # /metrics' attempt counters: "attempts finished since the rollup's boundary"
+            # (selectors_health.attempt_counts)
             models.Index(
                 fields=["finished_at"],
                 name="attempt_finished_idx",
                 condition=Q(finished_at__isnull=False),
             ),
-            # the failures in those rates: "attempts that did not succeed, finished since T"
-            # (selectors_health.jobs_rates; attempt_finished_idx read the successes too)
+            # "attempts that did not succeed, finished since T": read by the last-day rates
+            # until they read JobHourlyRates; no reader left (a candidate to drop)
             models.Index(
                 fields=["finished_at"],
                 name="attempt_failed_finished_idx",
@@ -601,6 +609,29 @@ class AttemptRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.outcome or 'started'}: {self.count}"
+
+
+class JobHourlyRates(models.Model):
+    """Attempts finished per job and clock hour (UTC): succeeded and failed, and the items and
+    weight of the succeeded ones. Kept by a trigger on the attempt that finishes, in the commit or
+    failure transaction (sql/schema/rates.sql), so the dashboard's last-day rates read at most 24
+    rows per job instead of counting batches; a job's rows older than two days go when it starts
+    a new hour."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    hour = models.DateTimeField()
+    succeeded = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    items = models.BigIntegerField(default=0)
+    weight = models.DecimalField(max_digits=38, decimal_places=0, default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "hour"], name="job_hourly_rates_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.hour:%Y-%m-%d %H}h: {self.succeeded} ok, {self.failed} failed"
 
 
 class BackfillThrottle(models.Model):

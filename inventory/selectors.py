@@ -38,6 +38,7 @@ from inventory.models import (
 )
 from inventory.services.errors import InvalidInput
 from inventory.services.items import fetch_items, source_for_connector
+from inventory.sql import query
 from inventory.templatetags.human import compact
 
 log = logging.getLogger(__name__)
@@ -52,9 +53,17 @@ class Lag:
 
 
 def job_lag(*, job: Job) -> Lag | None:
-    """None when the job's items cannot be read now (e.g. its external meta table is gone)."""
+    """None when the job's items cannot be read now (e.g. its external meta table is gone).
+
+    A job reading assets: two index lookups (jobs_lag_by_id). A local meta table read in place
+    and a job_output job (its upstream's commits) are counted past the watermark: a user's table
+    has no prefix sums, and a commit's weight changes when a later commit replaces its output; so
+    these cost their own lag (in rows of their table, in commits), and only on the page showing
+    them."""
+    config = job.connector.config or {}
+    local_meta_table = "meta_table" in config and "dsn_env" not in config
     # a job_output job's items are its upstream's commits, not assets: counted below
-    if "meta_table" not in (job.connector.config or {}) and job.connector.kind != "job_output":
+    if not local_meta_table and job.connector.kind != "job_output":
         return jobs_lag([job])[job.pk]
     position = job.watermark.position
     try:
@@ -326,24 +335,18 @@ def jobs_lag(jobs: list[Job]) -> dict[int, Lag | None]:
 
 
 def jobs_lag_by_id(job_ids: list[int]) -> dict[int, Lag | None]:
-    """jobs_lag from job ids: the jobs reading an external meta table are the only ones loaded
-    as models (each is counted in its own table)."""
+    """jobs_lag from job ids: the jobs reading an external meta table or another job's commits are
+    the only ones loaded as models (each is counted in its own table, see job_lag).
+
+    The jobs reading Tidemark's asset table (files, tables, topics, prefixes, Delta tables, remote
+    meta tables through their mirror) cost two index lookups each (asset_connector_id_idx), however
+    far behind they are: the prefix sums of the connector's last asset minus those of the last
+    asset before the watermark (Asset.cum_count, cum_weight)."""
     lags: dict[int, Lag | None] = {}
     if not job_ids:
         return lags
     with connection.cursor() as cursor:
-        # one index range scan (asset_connector_id_idx) per job, over its lag only
-        cursor.execute(
-            "SELECT j.id, p.n, p.w "
-            "FROM inventory_job AS j JOIN inventory_watermark AS w ON w.job_id = j.id "
-            "JOIN inventory_connector AS c ON c.id = j.connector_id "
-            "CROSS JOIN LATERAL (SELECT count(*) AS n, coalesce(sum(a.weight), 0) AS w "
-            "FROM inventory_asset AS a "
-            "WHERE a.connector_id = j.connector_id AND a.id >= w.position) AS p "
-            "WHERE j.id = ANY(%s) AND NOT coalesce(c.config ? 'meta_table', false) "
-            "AND c.kind <> 'job_output'",
-            [list(job_ids)],
-        )
+        cursor.execute(query("jobs_lag"), [list(job_ids)])
         lags.update({pk: Lag(int(n), int(w)) for pk, n, w in cursor.fetchall()})
     external = [pk for pk in job_ids if pk not in lags]
     if external:

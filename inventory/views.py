@@ -72,7 +72,7 @@ def _page_context(request):
     }
 
 
-OVERVIEW_PAGE = 100  # job rows per overview page
+OVERVIEW_PAGE = 50  # job rows per overview page
 ALERT_STRIP = 10  # alerts shown at the top; the rest are counted by kind
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 

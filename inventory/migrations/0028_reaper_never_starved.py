@@ -6,6 +6,6 @@ from inventory.sql.migrations_utils import RunSQLFile
 
 
 class Migration(migrations.Migration):
-    dependencies = [("inventory", "0026_restatements")]
+    dependencies = [("inventory", "0027_prefix_sums_rates")]
 
     operations = [RunSQLFile("0028_reaper_never_starved.sql")]

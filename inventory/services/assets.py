@@ -191,13 +191,12 @@ def assets_register(*, connector: Connector, items: list[tuple[str, int, dict]])
     with connection.cursor() as cursor:
         cursor.execute(
             query("assets_register"),
-            [
-                connector.pk,
-                [item[0] for item in items],
-                [item[1] for item in items],
-                [json.dumps(item[2]) for item in items],
-                connector.pk,
-            ],
+            {
+                "connector": connector.pk,
+                "locations": [item[0] for item in items],
+                "weights": [item[1] for item in items],
+                "extras": [json.dumps(item[2]) for item in items],
+            },
         )
         return cursor.rowcount
 

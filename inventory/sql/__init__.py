@@ -16,7 +16,15 @@ from pathlib import Path
 SQL_DIR = Path(__file__).resolve().parent
 
 # creation order: SQL-language functions are checked against what exists when they are created
-SCHEMA_FILES = ("statuses.sql", "planning.sql", "commit.sql", "publish.sql", "acquire.sql")
+SCHEMA_FILES = (
+    "statuses.sql",
+    "planning.sql",
+    "commit.sql",
+    "publish.sql",
+    "acquire.sql",
+    "prefix_sums.sql",
+    "rates.sql",
+)
 
 _NAME = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 

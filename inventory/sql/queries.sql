@@ -125,16 +125,31 @@ SELECT lo, hi FROM tidemark_incremental_next(%s, %s);
 -- name: assets_register
 -- New locations only, in the order given; the caller holds the connector's row, so ids are
 -- handed out in the order readers can see them (invariant 5) and none is spent on a known one.
-INSERT INTO inventory_asset (connector_id, location, weight, extra, discovered_at)
-SELECT %s, t.location, t.weight, t.extra::jsonb, now()
-FROM unnest(%s::text[], %s::bigint[], %s::text[]) WITH ORDINALITY
-     AS t(location, weight, extra, ord)
-WHERE NOT EXISTS (
-    SELECT 1 FROM inventory_asset known
-    WHERE known.connector_id = %s AND known.location = t.location
+-- Each row carries the connector's running count and weight up to it (Asset.cum_count,
+-- cum_weight), continued from its last asset under the same lock: a job's lag is two lookups.
+-- A location given twice counts once (its first place).
+WITH given AS (
+    SELECT DISTINCT ON (t.location) t.location, t.weight, t.extra, t.ord
+    FROM unnest(%(locations)s::text[], %(weights)s::bigint[], %(extras)s::text[]) WITH ORDINALITY
+         AS t(location, weight, extra, ord)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM inventory_asset known
+        WHERE known.connector_id = %(connector)s AND known.location = t.location
+    )
+    ORDER BY t.location, t.ord
+), last AS (
+    SELECT cum_count, cum_weight FROM inventory_asset
+    WHERE connector_id = %(connector)s ORDER BY id DESC LIMIT 1
 )
-ORDER BY t.ord
-ON CONFLICT (connector_id, location) DO NOTHING;
+INSERT INTO inventory_asset (
+    connector_id, location, weight, extra, discovered_at, cum_count, cum_weight
+)
+SELECT %(connector)s, g.location, g.weight, g.extra::jsonb, now(),
+       coalesce((SELECT cum_count FROM last), 0) + row_number() OVER w,
+       coalesce((SELECT cum_weight FROM last), 0) + sum(g.weight) OVER w
+FROM given AS g
+WINDOW w AS (ORDER BY g.ord)
+ORDER BY g.ord;
 
 -- name: assets_known_size
 -- Discovery's check that its copy of the registered locations is current (index-only scan).
@@ -176,6 +191,44 @@ WHERE f.job_id = %s AND f.status = 'running' AND f.priority > 0
   AND EXISTS (SELECT 1 FROM tidemark_backfill_admissible(f.id))
 ORDER BY f.priority DESC, f.id
 LIMIT 1;
+
+-- ---- reads (inventory/selectors*.py) ---------------------------------------------------------
+
+-- name: jobs_lag
+-- (job, items, weight) at or after the watermark of each given job that reads Tidemark's asset
+-- table: the prefix sums at the connector's last asset minus those at the last asset before the
+-- watermark. Two probes of asset_connector_id_idx per job, whatever the backlog. Jobs reading a
+-- local meta table in place or another job's commits are left out (selectors.job_lag counts them).
+SELECT j.id, coalesce(last.cum_count, 0) - coalesce(done.cum_count, 0),
+       coalesce(last.cum_weight, 0) - coalesce(done.cum_weight, 0)
+FROM inventory_job AS j
+JOIN inventory_watermark AS w ON w.job_id = j.id
+JOIN inventory_connector AS c ON c.id = j.connector_id
+LEFT JOIN LATERAL (
+    SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
+    WHERE a.connector_id = j.connector_id ORDER BY a.id DESC LIMIT 1
+) AS last ON true
+LEFT JOIN LATERAL (
+    SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
+    WHERE a.connector_id = j.connector_id AND a.id < w.position ORDER BY a.id DESC LIMIT 1
+) AS done ON true
+WHERE j.id = ANY(%s) AND c.kind <> 'job_output'
+  -- a remote meta table (dsn_env) is read through its mirror, Tidemark's asset table
+  AND NOT (coalesce(c.config ? 'meta_table', false) AND NOT coalesce(c.config ? 'dsn_env', false));
+
+-- name: asset_counts_between
+-- (lower, assets of the connector with lower <= id < upper) for each given [lower, upper): the
+-- prefix sums below upper minus those below lower, two probes of asset_connector_id_idx each.
+SELECT g.lo, coalesce(hi.cum_count, 0) - coalesce(lo.cum_count, 0)
+FROM unnest(%(lows)s::bigint[], %(highs)s::bigint[]) AS g(lo, hi)
+LEFT JOIN LATERAL (
+    SELECT a.cum_count FROM inventory_asset AS a
+    WHERE a.connector_id = %(connector)s AND a.id < g.lo ORDER BY a.id DESC LIMIT 1
+) AS lo ON true
+LEFT JOIN LATERAL (
+    SELECT a.cum_count FROM inventory_asset AS a
+    WHERE a.connector_id = %(connector)s AND a.id < g.hi ORDER BY a.id DESC LIMIT 1
+) AS hi ON true;
 
 -- ---- restatements (inventory/services/restatements.py) -----------------------------------------
 
