@@ -262,7 +262,8 @@ class JobForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["restatements"].required = False  # default: automatic
+        if "restatements" in self.fields:  # a viewer's read-only form has no fields
+            self.fields["restatements"].required = False  # default: automatic
 
     class Meta:
         model = Job
