@@ -523,3 +523,80 @@ def test_an_upstream_backfill_is_restated_two_levels_down_each_row_once(spark, t
     drain(spark, bottom)
     assert file_rows(spark, bottom_sink) == expected(range(4))
     assert not Backfill.objects.filter(created_by="tidemark").exclude(status="completed").exists()
+
+
+def test_an_upstream_replay_and_backfill_leave_every_sink_kind_two_levels_down_each_row_once(
+    spark, tmp_path, sink_dsn
+):
+    """Issue 19's done-when: below a middle job, one bottom job per sink kind (files, Delta,
+    PostgreSQL append, upsert, coalesce); an upstream replay and then an upstream backfill are
+    restated down both levels without a person, and every sink holds each source row once."""
+    from deltalake import DeltaTable
+
+    up = upstream_job(tmp_path, "up-kinds", items=4)
+    drain(spark, up)
+    middle_sink = tmp_path / "middle-kinds"
+    middle = downstream_job("mid-kinds", up, {"kind": "files", "path": str(middle_sink)})
+    delta_path = tmp_path / "bottom-delta"
+    sinks = {
+        "files": {"kind": "files", "path": str(tmp_path / "bottom-files")},
+        "delta": {"kind": "delta", "path": str(delta_path)},
+        "append": {
+            "kind": "postgres",
+            "dsn_env": sink_dsn,
+            "table": "kinds_append",
+            "mode": "append",
+        },
+        "upsert": {
+            "kind": "postgres",
+            "dsn_env": sink_dsn,
+            "table": "kinds_upsert",
+            "key": ["key"],
+        },
+        "coalesce": {
+            "kind": "postgres",
+            "dsn_env": sink_dsn,
+            "table": "kinds_coalesce",
+            "key": ["key"],
+            "mode": "coalesce",
+        },
+    }
+    bottoms = {kind: downstream_job(f"bottom-{kind}", middle, sink) for kind, sink in sinks.items()}
+
+    def readers() -> dict[str, list]:
+        delta = DeltaTable(str(delta_path)).to_pyarrow_table()
+        return {
+            "files": file_rows(spark, Path(sinks["files"]["path"])),
+            "delta": sorted(zip(delta["key"].to_pylist(), delta["v"].to_pylist(), strict=True)),
+            "append": table_rows("kinds_append"),
+            "upsert": table_rows("kinds_upsert"),
+            "coalesce": table_rows("kinds_coalesce"),
+        }
+
+    def settle():
+        # each level drains after the one above it; restatement backfills run first (priority 1)
+        for _ in range(3):
+            drain(spark, up)
+            drain(spark, middle)
+            for job in bottoms.values():
+                drain(spark, job)
+
+    settle()
+    assert readers() == {kind: expected(range(4)) for kind in sinks}
+
+    # an upstream replay of its last two items
+    done = Batch.objects.filter(job=up, status=BatchStatus.SUCCEEDED).order_by("span")
+    watermark_correct(job=up, value=done[2].span.lower - 1, actor="a", reason="fix", replay=True)
+    settle()
+    for job in (middle, *bottoms.values()):
+        assert Backfill.objects.filter(job=job, created_by="tidemark").exists(), job.name
+    assert readers() == {kind: expected(range(4)) for kind in sinks}
+
+    # then an upstream backfill over its second item
+    before = Backfill.objects.filter(created_by="tidemark").count()
+    second = Asset.objects.filter(connector=up.connector).order_by("pk")[1].pk
+    backfill_create(job=up, range_start=second, range_end=second, reason="fix", actor="a")
+    settle()
+    assert Backfill.objects.filter(created_by="tidemark").count() >= before + 1 + len(bottoms)
+    assert readers() == {kind: expected(range(4)) for kind in sinks}
+    assert not Backfill.objects.filter(created_by="tidemark").exclude(status="completed").exists()
