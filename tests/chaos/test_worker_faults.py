@@ -193,7 +193,14 @@ def test_a_poison_batch_stops_at_max_attempts_while_other_jobs_flow(tmp_path, ch
     )
 
     assert _attempts(poison_batch) == [(1, "failed", "LeaseExpired"), (2, "failed", "LeaseExpired")]
-    # each attempt really ended its pool process (the processor's os._exit(9))
+    # each attempt really ended its pool process (the processor's os._exit(9)); an attempt whose
+    # lease ran out while its new pool process was still starting Spark is failed by the next
+    # acquire before that process reaches the processor, so wait for the fact of its exit
+    chaos_wait(
+        lambda: worker.log().count("exited with 'exitcode 9'") >= 2,
+        timeout=120,
+        message="both attempts' pool processes to exit with code 9",
+    )
     assert worker.log().count("exited with 'exitcode 9'") == 2, worker.log()[-3000:]
     assert_exactly_once(sink, expected)
     assert_watermark_covers(healthy)
