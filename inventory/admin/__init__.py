@@ -1,0 +1,33 @@
+"""The Django admin as the operations tool, one module per resource (Django autodiscovers this
+package; importing the modules registers their model admins).
+
+System-managed state (status, attempt, lease, span, watermark position/value, events) is read-only;
+changes go through the actions inventory/actions.py declares, the same the API and the dashboard
+call, as admin actions or forms that report with message_user. Operators use the actions
+(pause/resume, retry, cancel); admins also edit connectors and jobs, skip dead batches and correct
+watermarks (inventory/roles.py).
+"""
+
+from inventory.admin.backfills import BackfillAdmin, BackfillThrottleAdmin
+from inventory.admin.base import ROLE_PERMISSION, ReadOnlyAdmin, RoleActionsMixin
+from inventory.admin.batches import BatchAdmin, BatchAttemptAdmin
+from inventory.admin.connectors import AssetAdmin, ConnectorAdmin
+from inventory.admin.jobs import JobAdmin
+from inventory.admin.restatements import RestatementAdmin
+from inventory.admin.watermarks import WatermarkAdmin, WatermarkEventAdmin
+
+__all__ = [
+    "ROLE_PERMISSION",
+    "AssetAdmin",
+    "BackfillAdmin",
+    "BackfillThrottleAdmin",
+    "BatchAdmin",
+    "BatchAttemptAdmin",
+    "ConnectorAdmin",
+    "JobAdmin",
+    "ReadOnlyAdmin",
+    "RestatementAdmin",
+    "RoleActionsMixin",
+    "WatermarkAdmin",
+    "WatermarkEventAdmin",
+]
