@@ -1,0 +1,130 @@
+"""Batches' shapes, their attempts, and what an external processing application sends (acquire, heartbeat, succeed, fail)."""
+
+from rest_framework import serializers
+
+from inventory.api.serializers.connectors import WEIGHT_UNIT_HELP
+from inventory.api.serializers.fields import SMALLINT, AnyJSONField, PublicJSONField
+from inventory.models import Batch, BatchAttempt
+
+
+class BatchSerializer(serializers.ModelSerializer):
+    job = serializers.SlugRelatedField(read_only=True, slug_field="name")
+    range_start = serializers.IntegerField(
+        source="first_item", read_only=True, help_text="covers item ids from (inclusive)"
+    )
+    range_end = serializers.IntegerField(
+        source="last_item",
+        read_only=True,
+        help_text="to (inclusive); ids in the range without an item are covered too",
+    )
+    watermark_value = AnyJSONField(allow_null=True)
+    weight_unit = serializers.CharField(
+        source="job.connector.weight_unit", read_only=True, help_text=WEIGHT_UNIT_HELP
+    )
+
+    class Meta:
+        model = Batch
+        fields = [
+            "id",
+            "job",
+            "backfill",
+            "kind",
+            "status",
+            "range_start",
+            "range_end",
+            "item_count",
+            "weight",
+            "weight_unit",
+            "attempt",
+            "max_attempts",
+            "worker",
+            "lease_expires_at",
+            "next_attempt_at",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "watermark_value",
+            "skip_reason",
+        ]
+        read_only_fields = fields
+
+
+class BatchAttemptSerializer(serializers.ModelSerializer):
+    error = PublicJSONField()
+
+    class Meta:
+        model = BatchAttempt
+        fields = ["number", "worker", "started_at", "finished_at", "outcome", "error"]
+        read_only_fields = fields
+
+
+class BatchDetailSerializer(BatchSerializer):
+    attempts = BatchAttemptSerializer(many=True, read_only=True)
+    config_snapshot = PublicJSONField()
+    result = PublicJSONField()
+    error = PublicJSONField()
+
+    class Meta(BatchSerializer.Meta):
+        fields = [*BatchSerializer.Meta.fields, "result", "error", "config_snapshot", "attempts"]
+        read_only_fields = fields
+
+
+class BatchItemSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    item = serializers.CharField(help_text="a file location, or the meta table's item")
+    weight = serializers.IntegerField()
+
+
+class AcquiredBatchSerializer(BatchDetailSerializer):
+    items = BatchItemSerializer(many=True, read_only=True)
+
+    class Meta(BatchDetailSerializer.Meta):
+        fields = [*BatchDetailSerializer.Meta.fields, "items"]
+        read_only_fields = fields
+
+
+class AcquireSerializer(serializers.Serializer):
+    worker = serializers.CharField(
+        max_length=200, required=False, help_text="who takes the batch (default: api:<user>)"
+    )
+    lease_seconds = serializers.IntegerField(
+        min_value=1, max_value=7 * 24 * 3600, required=False, help_text="default: the job's"
+    )
+
+
+class AttemptSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(
+        min_value=1, max_value=SMALLINT, help_text="the fencing token from acquire/"
+    )
+
+
+class HeartbeatSerializer(AttemptSerializer):
+    lease_seconds = serializers.IntegerField(min_value=1, max_value=7 * 24 * 3600, required=False)
+
+
+class LeaseSerializer(serializers.Serializer):
+    lease_expires_at = serializers.DateTimeField()
+
+
+class SucceedSerializer(AttemptSerializer):
+    result = serializers.DictField(
+        required=False, default=dict, help_text="rows in/out, bytes, output location, metrics"
+    )
+    watermark_value = AnyJSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="datetime / key_value / file_set watermarks: the value this batch reached",
+    )
+
+
+class FailSerializer(AttemptSerializer):
+    error = serializers.DictField(help_text='e.g. {"type": "ValueError", "message": "..."}')
+
+
+class CancelSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class SkipSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)

@@ -1,0 +1,143 @@
+"""Jobs' shapes, their watermarks and watermark events, a run's result."""
+
+from rest_framework import serializers
+
+from inventory.api.serializers.connectors import WEIGHT_UNIT_HELP
+from inventory.api.serializers.fields import BIGINT, AnyJSONField, PublicJSONField
+from inventory.models import Connector, ConnectorEvent, Job, Watermark, WatermarkEvent
+from inventory.services.jobs import FIXED_JOB_FIELDS, JOB_SETTINGS
+
+
+class WatermarkSerializer(serializers.ModelSerializer):
+    value = AnyJSONField(allow_null=True, help_text="typed high-water mark (null: nothing yet)")
+
+    class Meta:
+        model = Watermark
+        fields = ["type", "position", "value", "updated_at"]
+        read_only_fields = fields
+
+
+class LagSerializer(serializers.Serializer):
+    items = serializers.IntegerField(help_text="items at or after the watermark")
+    weight = serializers.IntegerField(help_text="their summed weight")
+
+
+class BlockerSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    range_start = serializers.IntegerField(source="first_item")
+    range_end = serializers.IntegerField(source="last_item")
+
+
+class WatermarkStateSerializer(WatermarkSerializer):
+    job = serializers.CharField(source="job.name")
+    lag = LagSerializer(allow_null=True, help_text="null when the items cannot be read now")
+    blocked_by = BlockerSerializer(
+        allow_null=True, help_text="the uncommitted batch the watermark waits for"
+    )
+
+    class Meta(WatermarkSerializer.Meta):
+        fields = ["job", *WatermarkSerializer.Meta.fields, "lag", "blocked_by"]
+        read_only_fields = fields
+
+
+class WatermarkCorrectionSerializer(serializers.Serializer):
+    value = AnyJSONField(
+        allow_null=True,
+        help_text="the new value; for an int watermark the last committed item id",
+    )
+    position = serializers.IntegerField(
+        required=False, min_value=-BIGINT, max_value=BIGINT, help_text="non-int watermarks only"
+    )
+    reason = serializers.CharField(max_length=2000)
+    replay = serializers.BooleanField(
+        default=False, help_text="confirm moving the watermark backwards (items are reprocessed)"
+    )
+
+
+class ConnectorEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ConnectorEvent
+        fields = ["id", "old_state", "new_state", "actor", "reason", "created_at"]
+        read_only_fields = fields
+
+
+class WatermarkEventSerializer(serializers.ModelSerializer):
+    old_value = AnyJSONField(allow_null=True)
+    new_value = AnyJSONField(allow_null=True)
+
+    class Meta:
+        model = WatermarkEvent
+        fields = [
+            "id",
+            "old_position",
+            "new_position",
+            "old_value",
+            "new_value",
+            "source",
+            "batch",
+            "actor",
+            "reason",
+            "is_replay",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class JobSerializer(serializers.ModelSerializer):
+    connector = serializers.SlugRelatedField(read_only=True, slug_field="name")
+    params = PublicJSONField()
+    sink = PublicJSONField()
+    watermark = WatermarkSerializer(read_only=True)
+    weight_unit = serializers.CharField(
+        source="connector.weight_unit", read_only=True, help_text=WEIGHT_UNIT_HELP
+    )
+
+    class Meta:
+        model = Job
+        fields = [
+            "name",
+            "connector",
+            "weight_unit",
+            "watermark_type",
+            "start_position",
+            *JOB_SETTINGS,
+            "watermark",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class JobDetailSerializer(JobSerializer):
+    lag = LagSerializer(allow_null=True, help_text="null when the items cannot be read now")
+    blocked_by = BlockerSerializer(allow_null=True)
+    batch_counts = serializers.DictField(child=serializers.IntegerField())
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "lag", "blocked_by", "batch_counts"]
+        read_only_fields = fields
+
+
+class JobWriteSerializer(serializers.ModelSerializer):
+    """Validates job settings against the model's own bounds, so the database never refuses them."""
+
+    connector = serializers.SlugRelatedField(slug_field="name", queryset=Connector.objects.all())
+    params = serializers.DictField(required=False)
+    sink = serializers.DictField(required=False)
+
+    class Meta:
+        model = Job
+        fields = [*FIXED_JOB_FIELDS, *JOB_SETTINGS]
+
+    def validate_name(self, value):
+        if self.instance is None and Job.objects.filter(name=value).exists():
+            raise serializers.ValidationError(f"a job named {value!r} already exists")
+        return value
+
+
+class RunResultSerializer(serializers.Serializer):
+    job = serializers.CharField()
+    planned = serializers.ListField(child=serializers.IntegerField())
+    dispatched = serializers.ListField(child=serializers.IntegerField())
+    reason = serializers.CharField(allow_blank=True, help_text="why nothing was planned, if so")
