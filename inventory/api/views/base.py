@@ -1,0 +1,68 @@
+"""What every API viewset shares: lookups by name or id (unknown ones 404), newest-first paging, the error responses the schema names."""
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import viewsets
+from rest_framework.pagination import CursorPagination
+
+from inventory.api import serializers as s
+from inventory.services.errors import NotFound
+
+NAME_PATTERN = r"[-a-zA-Z0-9_]+"
+ID_PATTERN = r"[0-9]+"
+
+ERRORS = {
+    400: OpenApiResponse(OpenApiTypes.OBJECT, description="invalid input: {field: [reason]}"),
+    404: OpenApiResponse(s.ErrorSerializer, description="unknown name or id"),
+    409: OpenApiResponse(s.ErrorSerializer, description="the object's state does not allow it"),
+}
+
+
+def with_errors(ok: dict, *codes: int) -> dict:
+    return {**ok, **{code: ERRORS[code] for code in codes}}
+
+
+def validated(serializer_class, request, **kwargs) -> dict:
+    serializer = serializer_class(data=request.data, **kwargs)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+class NewestFirst(CursorPagination):
+    ordering = "-id"
+    page_size = 100
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+
+
+class NamedViewSet(viewsets.GenericViewSet):
+    """Resources addressed by name; unknown names are 404 with the name in the message."""
+
+    lookup_field = "name"
+    lookup_value_regex = NAME_PATTERN
+    noun = "object"
+
+    def get_object(self):
+        name = self.kwargs[self.lookup_field]
+        obj = self.get_queryset().filter(name=name).first()
+        if obj is None:
+            raise NotFound(f"there is no {self.noun} named {name!r}")
+        return obj
+
+
+class IdViewSet(viewsets.GenericViewSet):
+    lookup_value_regex = ID_PATTERN
+    noun = "object"
+
+    def object_id(self) -> int:
+        value = int(self.kwargs["pk"])
+        if value > s.BIGINT:
+            raise NotFound(f"{self.noun} {value} does not exist")
+        return value
+
+    def get_object(self):
+        pk = self.object_id()
+        obj = self.get_queryset().filter(pk=pk).first()
+        if obj is None:
+            raise NotFound(f"{self.noun} {pk} does not exist")
+        return obj

@@ -1,0 +1,188 @@
+"""/api/v1/jobs/: list, read, create, change, delete; run, pause, resume; the watermark and its correction; acquire for external processing."""
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from inventory import selectors
+from inventory.actions import api_roles
+from inventory.api import serializers as s
+from inventory.api.filters import StrictFilterBackend
+from inventory.api.views.base import NamedViewSet, NewestFirst, validated, with_errors
+from inventory.models import Batch, Job, WatermarkSource
+from inventory.roles import actor_name
+from inventory.services import corrections
+from inventory.services import jobs as job_services
+from inventory.services import lifecycle as batch_services
+from inventory.services import scheduling as scheduling_services
+
+
+def _with_state(job: Job) -> Job:
+    """Attach the read-side state the job detail and the watermark show."""
+    job.lag = selectors.job_lag(job=job)
+    job.blocked_by = selectors.job_blocker(job=job)
+    return job
+
+
+def _watermark_state(job: Job):
+    watermark = job.watermark
+    watermark.lag = selectors.job_lag(job=job)
+    watermark.blocked_by = selectors.job_blocker(job=job)
+    return watermark
+
+
+@extend_schema_view(list=extend_schema(summary="List jobs"))
+class JobViewSet(mixins.ListModelMixin, NamedViewSet):
+    queryset = Job.objects.select_related("connector", "watermark")
+    serializer_class = s.JobSerializer
+    filter_backends = [StrictFilterBackend]
+    filterset_fields = {"connector__name": ["exact"], "paused": ["exact"]}
+    noun = "job"
+    action_roles = api_roles("jobs")  # inventory/actions.py
+
+    @extend_schema(
+        summary="One job, with its watermark, lag, blocker and batch counts",
+        responses=with_errors({200: s.JobDetailSerializer}, 404),
+    )
+    def retrieve(self, request, name=None):
+        job = _with_state(self.get_object())
+        job.batch_counts = selectors.job_batch_counts(job=job)
+        return Response(s.JobDetailSerializer(job).data)
+
+    @extend_schema(
+        summary="Create a job (admin); its watermark starts at start_position",
+        request=s.JobWriteSerializer,
+        responses=with_errors({201: s.JobSerializer}, 400, 409),
+    )
+    def create(self, request):
+        data = validated(s.JobWriteSerializer, request)
+        job = job_services.job_create(**data)
+        return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Change a job's settings (admin); name, connector and watermark type are fixed",
+        request=s.JobWriteSerializer(partial=True),
+        responses=with_errors({200: s.JobSerializer}, 400, 404, 409),
+    )
+    def partial_update(self, request, name=None):
+        job = self.get_object()
+        serializer = s.JobWriteSerializer(job, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        job = job_services.job_update(job=job, **serializer.validated_data)
+        return Response(s.JobSerializer(job).data)
+
+    @extend_schema(
+        summary="Delete a job with its batches and history (admin; refused while one runs)",
+        responses=with_errors({204: None}, 404, 409),
+    )
+    def destroy(self, request, name=None):
+        job_services.job_delete(job=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        summary="Pause a job (operator): it plans nothing and hands out no batch until resumed",
+        request=None,
+        responses=with_errors({200: s.JobSerializer}, 404),
+    )
+    @action(detail=True, methods=["post"])
+    def pause(self, request, name=None):
+        job = job_services.job_set_paused(job=self.get_object(), paused=True)
+        return Response(s.JobSerializer(job).data)
+
+    @extend_schema(
+        summary="Resume a paused job (operator)",
+        request=None,
+        responses=with_errors({200: s.JobSerializer}, 404),
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request, name=None):
+        job = job_services.job_set_paused(job=self.get_object(), paused=False)
+        return Response(s.JobSerializer(job).data)
+
+    @extend_schema(
+        summary="Plan the job's new items now and hand them to the workers (operator)",
+        description="A `files` job's connector first discovers files that landed since its "
+        "last scan, so they are part of this run.",
+        request=None,
+        responses=with_errors({200: s.RunResultSerializer}, 404),
+    )
+    @action(detail=True, methods=["post"])
+    def run(self, request, name=None):
+        outcome = scheduling_services.job_run_now(job=self.get_object())
+        return Response(s.RunResultSerializer(outcome).data)
+
+    @extend_schema(
+        summary="Take the next batch to process outside Tidemark (operator)",
+        description="Starts the batch's next attempt under a lease. Keep it alive with "
+        "`batches/{id}/heartbeat/`, then report `succeed/` or `fail/` with the same `attempt`. "
+        "204 when nothing is waiting.",
+        request=s.AcquireSerializer,
+        responses=with_errors(
+            {
+                200: s.AcquiredBatchSerializer,
+                204: OpenApiResponse(description="no batch is waiting"),
+            },
+            400,
+            404,
+            409,
+        ),
+    )
+    @action(detail=True, methods=["post"])
+    def acquire(self, request, name=None):
+        job = self.get_object()
+        data = validated(s.AcquireSerializer, request)
+        batch = batch_services.batch_acquire(
+            job=job,
+            worker=data.get("worker") or f"api:{actor_name(request.user)}",
+            lease_seconds=data.get("lease_seconds"),
+        )
+        if batch is None:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        batch = Batch.objects.select_related("job__connector").get(pk=batch.pk)
+        batch.items = selectors.batch_items(batch=batch)
+        return Response(s.AcquiredBatchSerializer(batch).data)
+
+    @extend_schema(
+        methods=["GET"],
+        summary="The job's watermark, lag and blocker",
+        responses=with_errors({200: s.WatermarkStateSerializer}, 404),
+    )
+    @extend_schema(
+        methods=["POST"],
+        summary="Correct the watermark (admin); moving it backwards needs replay=true",
+        request=s.WatermarkCorrectionSerializer,
+        responses=with_errors({200: s.WatermarkStateSerializer}, 400, 404, 409),
+    )
+    @action(detail=True, methods=["get", "post"])
+    def watermark(self, request, name=None):
+        job = self.get_object()
+        if request.method == "POST":
+            data = validated(s.WatermarkCorrectionSerializer, request)
+            corrections.watermark_correct(
+                job=job,
+                value=data.get("value"),
+                position=data.get("position"),
+                actor=actor_name(request.user),
+                reason=data["reason"],
+                replay=data["replay"],
+                source=WatermarkSource.API,
+            )
+            job = self.get_queryset().get(pk=job.pk)
+        return Response(s.WatermarkStateSerializer(_watermark_state(job)).data)
+
+    @extend_schema(
+        summary="The job's watermark events, newest first",
+        responses=with_errors({200: s.WatermarkEventSerializer(many=True)}, 404),
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="watermark/history",
+        pagination_class=NewestFirst,
+        filter_backends=[],
+    )
+    def watermark_history(self, request, name=None):
+        events = selectors.watermark_history(job=self.get_object())
+        page = self.paginate_queryset(events)
+        return self.get_paginated_response(s.WatermarkEventSerializer(page, many=True).data)
