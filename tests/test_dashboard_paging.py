@@ -4,9 +4,10 @@ with a search box and a state filter; alerts summarised past the first few."""
 import pytest
 from django.test import Client
 
-from inventory import views
 from inventory.models import ConnectorState
 from inventory.services import lifecycle as batches
+from inventory.views import connectors as connector_views
+from inventory.views import overview as overview_views
 from tests.factories import ConnectorFactory, make_assets, make_job
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +40,7 @@ def _rows(page: str) -> list[str]:
 
 
 def test_the_overview_pages_jobs_blocked_ones_first(role_users, monkeypatch):
-    monkeypatch.setattr(views, "OVERVIEW_PAGE", 2)
+    monkeypatch.setattr(overview_views, "OVERVIEW_PAGE", 2)
     jobs = _jobs(["a-1", "b-2", "c-3", "d-4"])
     _kill_one_batch(jobs["c-3"])
     viewer = _client(role_users["viewer"])
@@ -66,7 +67,7 @@ def test_the_overview_filters_by_name_and_state(role_users):
 
 
 def test_alerts_past_the_first_few_are_counted_by_kind(role_users, monkeypatch):
-    monkeypatch.setattr(views, "ALERT_STRIP", 1)
+    monkeypatch.setattr(overview_views, "ALERT_STRIP", 1)
     jobs = _jobs(["x-1", "x-2", "x-3"])
     for job in jobs.values():
         _kill_one_batch(job)
@@ -78,7 +79,7 @@ def test_alerts_past_the_first_few_are_counted_by_kind(role_users, monkeypatch):
 
 
 def test_the_connectors_page_pages_waiting_and_paused_first_and_searches(role_users, monkeypatch):
-    monkeypatch.setattr(views, "CONNECTOR_PAGE", 2)
+    monkeypatch.setattr(connector_views, "CONNECTOR_PAGE", 2)
     for name in ["alpha", "bravo", "charlie"]:
         ConnectorFactory(name=name)
     ConnectorFactory(name="delta", state=ConnectorState.PAUSED)

@@ -15,7 +15,7 @@ from inventory.services import connectors as connector_services
 from inventory.services import jobs as job_services
 from inventory.services import throttle as throttle_services
 from inventory.services.errors import TidemarkError
-from inventory.views import _page_context, _require, role_required
+from inventory.views.base import page_context, require_allowed, role_required
 
 
 def _save(form, serializer, call):
@@ -33,7 +33,7 @@ def _save(form, serializer, call):
 
 @role_required(role_of("connector.create"))
 def connector_new(request):
-    _require(request, "connector.create")
+    require_allowed(request, "connector.create")
     form = ConnectorEditForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         saved = _save(
@@ -49,7 +49,7 @@ def connector_new(request):
 
 @role_required(role_of("connector.update"))
 def connector_edit(request, name):
-    _require(request, "connector.update")
+    require_allowed(request, "connector.update")
     connector = get_object_or_404(Connector, name=name)
     initial = {
         k: getattr(connector, k) for k in ("name", "kind", "config", "labels", "start_after")
@@ -69,7 +69,7 @@ def connector_edit(request, name):
 
 @role_required(role_of("job.create"))
 def job_new(request):
-    _require(request, "job.create")
+    require_allowed(request, "job.create")
     initial = {"connector": request.GET.get("connector", "")[:100]}
     form = JobEditForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
@@ -86,7 +86,7 @@ def job_new(request):
 
 @role_required(role_of("job.update"))
 def job_edit(request, name):
-    _require(request, "job.update")
+    require_allowed(request, "job.update")
     job = get_object_or_404(Job.objects.select_related("connector"), name=name)
     form = JobEditForm(request.POST or None, initial=JobEditForm.initial_of(job), editing=True)
     if request.method == "POST" and form.is_valid():
@@ -102,14 +102,14 @@ def job_edit(request, name):
 
 
 def _editor(request, form, *, noun, title, obj=None):
-    context = {"form": form, "noun": noun, "title": title, "obj": obj, **_page_context(request)}
+    context = {"form": form, "noun": noun, "title": title, "obj": obj, **page_context(request)}
     return render(request, "inventory/edit.html", context, status=400 if form.errors else 200)
 
 
 @require_POST
 @role_required(role_of("throttle.set"))
 def throttle_set(request):
-    _require(request, "throttle.set")
+    require_allowed(request, "throttle.set")
     form = ThrottleForm(request.POST)
     if not form.is_valid():
         messages.error(request, f"Throttle not changed: {form.errors.as_text()}")

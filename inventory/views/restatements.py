@@ -13,7 +13,7 @@ from inventory.models import Restatement
 from inventory.roles import actor_name
 from inventory.services import restatement_records
 from inventory.services.errors import PlanChanged, TidemarkError
-from inventory.views import _page_context, _require
+from inventory.views.base import page_context, require_allowed
 
 
 @require_POST
@@ -21,7 +21,7 @@ from inventory.views import _page_context, _require
 def restatement_action(request, name, pk, action):
     if action not in ("apply", "dismiss"):
         raise PermissionDenied(f"unknown action {action!r}")
-    _require(request, f"restatement.{action}")
+    require_allowed(request, f"restatement.{action}")
     record = get_object_or_404(Restatement.objects.select_related("job"), job__name=name, pk=pk)
     actor = actor_name(request.user)
     try:
@@ -45,7 +45,7 @@ def restatement_action(request, name, pk, action):
             "error": str(exc),
             "previewed": record.preview or {},
             "now": exc.plan,
-            **_page_context(request),
+            **page_context(request),
         }
         return render(request, "inventory/restatement_changed.html", context, status=409)
     except TidemarkError as exc:
