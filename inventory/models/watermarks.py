@@ -1,0 +1,61 @@
+"""Watermarks and their events."""
+
+from django.db import models
+from django.db.models import Q
+
+from inventory.models.batches import Batch
+from inventory.models.jobs import Job, WatermarkType
+
+
+class Watermark(models.Model):
+    """How far a job has committed: `position` is the end of the contiguous committed id prefix,
+    `value` the typed high-water mark (int, datetime ISO string, key -> int map, or file list)."""
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="watermark")
+    type = models.CharField(max_length=20, choices=WatermarkType.choices)
+    position = models.BigIntegerField()
+    value = models.JSONField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job"], name="watermark_one_per_job"),
+            models.CheckConstraint(
+                condition=Q(type__in=WatermarkType.values), name="watermark_type_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"watermark of job {self.job_id}: {self.value}"
+
+
+class WatermarkSource(models.TextChoices):
+    BATCH = "batch", "batch"
+    ADMIN = "admin", "admin"
+    API = "api", "api"
+    SYSTEM = "system", "system"
+
+
+class WatermarkEvent(models.Model):
+    """Every change of a watermark, with who and why."""
+
+    watermark = models.ForeignKey(Watermark, on_delete=models.CASCADE, related_name="events")
+    old_position = models.BigIntegerField()
+    new_position = models.BigIntegerField()
+    old_value = models.JSONField(null=True, blank=True)
+    new_value = models.JSONField(null=True, blank=True)
+    source = models.CharField(max_length=20, choices=WatermarkSource.choices)
+    batch = models.ForeignKey(Batch, on_delete=models.SET_NULL, null=True, blank=True)
+    actor = models.CharField(max_length=150, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    is_replay = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["watermark", "-id"], name="wm_event_history_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.old_value} -> {self.new_value}"
