@@ -1,11 +1,12 @@
-"""Reads of the inventory: lag, blockers, backfill progress, watermark history, batch items.
+"""Reads of the inventory: lag, blockers, watermark history, batch items (backfills:
+selectors_backfills.py).
 
 The API, the dashboard, the admin and /metrics read through these; nothing here writes.
 """
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import DatabaseError, connection, transaction
 from django.db.models import (
@@ -14,19 +15,14 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     Prefetch,
-    Q,
     QuerySet,
-    Sum,
-    Value,
 )
-from django.db.models.functions import Coalesce, Now
+from django.db.models.functions import Now
 
 from inventory.models import (
     COMMITTED_STATUSES,
     HOLDING_STATUSES,
     Asset,
-    Backfill,
-    BackfillThrottle,
     Batch,
     BatchKind,
     BatchStatus,
@@ -39,7 +35,6 @@ from inventory.models import (
 from inventory.services.errors import InvalidInput
 from inventory.services.items import fetch_items, source_for_connector
 from inventory.sql import query
-from inventory.templatetags.human import compact
 
 log = logging.getLogger(__name__)
 
@@ -102,22 +97,6 @@ def job_batch_counts(*, job: Job) -> dict[str, int]:
     counts = {status: 0 for status in BatchStatus.values}
     counts.update({row["status"]: row["n"] for row in rows})
     return counts
-
-
-def backfills_with_progress(queryset: QuerySet[Backfill] | None = None) -> QuerySet[Backfill]:
-    """Backfills annotated with batch counts and weights: total, done (succeeded or skipped),
-    running, dead, cancelled."""
-    queryset = Backfill.objects.all() if queryset is None else queryset
-    done = Q(batches__status__in=COMMITTED_STATUSES)
-    return queryset.select_related("job__connector").annotate(
-        batches_total=Count("batches"),
-        batches_done=Count("batches", filter=done),
-        batches_running=Count("batches", filter=Q(batches__status=BatchStatus.RUNNING)),
-        batches_dead=Count("batches", filter=Q(batches__status=BatchStatus.DEAD)),
-        batches_cancelled=Count("batches", filter=Q(batches__status=BatchStatus.CANCELLED)),
-        weight_total=Coalesce(Sum("batches__weight"), Value(0)),
-        weight_done=Coalesce(Sum("batches__weight", filter=done), Value(0)),
-    )
 
 
 def connectors_with_rows(connectors: QuerySet[Connector]) -> QuerySet[Connector]:
@@ -221,87 +200,6 @@ def watermark_chart_points(*, job: Job, events: list[WatermarkEvent]) -> dict:
 def connector_state_counts() -> dict[str, int]:
     rows = Connector.objects.values("state").annotate(n=Count("id")).order_by("state")
     return {row["state"]: row["n"] for row in rows}
-
-
-def backfill_throttles() -> list[dict]:
-    """Every backfill budget with the weight started under it in the last minute."""
-    from inventory.services.throttle import throttle_usage
-
-    throttles = list(BackfillThrottle.objects.select_related("connector").order_by("id"))
-    if not throttles:
-        return []
-    used = throttle_usage()
-    return [
-        {
-            "scope": t.connector.name if t.connector_id else "all connectors",
-            "budget": t.weight_per_minute,
-            "used": used.get(t.connector_id, 0),
-            "pct": min(100, 100 * used.get(t.connector_id, 0) / t.weight_per_minute),
-        }
-        for t in throttles
-    ]
-
-
-def backfill_throttle_for(*, job: Job) -> int | None:
-    """The tightest weight-per-minute budget a backfill of `job` draws from, if any."""
-    budgets = BackfillThrottle.objects.filter(
-        Q(connector__isnull=True) | Q(connector_id=job.connector_id)
-    ).values_list("weight_per_minute", flat=True)
-    return min(budgets, default=None)
-
-
-RECENT_BATCHES = 20  # the job's last succeeded batches a backfill's duration is estimated from
-
-
-def backfill_duration_estimate(
-    *, job: Job, plan, concurrency: int, throttle: int | None
-) -> timedelta | None:
-    """How long a backfill of `plan` should take: waves of `concurrency` batches, each as long as
-    the job's recent batches took (median), and no faster than the shared throttle admits. None
-    when the job has no finished batch to judge by and no throttle."""
-    recent = (
-        Batch.objects.filter(
-            job=job, status=BatchStatus.SUCCEEDED, started_at__isnull=False
-        )  # batch_job_succeeded_idx
-        .order_by("-finished_at")
-        .values_list("started_at", "finished_at")[:RECENT_BATCHES]
-    )
-    took = sorted((finished - started).total_seconds() for started, finished in recent)
-    estimates = []
-    if took:
-        waves = -(-len(plan) // max(concurrency, 1))
-        estimates.append(waves * took[len(took) // 2])
-    if throttle:
-        # the first minute's budget is spent at once; each further one waits for the next minute
-        estimates.append(60 * (sum(p.weight for p in plan) // throttle))
-    if not estimates:
-        return None
-    return timedelta(seconds=max(estimates))
-
-
-def weight_histogram(plan, *, budget: int, buckets: int = 10, unit: str = "") -> list[dict]:
-    """Planned batches by weight, in `buckets` equal bins from 0 to the budget (a batch of one
-    item heavier than the budget lands in an extra bin past it); labels of bytes end in B."""
-    size = max(budget / buckets, 1)
-    b = "B" if unit == "bytes" else ""
-    counts = [0] * (buckets + 1)
-    for planned in plan:
-        counts[
-            min(int(planned.weight // size), buckets - 1) if planned.weight <= budget else buckets
-        ] += 1
-    top = max(counts) or 1
-    return [
-        {
-            "label": f"> {compact(budget)}{b}"
-            if i == buckets
-            else f"{compact(round(i * size))}{b}–{compact(round((i + 1) * size))}{b}",
-            "count": n,
-            "pct": 100 * n / top,
-            "over": i == buckets,
-        }
-        for i, n in enumerate(counts)
-        if i < buckets or n
-    ]
 
 
 def batch_counts_by_job() -> list[tuple[int, str, str, int]]:

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from inventory import selectors_coverage, selectors_health
+from inventory import selectors_alerts, selectors_coverage, selectors_health
 from inventory.models import (
     Backfill,
     BackfillThrottle,
@@ -139,25 +139,25 @@ def test_a_late_watermark_a_waiting_connector_and_a_stalled_backfill_are_alerts(
     make_assets(connector, [10] * 6)
     job = make_job(connector=connector, name="late", batch_weight=10, schedule_seconds=60)
     # on time: the watermark moved just now
-    assert not [a for a in selectors_health.alerts() if a.kind == "watermark_late"]
+    assert not [a for a in selectors_alerts.alerts() if a.kind == "watermark_late"]
     Watermark.objects.filter(job=job).update(updated_at=timezone.now() - timedelta(hours=1))
-    late = [a for a in selectors_health.alerts() if a.kind == "watermark_late"]
+    late = [a for a in selectors_alerts.alerts() if a.kind == "watermark_late"]
     assert [a.subject for a in late] == ["late"]
     assert "6 items waiting" in late[0].message
 
     ConnectorFactory(name="after", state=ConnectorState.WAITING, start_after="late-src")
-    waiting = [a for a in selectors_health.alerts() if a.kind == "connector_waiting"]
+    waiting = [a for a in selectors_alerts.alerts() if a.kind == "connector_waiting"]
     assert [a.subject for a in waiting] == ["after"]
 
     first = job.connector.assets.order_by("id").first().id
     from inventory.services.backfills import backfill_create
 
     backfill = backfill_create(job=job, range_start=first, range_end=first + 1)
-    assert not [a for a in selectors_health.alerts() if a.kind == "backfill_stalled"]
+    assert not [a for a in selectors_alerts.alerts() if a.kind == "backfill_stalled"]
     Backfill.objects.filter(pk=backfill.pk).update(
         updated_at=timezone.now() - timedelta(minutes=30)
     )
-    stalled = [a for a in selectors_health.alerts() if a.kind == "backfill_stalled"]
+    stalled = [a for a in selectors_alerts.alerts() if a.kind == "backfill_stalled"]
     assert [a.subject for a in stalled] == [str(backfill.pk)]
 
 

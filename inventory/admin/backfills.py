@@ -3,7 +3,7 @@
 from django import forms
 from django.contrib import admin
 
-from inventory import selectors
+from inventory import selectors_backfills
 from inventory.actions import allowed
 from inventory.admin.base import (
     ReadOnlyAdmin,
@@ -40,7 +40,7 @@ class BackfillAdmin(RoleActionsMixin, ReadOnlyAdmin):
     actions = ["pause_backfills", "resume_backfills", "cancel_backfills"]
 
     def get_queryset(self, request):
-        return selectors.backfills_with_progress(super().get_queryset(request))
+        return selectors_backfills.backfills_with_progress(super().get_queryset(request))
 
     def get_readonly_fields(self, request, obj=None):
         return [*(f.name for f in Backfill._meta.concrete_fields), "progress"]
@@ -49,7 +49,7 @@ class BackfillAdmin(RoleActionsMixin, ReadOnlyAdmin):
     def progress(self, backfill):
         total = getattr(backfill, "batches_total", None)
         if total is None:
-            backfill = selectors.backfills_with_progress().get(pk=backfill.pk)
+            backfill = selectors_backfills.backfills_with_progress().get(pk=backfill.pk)
             total = backfill.batches_total
         return f"{backfill.batches_done}/{total} batches, {backfill.batches_dead} dead"
 

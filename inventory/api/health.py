@@ -7,7 +7,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from inventory import selectors, selectors_health
+from inventory import selectors_alerts, selectors_backfills
 from inventory.actions import role_of
 from inventory.models import Connector, Job
 from inventory.roles import actor_name
@@ -18,7 +18,7 @@ from inventory.services.errors import NotFound
 
 
 class AlertSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=selectors_health.ALERT_KINDS)
+    kind = serializers.ChoiceField(choices=selectors_alerts.ALERT_KINDS)
     subject = serializers.CharField()
     severity = serializers.CharField()
     message = serializers.CharField()
@@ -115,7 +115,7 @@ class AlertsView(APIView):
     )
     def get(self, request):
         _range_params(request, allowed=())
-        found = [alert.as_dict() for alert in selectors_health.alerts()]
+        found = [alert.as_dict() for alert in selectors_alerts.alerts()]
         return Response(AlertsSerializer({"count": len(found), "alerts": found}).data)
 
 
@@ -201,7 +201,7 @@ class BackfillThrottleView(APIView):
     )
     def get(self, request):
         _range_params(request, allowed=())
-        return Response({"throttles": selectors.backfill_throttles()})
+        return Response({"throttles": selectors_backfills.backfill_throttles()})
 
     @extend_schema(
         summary="Set or remove a weight-per-minute budget for all backfills (operator)",
@@ -222,4 +222,4 @@ class BackfillThrottleView(APIView):
         throttle_services.throttle_set(
             connector=connector, weight_per_minute=serializer.validated_data["weight_per_minute"]
         )
-        return Response({"throttles": selectors.backfill_throttles()})
+        return Response({"throttles": selectors_backfills.backfill_throttles()})

@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from rest_framework.exceptions import AuthenticationFailed, Throttled
 
-from inventory import selectors, selectors_health
+from inventory import selectors, selectors_alerts, selectors_health
 from inventory.api.authentication import ThrottledTokenAuthentication
 from inventory.roles import VIEWER, has_role
 
@@ -45,7 +45,7 @@ class InventoryCollector:
             "Batch attempts finished, by outcome (succeeded / failed)",
             labels=["job", "outcome"],
         )
-        for job_id, outcome, count in sorted(selectors_health.attempt_counts()):
+        for job_id, outcome, count in sorted(selectors_alerts.attempt_counts()):
             if job_id not in names:
                 continue
             if outcome:
@@ -110,7 +110,7 @@ class InventoryCollector:
             value=int(reaper.overdue),
         )
 
-        alerts = selectors_health.alerts(jobs)
+        alerts = selectors_alerts.alerts(jobs)
         active = GaugeMetricFamily(
             "tidemark_alert",
             "1 for each active alert (the dashboard's alert strip, GET /api/v1/alerts/): "
@@ -124,7 +124,7 @@ class InventoryCollector:
         by_kind = GaugeMetricFamily(
             "tidemark_alerts", "Active alerts by kind (0 when none)", labels=["kind"]
         )
-        for kind in selectors_health.ALERT_KINDS:
+        for kind in selectors_alerts.ALERT_KINDS:
             by_kind.add_metric([kind], sum(1 for alert in alerts if alert.kind == kind))
         yield by_kind
 

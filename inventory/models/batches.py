@@ -191,7 +191,7 @@ class Batch(models.Model):
                 name="batch_finished_idx",
                 condition=Q(finished_at__isnull=False),
             ),
-            # "succeeded batches of job J, newest first" (selectors.backfill_duration_estimate;
+            # "succeeded batches of job J, newest first" (selectors_backfills.backfill_duration_estimate;
             # the last-day rates read JobHourlyRates now)
             models.Index(
                 fields=["job", "finished_at"],
@@ -230,7 +230,7 @@ class BatchAttempt(models.Model):
         ]
         indexes = [
             # /metrics' attempt counters: "attempts finished since the rollup's boundary"
-            # (selectors_health.attempt_counts)
+            # (selectors_alerts.attempt_counts)
             models.Index(
                 fields=["finished_at"],
                 name="attempt_finished_idx",

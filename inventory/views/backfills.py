@@ -8,7 +8,7 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from inventory import selectors, selectors_health
+from inventory import selectors_backfills, selectors_health
 from inventory.actions import role_of
 from inventory.forms import BackfillForm, ThrottleForm
 from inventory.models import Backfill, BackfillStatus
@@ -64,7 +64,7 @@ def backfills(request):
 
 
 def _backfills_context() -> dict:
-    rows = list(selectors.backfills_with_progress().order_by("-id")[:100])
+    rows = list(selectors_backfills.backfills_with_progress().order_by("-id")[:100])
     rates = selectors_health.jobs_rates(job_ids=sorted({row.job_id for row in rows}))
     for row in rows:
         rate = rates.get(row.job_id)
@@ -76,7 +76,7 @@ def _backfills_context() -> dict:
     return {
         "backfills": rows,
         "live": any(row.status == BackfillStatus.RUNNING for row in rows),
-        "throttles": selectors.backfill_throttles(),
+        "throttles": selectors_backfills.backfill_throttles(),
     }
 
 
@@ -102,8 +102,8 @@ def backfill_preview(request):
         context.update(fingerprint=summary["fingerprint"], previewed=plan_text(summary))
         budget = form.cleaned_data.get("batch_weight") or job.batch_weight
         total_weight = sum(p.weight for p in plan)
-        throttle = selectors.backfill_throttle_for(job=job)
-        duration = selectors.backfill_duration_estimate(
+        throttle = selectors_backfills.backfill_throttle_for(job=job)
+        duration = selectors_backfills.backfill_duration_estimate(
             job=job, plan=plan, concurrency=form.cleaned_data["max_concurrency"], throttle=throttle
         )
         context.update(
@@ -111,7 +111,7 @@ def backfill_preview(request):
             total_items=sum(p.item_count for p in plan),
             max_weight=max(p.weight for p in plan),
             budget=budget,
-            histogram=selectors.weight_histogram(
+            histogram=selectors_backfills.weight_histogram(
                 plan, budget=budget, unit=job.connector.weight_unit
             ),
             duration=duration,

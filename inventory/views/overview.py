@@ -4,7 +4,7 @@ from django.core.paginator import Paginator
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from inventory import selectors, selectors_health
+from inventory import selectors, selectors_alerts, selectors_health
 from inventory.roles import VIEWER
 from inventory.views.base import is_htmx, page_context, role_required
 
@@ -23,7 +23,7 @@ def overview(request):
     shown = selectors_health.rows_filter(rows, query=query, state=state)
     page = Paginator(shown, OVERVIEW_PAGE).get_page(request.GET.get("page"))
     selectors_health.rows_detail(page.object_list)
-    alerts = sorted(selectors_health.alerts(rows), key=lambda a: SEVERITY_ORDER[a.severity])
+    alerts = sorted(selectors_alerts.alerts(rows), key=lambda a: SEVERITY_ORDER[a.severity])
     kinds: dict[str, int] = {}
     for alert in alerts[ALERT_STRIP:]:
         label = alert.kind.replace("_", " ")

@@ -5,7 +5,7 @@ from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from inventory import selectors
+from inventory import selectors_backfills
 from inventory.actions import api_roles
 from inventory.api import serializers as s
 from inventory.api.filters import BackfillFilter, StrictFilterBackend
@@ -23,7 +23,7 @@ from inventory.services import backfills as backfill_services
     ),
 )
 class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSet):
-    queryset = selectors.backfills_with_progress()
+    queryset = selectors_backfills.backfills_with_progress()
     serializer_class = s.BackfillSerializer
     pagination_class = NewestFirst
     filter_backends = [StrictFilterBackend]
@@ -32,7 +32,7 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
     action_roles = api_roles("backfills")  # inventory/actions.py
 
     def get_queryset(self):
-        return selectors.backfills_with_progress()
+        return selectors_backfills.backfills_with_progress()
 
     @extend_schema(
         summary="Schedule a backfill of a closed item-id or time range (operator)",
