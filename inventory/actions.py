@@ -2,8 +2,11 @@
 
 The API's permission check (each viewset's `action_roles`, read by api/permissions.HasRole), the
 admin's actions and the dashboard's buttons all take the role from here, so an action cannot need
-one role in the API and another on a page. Services are named by dotted path: this module imports
-no service (the services do not depend on who may call them).
+one role in the API and another on a page. The fronts (API views, dashboard views, admin) take an
+action through `run(key, user, **arguments)`, which checks the role once more and calls the
+declared service with the declaration's `fixed` arguments (job.pause: paused=True): what the table
+says is what runs (tests/test_actions_dispatch.py). Services are named by dotted path: this module
+imports no service (the services do not depend on who may call them).
 
 `api` places an action in the REST API: (viewset, DRF action), where a DRF action shared by several
 methods is keyed "action:METHOD" (permissions.HasRole's convention).
@@ -11,6 +14,7 @@ methods is keyed "action:METHOD" (permissions.HasRole's convention).
 
 from dataclasses import dataclass
 
+from django.core.exceptions import PermissionDenied
 from django.utils.module_loading import import_string
 
 from inventory.roles import ADMIN, OPERATOR, VIEWER, has_role
@@ -24,6 +28,8 @@ class Action:
     label: str  # what a button or an admin action says
     api: tuple[str, str] | None = None
     needs_reason: bool = False
+    # arguments the declaration fixes, passed to the service with the caller's (pause: paused=True)
+    fixed: tuple[tuple[str, object], ...] = ()
 
     @property
     def target(self) -> str:
@@ -38,6 +44,13 @@ class Action:
 
     def allowed(self, user) -> bool:
         return has_role(user, self.role)
+
+    def run(self, user, /, **arguments):
+        """The service with the fixed and the given arguments, if `user` has the role (else
+        PermissionDenied: the fronts check first and answer in their own way, this is the floor)."""
+        if not self.allowed(user):
+            raise PermissionDenied(f"this needs the {self.role} role")
+        return self.service_function()(**dict(self.fixed), **arguments)
 
 
 _S = "inventory.services."
@@ -54,17 +67,18 @@ ACTIONS: dict[str, Action] = {
                "Discover now", api=("connectors", "discover")),
         Action("job.run", OPERATOR, _S + "scheduling.job_run_now", "Run now",
                api=("jobs", "run")),
-        Action("job.pause", OPERATOR, _S + "jobs.job_set_paused", "Pause", api=("jobs", "pause")),
+        Action("job.pause", OPERATOR, _S + "jobs.job_set_paused", "Pause", api=("jobs", "pause"),
+               fixed=(("paused", True),)),
         Action("job.resume", OPERATOR, _S + "jobs.job_set_paused", "Resume",
-               api=("jobs", "resume")),
+               api=("jobs", "resume"), fixed=(("paused", False),)),
         Action("job.backfill", OPERATOR, _S + "backfills.backfill_create", "Schedule a backfill",
                api=("backfills", "create")),
         Action("backfill.pause", OPERATOR, _S + "backfills.backfill_set_status", "Pause",
-               api=("backfills", "pause")),
+               api=("backfills", "pause"), fixed=(("status", "paused"),)),
         Action("backfill.resume", OPERATOR, _S + "backfills.backfill_set_status", "Resume",
-               api=("backfills", "resume")),
+               api=("backfills", "resume"), fixed=(("status", "running"),)),
         Action("backfill.cancel", OPERATOR, _S + "backfills.backfill_set_status", "Cancel",
-               api=("backfills", "cancel")),
+               api=("backfills", "cancel"), fixed=(("status", "cancelled"),)),
         # POST /api/v1/jobs/{name}/restatements/{id}/apply/ and dismiss/ (api/restatements.py)
         Action("restatement.apply", OPERATOR, _S + "restatement_records.restatement_apply",
                "Apply the replay"),
@@ -113,6 +127,12 @@ ACTIONS: dict[str, Action] = {
 
 def action(key: str) -> Action:
     return ACTIONS[key]
+
+
+def run(key: str, user, /, **arguments):
+    """Take action `key` as `user`: the declared service, with the declared fixed arguments and
+    `arguments` (KeyError for an undeclared action; PermissionDenied without its role)."""
+    return ACTIONS[key].run(user, **arguments)
 
 
 def role_of(key: str) -> str:

@@ -4,16 +4,15 @@ from django import forms
 from django.contrib import admin
 
 from inventory import selectors_backfills
-from inventory.actions import allowed
+from inventory.actions import allowed, run
 from inventory.admin.base import (
     ReadOnlyAdmin,
     RoleActionsMixin,
     service_action,
     services_form_error,
 )
-from inventory.models import Backfill, BackfillStatus, BackfillThrottle
+from inventory.models import Backfill, BackfillThrottle
 from inventory.roles import VIEWER, has_role
-from inventory.services import backfills as backfill_services
 from inventory.services import throttle as throttle_services
 from inventory.services.errors import TidemarkError
 
@@ -53,29 +52,26 @@ class BackfillAdmin(RoleActionsMixin, ReadOnlyAdmin):
             total = backfill.batches_total
         return f"{backfill.batches_done}/{total} batches, {backfill.batches_dead} dead"
 
-    def _set(self, request, queryset, status, label):
-        self.run_service(
-            request,
-            queryset,
-            label,
-            lambda b: backfill_services.backfill_set_status(backfill=b, status=status),
-        )
+    def _set(self, request, queryset, key, label):
+        self.run_service(request, queryset, label, lambda b: run(key, request.user, backfill=b))
 
     @service_action("backfill.pause", "Pause selected backfills")
     def pause_backfills(self, request, queryset):
-        self._set(request, queryset, BackfillStatus.PAUSED, "paused")
+        self._set(request, queryset, "backfill.pause", "paused")
 
     @service_action("backfill.resume", "Resume selected backfills")
     def resume_backfills(self, request, queryset):
-        self._set(request, queryset, BackfillStatus.RUNNING, "resumed")
+        self._set(request, queryset, "backfill.resume", "resumed")
 
     @service_action("backfill.cancel", "Cancel selected backfills")
     def cancel_backfills(self, request, queryset):
-        self._set(request, queryset, BackfillStatus.CANCELLED, "cancelled")
+        self._set(request, queryset, "backfill.cancel", "cancelled")
 
 
 class BackfillThrottleForm(forms.ModelForm):
     """Saves through throttle_set while validating, so its error shows on the field."""
+
+    user = None  # set per request by RoleActionsMixin.get_form
 
     class Meta:
         model = BackfillThrottle
@@ -89,8 +85,11 @@ class BackfillThrottleForm(forms.ModelForm):
         fixed = "connector" not in self.fields
         connector = self.instance.connector if fixed else cleaned.get("connector")
         try:
-            throttle_services.throttle_set(
-                connector=connector, weight_per_minute=cleaned.get("weight_per_minute")
+            run(
+                "throttle.set",
+                self.user,
+                connector=connector,
+                weight_per_minute=cleaned.get("weight_per_minute"),
             )
         except TidemarkError as exc:
             services_form_error(self, exc)
@@ -145,12 +144,14 @@ class BackfillThrottleAdmin(RoleActionsMixin, admin.ModelAdmin):
         """BackfillThrottleForm already saved it through the service."""
 
     def delete_model(self, request, obj):
-        throttle_services.throttle_set(connector=obj.connector, weight_per_minute=None)
+        run("throttle.set", request.user, connector=obj.connector, weight_per_minute=None)
 
     def delete_queryset(self, request, queryset):
         self.run_service(
             request,
             queryset.select_related("connector"),
             "removed",
-            lambda t: throttle_services.throttle_set(connector=t.connector, weight_per_minute=None),
+            lambda t: run(
+                "throttle.set", request.user, connector=t.connector, weight_per_minute=None
+            ),
         )

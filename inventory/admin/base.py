@@ -32,6 +32,13 @@ def service_action(key: str, description: str):
 class RoleActionsMixin:
     """`allowed_permissions = ("operate",)` / `("administer",)` on an action checks the role."""
 
+    def get_form(self, request, obj=None, **kwargs):
+        """The form class of this request, knowing its user (forms that save take an action as
+        the user: inventory/actions.run)."""
+        form = super().get_form(request, obj, **kwargs)
+        form.user = request.user
+        return form
+
     def has_operate_permission(self, request):
         return has_role(request.user, OPERATOR)
 

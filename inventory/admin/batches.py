@@ -7,10 +7,10 @@ from django.contrib import admin
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
+from inventory.actions import run
 from inventory.admin.base import ReadOnlyAdmin, RoleActionsMixin, service_action
 from inventory.models import Batch, BatchAttempt
 from inventory.roles import actor_name
-from inventory.services import lifecycle as batch_services
 from inventory.services.secrets import mask
 
 
@@ -96,7 +96,7 @@ class BatchAdmin(RoleActionsMixin, ReadOnlyAdmin):
             request,
             queryset,
             "sent back to the queue",
-            lambda b: batch_services.batch_retry(batch_id=b.pk, actor=actor),
+            lambda b: run("batch.retry", request.user, batch_id=b.pk, actor=actor),
         )
 
     @service_action("batch.cancel", "Cancel selected batches")
@@ -106,8 +106,12 @@ class BatchAdmin(RoleActionsMixin, ReadOnlyAdmin):
             request,
             queryset,
             "cancelled",
-            lambda b: batch_services.batch_cancel(
-                batch_id=b.pk, actor=actor, reason="cancelled in the admin"
+            lambda b: run(
+                "batch.cancel",
+                request.user,
+                batch_id=b.pk,
+                actor=actor,
+                reason="cancelled in the admin",
             ),
         )
 
@@ -121,7 +125,9 @@ class BatchAdmin(RoleActionsMixin, ReadOnlyAdmin):
                 request,
                 queryset,
                 "skipped",
-                lambda b: batch_services.batch_skip(batch_id=b.pk, actor=actor, reason=reason),
+                lambda b: run(
+                    "batch.skip", request.user, batch_id=b.pk, actor=actor, reason=reason
+                ),
             )
             return None
         context = {

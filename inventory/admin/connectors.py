@@ -5,6 +5,7 @@ from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 
 from inventory import selectors
+from inventory.actions import run
 from inventory.admin.base import (
     ReadOnlyAdmin,
     RoleActionsMixin,
@@ -13,7 +14,6 @@ from inventory.admin.base import (
 )
 from inventory.models import Asset, Connector, WatermarkSource
 from inventory.roles import actor_name
-from inventory.services import connectors as connector_services
 from inventory.services.errors import InvalidInput, TidemarkError
 
 
@@ -29,6 +29,7 @@ class ConnectorForm(forms.ModelForm):
         "with jobs resets their watermarks to the start: give the reason here to confirm it.",
     )
     actor = ""  # set per request by ConnectorAdmin.get_form
+    user = None  # set per request by RoleActionsMixin.get_form
 
     class Meta:
         model = Connector
@@ -40,7 +41,9 @@ class ConnectorForm(forms.ModelForm):
             return cleaned
         try:
             if self.instance.pk is None:
-                self.instance = connector_services.connector_create(
+                self.instance = run(
+                    "connector.create",
+                    self.user,
                     name=cleaned["name"],
                     kind=cleaned["kind"],
                     config=cleaned["config"],
@@ -48,20 +51,26 @@ class ConnectorForm(forms.ModelForm):
                     start_after=cleaned["start_after"],
                 )
             elif cleaned.get("reset_reason"):
-                self.instance = connector_services.connector_reset(
+                self.instance = run(
+                    "connector.reset",
+                    self.user,
                     connector=self.instance,
                     config=cleaned["config"],
                     actor=self.actor,
                     reason=cleaned["reset_reason"],
                     source=WatermarkSource.ADMIN,
                 )
-                self.instance = connector_services.connector_update(
+                self.instance = run(
+                    "connector.update",
+                    self.user,
                     connector=self.instance,
                     labels=cleaned["labels"],
                     start_after=cleaned["start_after"],
                 )
             else:
-                self.instance = connector_services.connector_update(
+                self.instance = run(
+                    "connector.update",
+                    self.user,
                     connector=self.instance,
                     config=cleaned["config"],
                     labels=cleaned["labels"],
@@ -115,14 +124,14 @@ class ConnectorAdmin(RoleActionsMixin, admin.ModelAdmin):
         return own_delete_permission_only(self, objs, request)
 
     def delete_model(self, request, obj):
-        connector_services.connector_delete(connector=obj)
+        run("connector.delete", request.user, connector=obj)
 
     def delete_queryset(self, request, queryset):
         self.run_service(
             request,
             queryset,
             "deleted",
-            lambda c: connector_services.connector_delete(connector=c),
+            lambda c: run("connector.delete", request.user, connector=c),
         )
 
     @service_action("connector.pause", "Pause selected connectors")
@@ -131,8 +140,8 @@ class ConnectorAdmin(RoleActionsMixin, admin.ModelAdmin):
             request,
             queryset,
             "paused",
-            lambda c: connector_services.connector_pause(
-                connector=c, actor=request.user.get_username()
+            lambda c: run(
+                "connector.pause", request.user, connector=c, actor=request.user.get_username()
             ),
         )
 
@@ -142,8 +151,8 @@ class ConnectorAdmin(RoleActionsMixin, admin.ModelAdmin):
             request,
             queryset,
             "resumed",
-            lambda c: connector_services.connector_resume(
-                connector=c, actor=request.user.get_username()
+            lambda c: run(
+                "connector.resume", request.user, connector=c, actor=request.user.get_username()
             ),
         )
 

@@ -6,6 +6,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
+from inventory.actions import run
 from inventory.admin.base import (
     RoleActionsMixin,
     own_delete_permission_only,
@@ -24,6 +25,8 @@ class JobForm(forms.ModelForm):
     """Saves through job_create / job_update while validating, so that a service error shows on
     the field it names. The admin's change view runs in one transaction: all or nothing."""
 
+    user = None  # set per request by RoleActionsMixin.get_form
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if "restatements" in self.fields:  # a viewer's read-only form has no fields
@@ -41,10 +44,10 @@ class JobForm(forms.ModelForm):
             cleaned.pop("restatements", None)  # not given: the job's default policy
         try:
             if self.instance.pk is None:
-                self.instance = job_services.job_create(**cleaned)
+                self.instance = run("job.create", self.user, **cleaned)
             else:
                 changed = {name: cleaned[name] for name in self.changed_data if name in cleaned}
-                self.instance = job_services.job_update(job=self.instance, **changed)
+                self.instance = run("job.update", self.user, job=self.instance, **changed)
         except TidemarkError as exc:
             services_form_error(self, exc)
         return cleaned
@@ -99,10 +102,12 @@ class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
         return own_delete_permission_only(self, objs, request)
 
     def delete_model(self, request, obj):
-        job_services.job_delete(job=obj)
+        run("job.delete", request.user, job=obj)
 
     def delete_queryset(self, request, queryset):
-        self.run_service(request, queryset, "deleted", lambda j: job_services.job_delete(job=j))
+        self.run_service(
+            request, queryset, "deleted", lambda j: run("job.delete", request.user, job=j)
+        )
 
     @service_action("job.backfill", "Backfill the holes of selected jobs (with a preview)…")
     def backfill_holes(self, request, queryset):

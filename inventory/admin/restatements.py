@@ -2,10 +2,10 @@
 
 from django.contrib import admin, messages
 
+from inventory.actions import run
 from inventory.admin.base import ReadOnlyAdmin, RoleActionsMixin, service_action
 from inventory.models import Restatement, RestatementStatus
 from inventory.roles import actor_name
-from inventory.services import restatement_records
 from inventory.services.errors import TidemarkError
 
 
@@ -38,7 +38,7 @@ class RestatementAdmin(RoleActionsMixin, ReadOnlyAdmin):
         actor = actor_name(request.user)
         for record in queryset.filter(status=RestatementStatus.PROPOSED).order_by("id"):
             try:
-                record = restatement_records.restatement_apply(restatement=record, actor=actor)
+                record = run("restatement.apply", request.user, restatement=record, actor=actor)
             except TidemarkError as exc:  # a changed plan says how (PlanChanged's message)
                 self.message_user(request, f"restatement {record.pk}: {exc}", messages.ERROR)
             else:

@@ -11,11 +11,10 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from inventory import selectors
-from inventory.actions import allowed, role_of
+from inventory.actions import allowed, role_of, run
 from inventory.admin.base import ReadOnlyAdmin, services_form_error
 from inventory.models import Watermark, WatermarkEvent, WatermarkSource
 from inventory.roles import actor_name
-from inventory.services import corrections
 from inventory.services.errors import TidemarkError
 
 
@@ -113,7 +112,9 @@ class WatermarkAdmin(ReadOnlyAdmin):
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data
             try:
-                corrections.watermark_correct(
+                run(
+                    "watermark.correct",
+                    request.user,
                     job=watermark.job,
                     value=data["value"],
                     position=data["position"],

@@ -8,12 +8,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from inventory import selectors_alerts, selectors_backfills
-from inventory.actions import role_of
+from inventory.actions import role_of, run
 from inventory.models import Connector, Job
 from inventory.roles import actor_name
 from inventory.selectors_coverage import holes_to_backfill, job_gaps, job_restatements
 from inventory.services import gaps as gap_services
-from inventory.services import throttle as throttle_services
 from inventory.services.errors import NotFound
 
 
@@ -219,7 +218,10 @@ class BackfillThrottleView(APIView):
             connector = Connector.objects.filter(name=name).first()
             if connector is None:
                 raise NotFound(f"there is no connector named {name!r}")
-        throttle_services.throttle_set(
-            connector=connector, weight_per_minute=serializer.validated_data["weight_per_minute"]
+        run(
+            "throttle.set",
+            request.user,
+            connector=connector,
+            weight_per_minute=serializer.validated_data["weight_per_minute"],
         )
         return Response({"throttles": selectors_backfills.backfill_throttles()})

@@ -11,13 +11,12 @@ from rest_framework import generics, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from inventory.actions import role_of
+from inventory.actions import role_of, run
 from inventory.api.serializers import AnyJSONField, BackfillPreviewSerializer, ErrorSerializer
 from inventory.api.views import NewestFirst
 from inventory.models import Job, Restatement, RestatementStatus
 from inventory.roles import actor_name
 from inventory.selectors_coverage import job_restatements
-from inventory.services import restatement_records
 from inventory.services.errors import NotFound
 
 
@@ -138,7 +137,9 @@ class RestatementApplyView(APIView):
         record = _restatement(name, pk)
         data = ApplySerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        record = restatement_records.restatement_apply(
+        record = run(
+            "restatement.apply",
+            request.user,
             restatement=record,
             actor=actor_name(request.user),
             fingerprint=data.validated_data.get("fingerprint"),
@@ -159,8 +160,12 @@ class RestatementDismissView(APIView):
         record = _restatement(name, pk)
         data = DismissSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        record = restatement_records.restatement_dismiss(
-            restatement=record, actor=actor_name(request.user), reason=data.validated_data["reason"]
+        record = run(
+            "restatement.dismiss",
+            request.user,
+            restatement=record,
+            actor=actor_name(request.user),
+            reason=data.validated_data["reason"],
         )
         return Response(
             RestatementSerializer(_restatement(name, record.pk)).data, status.HTTP_200_OK

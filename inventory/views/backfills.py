@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from inventory import selectors_backfills, selectors_health
-from inventory.actions import role_of
+from inventory.actions import role_of, run
 from inventory.forms import BackfillForm, ThrottleForm
 from inventory.models import Backfill, BackfillStatus
 from inventory.roles import VIEWER, actor_name
@@ -35,7 +35,9 @@ def backfills(request):
         if form.is_valid():
             data = form.cleaned_data
             try:
-                backfill = backfill_services.backfill_create(
+                backfill = run(
+                    "job.backfill",
+                    request.user,
                     **backfill_args(data),
                     max_concurrency=data["max_concurrency"],
                     priority=data["priority"],
@@ -90,8 +92,13 @@ def backfill_preview(request):
         budget = {k: args.pop(k) for k in ("batch_weight", "max_items")}
         try:
             span = backfill_services.backfill_range(**args)  # the ids a time range stands for
-            plan = backfill_services.backfill_preview(
-                job=args["job"], range_start=span.range_start, range_end=span.range_end, **budget
+            plan = run(
+                "job.backfill_preview",
+                request.user,
+                job=args["job"],
+                range_start=span.range_start,
+                range_end=span.range_end,
+                **budget,
             )
         except TidemarkError as exc:
             form_error(form, exc)
@@ -125,17 +132,12 @@ def backfill_preview(request):
 @login_required
 def backfill_action(request, pk, action):
     backfill = get_object_or_404(Backfill, pk=pk)
-    statuses = {
-        "pause": BackfillStatus.PAUSED,
-        "resume": BackfillStatus.RUNNING,
-        "cancel": BackfillStatus.CANCELLED,
-    }
-    if action not in statuses:
+    if action not in ("pause", "resume", "cancel"):
         raise PermissionDenied(f"unknown action {action!r}")
     require_allowed(request, f"backfill.{action}")
     act(
         request,
-        lambda: backfill_services.backfill_set_status(backfill=backfill, status=statuses[action]),
+        lambda: run(f"backfill.{action}", request.user, backfill=backfill),
         f"backfill {pk}: {action}",
     )
     return redirect("dashboard:backfills")

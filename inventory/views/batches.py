@@ -6,10 +6,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from inventory import selectors
+from inventory.actions import run
 from inventory.forms import ReasonForm
 from inventory.models import Batch, BatchStatus
 from inventory.roles import VIEWER, actor_name
-from inventory.services import lifecycle as batch_services
 from inventory.services.secrets import mask
 from inventory.views.base import act, page_context, positive_int, require_allowed, role_required
 
@@ -54,9 +54,11 @@ def batch_action(request, pk, action):
     actor = actor_name(request.user)
     reason = request.POST.get("reason", "")
     actions = {
-        "retry": lambda: batch_services.batch_retry(batch_id=pk, actor=actor),
-        "cancel": lambda: batch_services.batch_cancel(batch_id=pk, actor=actor, reason=reason),
-        "skip": lambda: batch_services.batch_skip(batch_id=pk, actor=actor, reason=reason),
+        "retry": lambda: run("batch.retry", request.user, batch_id=pk, actor=actor),
+        "cancel": lambda: run(
+            "batch.cancel", request.user, batch_id=pk, actor=actor, reason=reason
+        ),
+        "skip": lambda: run("batch.skip", request.user, batch_id=pk, actor=actor, reason=reason),
     }
     if action not in actions:
         raise PermissionDenied(f"unknown action {action!r}")

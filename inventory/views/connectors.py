@@ -1,7 +1,5 @@
 """The connectors' page and their actions (pause, resume, discover now)."""
 
-from functools import partial
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -11,10 +9,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from inventory import selectors
+from inventory.actions import run
 from inventory.models import Connector
 from inventory.roles import VIEWER
-from inventory.services import connectors as connector_services
-from inventory.services import discovery
 from inventory.views.base import act, is_htmx, page_context, require_allowed, role_required
 
 CONNECTOR_PAGE = 100
@@ -54,19 +51,17 @@ def connectors(request):
 def connector_action(request, name, action):
     connector = get_object_or_404(Connector, name=name)
     actor = request.user.get_username()
-    actions = {
-        "pause": (partial(connector_services.connector_pause, actor=actor), f"paused {name}"),
-        "resume": (partial(connector_services.connector_resume, actor=actor), f"resumed {name}"),
-        "discover": (
-            discovery.connector_discover_now,
-            lambda new: f"scanned {name}: {new} new file(s) registered",
-        ),
+    actions = {  # the arguments beside the connector, and what the page says when done
+        "pause": ({"actor": actor}, f"paused {name}"),
+        "resume": ({"actor": actor}, f"resumed {name}"),
+        "discover": ({}, lambda new: f"scanned {name}: {new} new file(s) registered"),
     }
     if action not in actions:
         raise PermissionDenied(f"unknown action {action!r}")
     require_allowed(request, f"connector.{action}")
-    service, done = actions[action]
-    act(request, lambda: service(connector=connector), done)
+    arguments, done = actions[action]
+    key = f"connector.{action}"
+    act(request, lambda: run(key, request.user, connector=connector, **arguments), done)
     if is_htmx(request):
         # the row alone, with the outcome next to it (no full reload)
         connector = selectors.connectors_with_rows(Connector.objects.filter(pk=connector.pk))[0]

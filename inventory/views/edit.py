@@ -6,14 +6,11 @@ from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from inventory.actions import role_of
+from inventory.actions import role_of, run
 from inventory.api import serializers as api
 from inventory.forms import ThrottleForm
 from inventory.forms_edit import ConnectorEditForm, JobEditForm, attach_errors
 from inventory.models import Connector, Job
-from inventory.services import connectors as connector_services
-from inventory.services import jobs as job_services
-from inventory.services import throttle as throttle_services
 from inventory.services.errors import TidemarkError
 from inventory.views.base import page_context, require_allowed, role_required
 
@@ -39,7 +36,7 @@ def connector_new(request):
         saved = _save(
             form,
             api.ConnectorCreateSerializer(data=form.payload()),
-            lambda data: connector_services.connector_create(**data),
+            lambda data: run("connector.create", request.user, **data),
         )
         if saved:
             messages.success(request, f"Connector {saved.name} created.")
@@ -59,7 +56,7 @@ def connector_edit(request, name):
         saved = _save(
             form,
             api.ConnectorUpdateSerializer(data=form.payload()),
-            lambda data: connector_services.connector_update(connector=connector, **data),
+            lambda data: run("connector.update", request.user, connector=connector, **data),
         )
         if saved:
             messages.success(request, f"Connector {saved.name} changed.")
@@ -76,7 +73,7 @@ def job_new(request):
         saved = _save(
             form,
             api.JobWriteSerializer(data=form.payload()),
-            lambda data: job_services.job_create(**data),
+            lambda data: run("job.create", request.user, **data),
         )
         if saved:
             messages.success(request, f"Job {saved.name} created.")
@@ -93,7 +90,7 @@ def job_edit(request, name):
         saved = _save(
             form,
             api.JobWriteSerializer(job, data=form.payload(), partial=True),
-            lambda data: job_services.job_update(job=job, **data),
+            lambda data: run("job.update", request.user, job=job, **data),
         )
         if saved:
             messages.success(request, f"Job {saved.name} changed.")
@@ -121,7 +118,7 @@ def throttle_set(request):
         return redirect("dashboard:backfills")
     budget = form.cleaned_data["weight_per_minute"]
     try:
-        throttle_services.throttle_set(connector=connector, weight_per_minute=budget)
+        run("throttle.set", request.user, connector=connector, weight_per_minute=budget)
     except TidemarkError as exc:
         messages.error(request, f"Throttle not changed: {exc}")
     else:

@@ -8,13 +8,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from inventory import selectors, selectors_coverage, selectors_health
-from inventory.actions import role_of
+from inventory.actions import role_of, run
 from inventory.forms import GapRangeForm, HolesBackfillForm
 from inventory.models import Batch, BatchKind, BatchStatus, Job
 from inventory.roles import VIEWER, actor_name
 from inventory.services import gaps as gap_services
-from inventory.services import jobs as job_services
-from inventory.services import scheduling as scheduling_services
 from inventory.services.errors import TidemarkError
 from inventory.services.secrets import mask
 from inventory.views.base import act, page_context, require_allowed, role_required
@@ -183,7 +181,7 @@ def job_gaps_backfill(request, name):
 def job_run_now(request, name):
     job = get_object_or_404(Job.objects.select_related("connector"), name=name)
     try:
-        outcome = scheduling_services.job_run_now(job=job)
+        outcome = run("job.run", request.user, job=job)
     except TidemarkError as exc:
         messages.error(request, str(exc))
         return redirect("dashboard:job", name=job.name)
@@ -206,7 +204,7 @@ def job_pause_resume(request, name, action):
     require_allowed(request, f"job.{action}")
     act(
         request,
-        lambda: job_services.job_set_paused(job=job, paused=action == "pause"),
+        lambda: run(f"job.{action}", request.user, job=job),
         f"{action}d {name}",
     )
     return redirect("dashboard:job", name=job.name)

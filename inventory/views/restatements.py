@@ -9,9 +9,9 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from inventory.actions import run
 from inventory.models import Restatement
 from inventory.roles import actor_name
-from inventory.services import restatement_records
 from inventory.services.errors import PlanChanged, TidemarkError
 from inventory.views.base import page_context, require_allowed
 
@@ -26,15 +26,23 @@ def restatement_action(request, name, pk, action):
     actor = actor_name(request.user)
     try:
         if action == "apply":
-            record = restatement_records.restatement_apply(
-                restatement=record, actor=actor, fingerprint=request.POST.get("fingerprint") or None
+            record = run(
+                "restatement.apply",
+                request.user,
+                restatement=record,
+                actor=actor,
+                fingerprint=request.POST.get("fingerprint") or None,
             )
             messages.success(
                 request, f"Restatement {pk} applied: backfill {record.backfill_id} rebuilds it."
             )
         else:
-            restatement_records.restatement_dismiss(
-                restatement=record, actor=actor, reason=request.POST.get("reason", "")
+            run(
+                "restatement.dismiss",
+                request.user,
+                restatement=record,
+                actor=actor,
+                reason=request.POST.get("reason", ""),
             )
             messages.success(request, f"Restatement {pk} dismissed.")
     except PlanChanged as exc:

@@ -6,11 +6,10 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from inventory import selectors_backfills
-from inventory.actions import api_roles
+from inventory.actions import api_roles, run
 from inventory.api import serializers as s
 from inventory.api.filters import BackfillFilter, StrictFilterBackend
 from inventory.api.views.base import IdViewSet, NewestFirst, validated, with_errors
-from inventory.models import BackfillStatus
 from inventory.roles import actor_name
 from inventory.services import backfills as backfill_services
 
@@ -46,7 +45,7 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
     )
     def create(self, request):
         data = validated(s.BackfillCreateSerializer, request)
-        backfill = backfill_services.backfill_create(**data, actor=actor_name(request.user))
+        backfill = run("job.backfill", request.user, **data, actor=actor_name(request.user))
         backfill = self.get_queryset().get(pk=backfill.pk)
         return Response(s.BackfillSerializer(backfill).data, status=status.HTTP_201_CREATED)
 
@@ -62,16 +61,18 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
         data = validated(s.BackfillPlanSerializer, request)
         given = {k: data.pop(k) for k in backfill_services.RANGE_FIELDS if k in data}
         span = backfill_services.backfill_range(job=data["job"], **given)
-        plan = backfill_services.backfill_preview(
-            **data, range_start=span.range_start, range_end=span.range_end
+        plan = run(
+            "job.backfill_preview",
+            request.user,
+            **data,
+            range_start=span.range_start,
+            range_end=span.range_end,
         )
         preview = backfill_services.plan_summary(job=data["job"], span=span, plan=plan)
         return Response(s.BackfillPreviewSerializer(preview).data)
 
-    def _set_status(self, new_status: str) -> Response:
-        backfill = backfill_services.backfill_set_status(
-            backfill=self.get_object(), status=new_status
-        )
+    def _set_status(self, request, key: str) -> Response:
+        backfill = run(key, request.user, backfill=self.get_object())
         return Response(s.BackfillSerializer(self.get_queryset().get(pk=backfill.pk)).data)
 
     _STATUS_SCHEMA = {
@@ -82,14 +83,14 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
     @extend_schema(summary="Pause a running backfill (operator)", **_STATUS_SCHEMA)
     @action(detail=True, methods=["post"])
     def pause(self, request, pk=None):
-        return self._set_status(BackfillStatus.PAUSED)
+        return self._set_status(request, "backfill.pause")
 
     @extend_schema(summary="Resume a paused backfill (operator)", **_STATUS_SCHEMA)
     @action(detail=True, methods=["post"])
     def resume(self, request, pk=None):
-        return self._set_status(BackfillStatus.RUNNING)
+        return self._set_status(request, "backfill.resume")
 
     @extend_schema(summary="Cancel a backfill and its waiting batches (operator)", **_STATUS_SCHEMA)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        return self._set_status(BackfillStatus.CANCELLED)
+        return self._set_status(request, "backfill.cancel")

@@ -7,13 +7,12 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from inventory import selectors
-from inventory.actions import api_roles
+from inventory.actions import api_roles, run
 from inventory.api import serializers as s
 from inventory.api.filters import BatchFilter, StrictFilterBackend
 from inventory.api.views.base import IdViewSet, NewestFirst, validated, with_errors
 from inventory.models import Batch, BatchAttempt
 from inventory.roles import actor_name
-from inventory.services import lifecycle as batch_services
 from inventory.services.errors import NotFound
 
 
@@ -68,7 +67,9 @@ class BatchViewSet(mixins.ListModelMixin, IdViewSet):
     @action(detail=True, methods=["post"])
     def heartbeat(self, request, pk=None):
         data = validated(s.HeartbeatSerializer, request)
-        expires = batch_services.batch_heartbeat(
+        expires = run(
+            "batch.heartbeat",
+            request.user,
             batch_id=self.object_id(),
             attempt=data["attempt"],
             lease_seconds=data.get("lease_seconds"),
@@ -85,7 +86,9 @@ class BatchViewSet(mixins.ListModelMixin, IdViewSet):
     @action(detail=True, methods=["post"])
     def succeed(self, request, pk=None):
         data = validated(s.SucceedSerializer, request)
-        batch = batch_services.batch_succeed(
+        batch = run(
+            "batch.succeed",
+            request.user,
             batch_id=self.object_id(),
             attempt=data["attempt"],
             result=data["result"],
@@ -101,8 +104,12 @@ class BatchViewSet(mixins.ListModelMixin, IdViewSet):
     @action(detail=True, methods=["post"])
     def fail(self, request, pk=None):
         data = validated(s.FailSerializer, request)
-        batch = batch_services.batch_fail(
-            batch_id=self.object_id(), attempt=data["attempt"], error=data["error"]
+        batch = run(
+            "batch.fail",
+            request.user,
+            batch_id=self.object_id(),
+            attempt=data["attempt"],
+            error=data["error"],
         )
         return self._detail(batch.pk)
 
@@ -113,8 +120,8 @@ class BatchViewSet(mixins.ListModelMixin, IdViewSet):
     )
     @action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
-        batch = batch_services.batch_retry(
-            batch_id=self.object_id(), actor=actor_name(request.user)
+        batch = run(
+            "batch.retry", request.user, batch_id=self.object_id(), actor=actor_name(request.user)
         )
         return self._detail(batch.pk)
 
@@ -126,8 +133,12 @@ class BatchViewSet(mixins.ListModelMixin, IdViewSet):
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         data = validated(s.CancelSerializer, request)
-        batch = batch_services.batch_cancel(
-            batch_id=self.object_id(), actor=actor_name(request.user), reason=data["reason"]
+        batch = run(
+            "batch.cancel",
+            request.user,
+            batch_id=self.object_id(),
+            actor=actor_name(request.user),
+            reason=data["reason"],
         )
         return self._detail(batch.pk)
 
@@ -139,7 +150,11 @@ class BatchViewSet(mixins.ListModelMixin, IdViewSet):
     @action(detail=True, methods=["post"])
     def skip(self, request, pk=None):
         data = validated(s.SkipSerializer, request)
-        batch = batch_services.batch_skip(
-            batch_id=self.object_id(), actor=actor_name(request.user), reason=data["reason"]
+        batch = run(
+            "batch.skip",
+            request.user,
+            batch_id=self.object_id(),
+            actor=actor_name(request.user),
+            reason=data["reason"],
         )
         return self._detail(batch.pk)

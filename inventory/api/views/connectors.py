@@ -6,15 +6,12 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from inventory import selectors
-from inventory.actions import api_roles
+from inventory.actions import api_roles, run
 from inventory.api import serializers as s
 from inventory.api.filters import StrictFilterBackend
 from inventory.api.views.base import NamedViewSet, NewestFirst, validated, with_errors
 from inventory.models import Connector, WatermarkSource
 from inventory.roles import actor_name
-from inventory.services import assets as asset_services
-from inventory.services import connectors as connector_services
-from inventory.services import discovery
 
 
 @extend_schema_view(
@@ -38,7 +35,7 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     )
     def create(self, request):
         data = validated(s.ConnectorCreateSerializer, request)
-        connector = connector_services.connector_create(**data)
+        connector = run("connector.create", request.user, **data)
         return Response(s.ConnectorSerializer(connector).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -51,7 +48,7 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     def partial_update(self, request, name=None):
         connector = self.get_object()
         data = validated(s.ConnectorUpdateSerializer, request)
-        connector = connector_services.connector_update(connector=connector, **data)
+        connector = run("connector.update", request.user, connector=connector, **data)
         return Response(s.ConnectorSerializer(connector).data)
 
     @extend_schema(
@@ -66,7 +63,9 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     @action(detail=True, methods=["post"])
     def reset(self, request, name=None):
         data = validated(s.ConnectorResetSerializer, request)
-        connector = connector_services.connector_reset(
+        connector = run(
+            "connector.reset",
+            request.user,
             connector=self.get_object(),
             config=data["config"],
             actor=actor_name(request.user),
@@ -80,7 +79,7 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
         responses=with_errors({204: None}, 404, 409),
     )
     def destroy(self, request, name=None):
-        connector_services.connector_delete(connector=self.get_object())
+        run("connector.delete", request.user, connector=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
@@ -90,8 +89,11 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     )
     @action(detail=True, methods=["post"])
     def pause(self, request, name=None):
-        connector = connector_services.connector_pause(
-            connector=self.get_object(), actor=actor_name(request.user)
+        connector = run(
+            "connector.pause",
+            request.user,
+            connector=self.get_object(),
+            actor=actor_name(request.user),
         )
         return Response(s.ConnectorSerializer(connector).data)
 
@@ -102,8 +104,11 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     )
     @action(detail=True, methods=["post"])
     def resume(self, request, name=None):
-        connector = connector_services.connector_resume(
-            connector=self.get_object(), actor=actor_name(request.user)
+        connector = run(
+            "connector.resume",
+            request.user,
+            connector=self.get_object(),
+            actor=actor_name(request.user),
         )
         return Response(s.ConnectorSerializer(connector).data)
 
@@ -139,7 +144,7 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     @action(detail=True, methods=["post"])
     def discover(self, request, name=None):
         connector = self.get_object()
-        registered = discovery.connector_discover_now(connector=connector)
+        registered = run("connector.discover", request.user, connector=connector)
         return Response({"connector": connector.name, "registered": registered})
 
     @extend_schema(
@@ -156,7 +161,9 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     def assets(self, request, name=None):
         connector = self.get_object()
         data = validated(s.AnnounceAssetsSerializer, request)
-        announced = asset_services.assets_announce(connector=connector, items=data["assets"])
+        announced = run(
+            "connector.announce", request.user, connector=connector, items=data["assets"]
+        )
         return Response(
             {
                 "connector": connector.name,

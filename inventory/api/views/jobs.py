@@ -6,16 +6,12 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from inventory import selectors
-from inventory.actions import api_roles
+from inventory.actions import api_roles, run
 from inventory.api import serializers as s
 from inventory.api.filters import StrictFilterBackend
 from inventory.api.views.base import NamedViewSet, NewestFirst, validated, with_errors
 from inventory.models import Batch, Job, WatermarkSource
 from inventory.roles import actor_name
-from inventory.services import corrections
-from inventory.services import jobs as job_services
-from inventory.services import lifecycle as batch_services
-from inventory.services import scheduling as scheduling_services
 
 
 def _with_state(job: Job) -> Job:
@@ -57,7 +53,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     )
     def create(self, request):
         data = validated(s.JobWriteSerializer, request)
-        job = job_services.job_create(**data)
+        job = run("job.create", request.user, **data)
         return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -69,7 +65,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
         job = self.get_object()
         serializer = s.JobWriteSerializer(job, data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
-        job = job_services.job_update(job=job, **serializer.validated_data)
+        job = run("job.update", request.user, job=job, **serializer.validated_data)
         return Response(s.JobSerializer(job).data)
 
     @extend_schema(
@@ -77,7 +73,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
         responses=with_errors({204: None}, 404, 409),
     )
     def destroy(self, request, name=None):
-        job_services.job_delete(job=self.get_object())
+        run("job.delete", request.user, job=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
@@ -87,7 +83,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     )
     @action(detail=True, methods=["post"])
     def pause(self, request, name=None):
-        job = job_services.job_set_paused(job=self.get_object(), paused=True)
+        job = run("job.pause", request.user, job=self.get_object())
         return Response(s.JobSerializer(job).data)
 
     @extend_schema(
@@ -97,7 +93,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     )
     @action(detail=True, methods=["post"])
     def resume(self, request, name=None):
-        job = job_services.job_set_paused(job=self.get_object(), paused=False)
+        job = run("job.resume", request.user, job=self.get_object())
         return Response(s.JobSerializer(job).data)
 
     @extend_schema(
@@ -109,7 +105,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     )
     @action(detail=True, methods=["post"])
     def run(self, request, name=None):
-        outcome = scheduling_services.job_run_now(job=self.get_object())
+        outcome = run("job.run", request.user, job=self.get_object())
         return Response(s.RunResultSerializer(outcome).data)
 
     @extend_schema(
@@ -132,7 +128,9 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     def acquire(self, request, name=None):
         job = self.get_object()
         data = validated(s.AcquireSerializer, request)
-        batch = batch_services.batch_acquire(
+        batch = run(
+            "job.acquire",
+            request.user,
             job=job,
             worker=data.get("worker") or f"api:{actor_name(request.user)}",
             lease_seconds=data.get("lease_seconds"),
@@ -159,7 +157,9 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
         job = self.get_object()
         if request.method == "POST":
             data = validated(s.WatermarkCorrectionSerializer, request)
-            corrections.watermark_correct(
+            run(
+                "watermark.correct",
+                request.user,
                 job=job,
                 value=data.get("value"),
                 position=data.get("position"),
