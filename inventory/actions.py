@@ -73,6 +73,8 @@ ACTIONS: dict[str, Action] = {
                api=("jobs", "resume"), fixed=(("paused", False),)),
         Action("job.backfill", OPERATOR, _S + "backfills.backfill_create", "Schedule a backfill",
                api=("backfills", "create")),
+        # POST /api/v1/jobs/{name}/gaps/backfill/ (api/health.py): a backfill per hole of a job
+        Action("job.backfill_holes", OPERATOR, _S + "gaps.holes_backfill", "Backfill the holes"),
         Action("backfill.pause", OPERATOR, _S + "backfills.backfill_set_status", "Pause",
                api=("backfills", "pause"), fixed=(("status", "paused"),)),
         Action("backfill.resume", OPERATOR, _S + "backfills.backfill_set_status", "Resume",

@@ -72,7 +72,7 @@ def world():
         "/jobs/acted/": {"job.run", "job.pause"},
         "/jobs/idle/": {"job.run", "job.resume"},
         "/jobs/acted/batches/": set(),
-        "/jobs/acted/gaps/": {"job.backfill"},  # the dead batch's range is a hole
+        "/jobs/acted/gaps/": {"job.backfill_holes"},  # the dead batch's range is a hole
         "/connectors/": {"connector.pause", "connector.discover", "connector.resume"},
         f"/batches/{done.pk}/": set(),
         f"/batches/{failed.pk}/": {"batch.retry", "batch.cancel"},

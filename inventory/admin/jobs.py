@@ -109,7 +109,7 @@ class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
             request, queryset, "deleted", lambda j: run("job.delete", request.user, job=j)
         )
 
-    @service_action("job.backfill", "Backfill the holes of selected jobs (with a preview)…")
+    @service_action("job.backfill_holes", "Backfill the holes of selected jobs (with a preview)…")
     def backfill_holes(self, request, queryset):
         """The gap report's one action, as on the dashboard and in the API: a backfill of exactly
         each job's dead, cancelled and never-planned stretches, after a preview."""
@@ -131,8 +131,14 @@ class JobAdmin(RoleActionsMixin, admin.ModelAdmin):
                 # the preview's fingerprint of this job: exactly those backfills, or none
                 pinned = request.POST.get(f"fingerprint_{job.pk}") or None
                 try:
-                    created = gap_services.holes_backfill(
-                        job=job, **data, **bounds, actor=actor, fingerprint=pinned
+                    created = run(
+                        "job.backfill_holes",
+                        request.user,
+                        job=job,
+                        **data,
+                        **bounds,
+                        actor=actor,
+                        fingerprint=pinned,
                     )
                 except PlanChanged:
                     changed.append(job.name)

@@ -142,7 +142,7 @@ class JobGapsView(APIView):
 
 class JobHolesBackfillView(APIView):
     action = "backfill_holes"  # permissions.HasRole reads the role from action_roles
-    action_roles = {"backfill_holes": role_of("job.backfill")}  # inventory/actions.py
+    action_roles = {"backfill_holes": role_of("job.backfill_holes")}  # inventory/actions.py
 
     @extend_schema(
         summary="Backfill the holes of a job (operator)",
@@ -168,7 +168,9 @@ class JobHolesBackfillView(APIView):
                 },
             )
             return Response(gap_services.holes_summary(job=job, plans=plans))
-        created = gap_services.holes_backfill(job=job, **data, actor=actor_name(request.user))
+        created = run(
+            "job.backfill_holes", request.user, job=job, **data, actor=actor_name(request.user)
+        )
         return Response(
             {
                 "job": job.name,

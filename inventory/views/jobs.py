@@ -138,7 +138,7 @@ def job_gaps(request, name):
 
 
 @require_POST
-@role_required(role_of("job.backfill"))
+@role_required(role_of("job.backfill_holes"))
 def job_gaps_backfill(request, name):
     job = get_object_or_404(Job.objects.select_related("connector", "watermark"), name=name)
     form = HolesBackfillForm(request.POST)
@@ -164,7 +164,9 @@ def job_gaps_backfill(request, name):
         }
         return render(request, "inventory/_holes_preview.html", context)
     try:
-        created = gap_services.holes_backfill(job=job, **data, actor=actor_name(request.user))
+        created = run(
+            "job.backfill_holes", request.user, job=job, **data, actor=actor_name(request.user)
+        )
     except TidemarkError as exc:  # the holes changed since the preview, among others: say how
         messages.error(request, str(exc))
         return redirect("dashboard:job-gaps", name=job.name)
