@@ -1,4 +1,5 @@
-"""What every model admin shares: read-only records, actions needing the role inventory/actions.py declares, service errors on forms."""
+"""What every model admin shares: read-only records, actions needing the role inventory/actions.py
+declares, service errors on forms."""
 
 from django.contrib import admin, messages
 

@@ -1,4 +1,5 @@
-"""Batches and their attempts: read-only, retried, cancelled or skipped through the lifecycle services."""
+"""Batches and their attempts: read-only, retried, cancelled or skipped through the lifecycle
+services."""
 
 import json
 

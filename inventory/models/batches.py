@@ -1,4 +1,5 @@
-"""Batches and their attempts; the status lists (HOLDING_STATUSES, ...); the invariants the database enforces on them (the exclusion constraint on live spans, partial indexes)."""
+"""Batches and their attempts; the status lists (HOLDING_STATUSES, ...); the invariants the database
+enforces on them (the exclusion constraint on live spans, partial indexes)."""
 
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import BigIntegerRangeField, RangeOperators

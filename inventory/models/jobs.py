@@ -1,4 +1,5 @@
-"""Jobs: what they read, how they cut it into batches, their watermark's type and restatement policy."""
+"""Jobs: what they read, how they cut it into batches, their watermark's type and restatement
+policy."""
 
 from django.db import models
 from django.db.models import Q

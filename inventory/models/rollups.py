@@ -1,4 +1,5 @@
-"""Rows the database derives (attempt rollups, a job's hourly rates) and the maintenance runs' record."""
+"""Rows the database derives (attempt rollups, a job's hourly rates) and the maintenance runs'
+record."""
 
 from django.db import models
 

@@ -1,4 +1,5 @@
-"""What every dashboard page shares: the role a page needs, the role an action needs, the page's context, an action's call and its message."""
+"""What every dashboard page shares: the role a page needs, the role an action needs, the page's
+context, an action's call and its message."""
 
 from functools import wraps
 

@@ -1,4 +1,5 @@
-"""A job's page: its batches, coverage, holes and restatements; run now, pause, resume, backfill its holes."""
+"""A job's page: its batches, coverage, holes and restatements; run now, pause, resume, backfill its
+holes."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required

@@ -1,4 +1,5 @@
-"""Batches' shapes, their attempts, and what an external processing application sends (acquire, heartbeat, succeed, fail)."""
+"""Batches' shapes, their attempts, and what an external processing application sends (acquire,
+heartbeat, succeed, fail)."""
 
 from rest_framework import serializers
 

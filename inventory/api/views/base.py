@@ -1,4 +1,5 @@
-"""What every API viewset shares: lookups by name or id (unknown ones 404), newest-first paging, the error responses the schema names."""
+"""What every API viewset shares: lookups by name or id (unknown ones 404), newest-first paging, the
+error responses the schema names."""
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse

@@ -1,4 +1,5 @@
-"""/api/v1/batches/: list, read; retry, cancel, skip; heartbeat, succeed, fail from external processing."""
+"""/api/v1/batches/: list, read; retry, cancel, skip; heartbeat, succeed, fail from external
+processing."""
 
 from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema, extend_schema_view

@@ -1,4 +1,5 @@
-"""/api/v1/connectors/: list, read, create, change, delete; pause, resume, reset, discover; assets announced by a producer."""
+"""/api/v1/connectors/: list, read, create, change, delete; pause, resume, reset, discover; assets
+announced by a producer."""
 
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status

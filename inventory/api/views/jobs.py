@@ -1,4 +1,5 @@
-"""/api/v1/jobs/: list, read, create, change, delete; run, pause, resume; the watermark and its correction; acquire for external processing."""
+"""/api/v1/jobs/: list, read, create, change, delete; run, pause, resume; the watermark and its
+correction; acquire for external processing."""
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status

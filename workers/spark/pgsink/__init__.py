@@ -1,4 +1,5 @@
-"""PostgreSQL table sink (one module per step: config, target, staging, merge; sink.py runs them): parallel COPY into a staging table, then one merging transaction.
+"""PostgreSQL table sink (one module per step: config, target, staging, merge; sink.py runs them):
+parallel COPY into a staging table, then one merging transaction.
 
 sink = {"kind": "postgres", "dsn_env": "ENV_VAR", "table": "schema.table", "key": [...],
         "mode": "append" | "upsert" | "coalesce", "order_by": optional column,

@@ -1,4 +1,5 @@
-"""A sink's configuration read and checked: identifiers, the table, the mode and key, the DSN (never the control plane's own database)."""
+"""A sink's configuration read and checked: identifiers, the table, the mode and key, the DSN (never
+the control plane's own database)."""
 
 import os
 import re

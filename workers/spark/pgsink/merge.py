@@ -1,4 +1,5 @@
-"""The merging transaction by mode: append replaces a batch's rows, upsert and coalesce keep the newest version of each key."""
+"""The merging transaction by mode: append replaces a batch's rows, upsert and coalesce keep the
+newest version of each key."""
 
 from workers.spark.errors import SinkError
 from workers.spark.pgsink.config import quote_ident

@@ -1,4 +1,5 @@
-"""The sink's two entries: checking a sink's configuration before any work, and writing a batch (stage, then merge inside the publish fence)."""
+"""The sink's two entries: checking a sink's configuration before any work, and writing a batch
+(stage, then merge inside the publish fence)."""
 
 import hashlib
 import logging

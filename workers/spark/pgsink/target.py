@@ -1,4 +1,5 @@
-"""The target table (created from the DataFrame's schema, with the columns Tidemark adds) and the ledger of which batch attempt wrote it."""
+"""The target table (created from the DataFrame's schema, with the columns Tidemark adds) and the
+ledger of which batch attempt wrote it."""
 
 import re
 
