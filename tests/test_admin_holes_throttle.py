@@ -106,7 +106,9 @@ def test_a_job_without_holes_says_so_and_offers_nothing(role_users, admin_client
 def test_a_viewer_cannot_backfill_the_holes(gappy, role_users, admin_client_for):
     job, _ = gappy
     permissions = inventory_admin.JobAdmin.backfill_holes.allowed_permissions
-    assert list(permissions) == [inventory_admin.ROLE_PERMISSION[ACTIONS["job.backfill"].role]]
+    assert list(permissions) == [
+        inventory_admin.ROLE_PERMISSION[ACTIONS["job.backfill_holes"].role]
+    ]
     client = admin_client_for(role_users["viewer"])
     changelist = client.get(JOBS).content.decode()
     assert "backfill_holes" not in changelist
