@@ -5,7 +5,7 @@ from django.db.models.signals import post_migrate
 def _after_migrate(sender, using="default", **kwargs):
     """After `migrate`: Tidemark's periodic work is registered in django-celery-beat's tables
     (beat does it again whenever it starts; see controlplane/celery.py), and the role groups get
-    the admin-site permissions of models added since migration 0003 (auth created them just
+    the admin-site permissions of models added since the groups were made (auth created them just
     before: its handler runs first)."""
     from inventory.roles import role_groups_ensure
     from inventory.services.scheduling import schedules_sync

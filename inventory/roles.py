@@ -6,7 +6,7 @@ operator also pauses/resumes connectors, runs jobs, processes batches from outsi
 admin    also creates, changes and deletes connectors and jobs, corrects watermarks and skips dead
          batches.
 
-The groups (and their admin-site model permissions) are created by migration 0003_roles and kept
+The groups (and their admin-site model permissions) are created by migration 0001_baseline and kept
 current after every `migrate` (role_groups_ensure, inventory/apps.py).
 """
 
@@ -72,7 +72,7 @@ def actor_name(user) -> str:
 def role_groups_ensure() -> None:
     """Create the role groups with their admin-site permissions if missing (idempotent).
 
-    Migration 0003_roles created them; every `migrate` runs this after it (models added later get
+    Migration 0001_baseline created them; every `migrate` runs this after it (models added later get
     their permissions), and tests run it after a flush.
     """
     from django.contrib.auth.models import Group, Permission

@@ -133,7 +133,7 @@ def spark():
 
 @pytest.fixture
 def role_users(db):
-    """Named users, one per role (groups from migration 0003_roles), plus one with no role."""
+    """Named users, one per role (groups from migration 0001_baseline), plus one with no role."""
     from django.contrib.auth.models import Group, User
 
     from inventory.roles import role_groups_ensure

@@ -1,14 +1,18 @@
 """The SQL has one home (inventory/sql/): a database migrated step by step, as every test database
-is, defines exactly the functions of the current schema files, and the status lists the SQL uses
-are the ones the Python code uses."""
+is, defines exactly the functions of the current schema files, the tables, constraints and indexes
+the models declare and the triggers of the numbered SQL files; and the status lists the SQL uses
+are the ones the Python code uses. (tests/test_migration_upgrade.py: a database of the old
+migration chain upgrades to the same schema.)"""
 
 import re
 
 import pytest
+from django.apps import apps
 from django.db import connection
 
 from inventory import models
 from inventory.sql import SCHEMA_FILES, SQL_DIR, query, schema_sql
+from tests.schema_catalog import catalog, differences
 
 pytestmark = pytest.mark.django_db
 
@@ -17,18 +21,10 @@ SCRATCH = "tidemark_schema_check"
 
 def _functions(cursor, schema: str) -> dict[str, str]:
     """signature -> definition of every tidemark_* function in `schema`, schema name removed."""
-    cursor.execute(
-        """
-        SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid)
-        FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
-        WHERE n.nspname = %s AND p.proname LIKE 'tidemark\\_%%'
-        """,
-        [schema],
-    )
-    prefix = re.compile(rf"\b{re.escape(schema)}\.")
     return {
-        prefix.sub("", signature): prefix.sub("", definition)
-        for signature, definition in cursor.fetchall()
+        signature: definition
+        for signature, definition in catalog(cursor, schema)["functions"].items()
+        if signature.startswith("tidemark_")
     }
 
 
@@ -47,6 +43,83 @@ def test_a_database_migrated_step_by_step_defines_exactly_the_current_functions(
     assert sorted(migrated) == sorted(current)
     for signature, definition in current.items():
         assert migrated[signature] == definition, f"{signature} differs from inventory/sql/schema/"
+
+
+MODEL_KINDS = ("tables", "constraints", "indexes")
+# Watermark.job is a OneToOneField (its own unique constraint) and has the named constraint
+# watermark_one_per_job on the same column: a migration adds the named one to the existing table,
+# so the database holds both, while one CREATE TABLE with both (the models' DDL below) gets one,
+# PostgreSQL merging the two.
+MERGED_BY_CREATE_TABLE = {
+    "constraints": {"inventory_watermark.inventory_watermark_job_id_key"},
+    "indexes": {"inventory_watermark.inventory_watermark_job_id_key"},
+}
+
+
+def _inventory(snapshot: dict) -> dict:
+    """The tables, constraints and indexes of inventory's tables (the other apps' migrations are
+    theirs), without the objects of MERGED_BY_CREATE_TABLE."""
+    return {
+        kind: {
+            name: value
+            for name, value in snapshot[kind].items()
+            if name.startswith("inventory_") and name not in MERGED_BY_CREATE_TABLE.get(kind, ())
+        }
+        for kind in MODEL_KINDS
+    }
+
+
+def test_a_database_migrated_step_by_step_has_the_tables_constraints_and_indexes_of_the_models():
+    """The models' own DDL (Django's schema editor creating every model afresh, in a scratch
+    schema) against the migrated database: a migration that forgot or dropped a column, a
+    constraint or an index, or left a table or an index behind, fails here."""
+    with connection.cursor() as cursor:
+        migrated = catalog(cursor)
+        cursor.execute(f"CREATE SCHEMA {SCRATCH}")
+        cursor.execute(f"SET LOCAL search_path TO {SCRATCH}")
+        with connection.schema_editor() as editor:
+            for model in apps.get_models():
+                if model._meta.managed and not model._meta.proxy:
+                    editor.create_model(model)
+        declared = catalog(cursor, SCRATCH)
+        cursor.execute("SET LOCAL search_path TO DEFAULT")
+    for kind, names in MERGED_BY_CREATE_TABLE.items():
+        assert names <= set(migrated[kind]), f"{names} gone: drop MERGED_BY_CREATE_TABLE"
+    assert len(_inventory(declared)["tables"]) >= 10, "the models' tables were not created"
+    found = differences(_inventory(migrated), _inventory(declared))
+    assert found == [], "migrated (left) and declared by the models (right):\n" + "\n".join(found)
+
+
+def _triggers_of_the_sql_files() -> dict[str, str]:
+    """table.trigger -> the numbered file that last created it, replaying the files in order."""
+    created = re.compile(
+        r"^CREATE (?:OR REPLACE )?TRIGGER (\w+)\s.*?\sON (\w+)", re.MULTILINE | re.DOTALL
+    )
+    dropped = re.compile(r"^DROP TRIGGER (?:IF EXISTS )?(\w+) ON (\w+)", re.MULTILINE)
+    triggers = {}
+    for path in sorted((SQL_DIR / "migrations").glob("[0-9]*.sql")):
+        text = path.read_text()
+        events = [(m.start(), "create", m) for m in created.finditer(text)]
+        events += [(m.start(), "drop", m) for m in dropped.finditer(text)]
+        for _, event, match in sorted(events, key=lambda event: event[0]):
+            name, table = match.groups()
+            if event == "create":
+                triggers[f"{table}.{name}"] = path.name
+            else:
+                triggers.pop(f"{table}.{name}", None)
+    return triggers
+
+
+def test_a_database_migrated_step_by_step_has_exactly_the_triggers_of_the_sql_files():
+    expected = _triggers_of_the_sql_files()
+    assert expected, "the numbered SQL files create no trigger"
+    with connection.cursor() as cursor:
+        migrated = catalog(cursor)
+    assert sorted(migrated["triggers"]) == sorted(expected)
+    functions = {signature.split("(")[0] for signature in migrated["functions"]}
+    for name, definition in migrated["triggers"].items():
+        called = re.search(r"EXECUTE FUNCTION (\w+)\(", definition).group(1)
+        assert called in functions, f"{name} calls {called}, which does not exist"
 
 
 STATUS_LISTS = {

@@ -2,7 +2,8 @@
 
 - `schema/*.sql`: the current definition of every SQL function, one concern per file
   (`SCHEMA_FILES`, in the order they can be created).
-- `migrations/NNNN_*.sql`: the numbered changes, applied by Django migrations through
+- `migrations/0001_baseline.sql`, then `migrations/NNNN_*.sql`: the baseline's SQL objects and
+  the numbered changes after it, applied by Django migrations through
   `migrations_utils.RunSQLFile`; never edited once a migration applies them.
 - `queries.sql`: the statements the services send, each under `-- name: <name>`, read with `query()`.
 - `source_table.sql`: statements sent to a `table` connector's own database (templates whose

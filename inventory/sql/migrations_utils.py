@@ -1,8 +1,13 @@
-"""One-line migrations for the numbered SQL change files in inventory/sql/migrations/.
+"""One-line migrations for the SQL files in inventory/sql/migrations/: the baseline
+(0001_baseline.sql, applied by migration 0001_baseline after its tables) and each numbered change
+after it, applied by the migration of the same number:
 
-    operations = [RunSQLFile("0012_sql_home.sql")]
+    operations = [RunSQLFile("0029_<name>.sql")]
 
-The file is read when the migration module is imported, so `sqlmigrate` shows its text.
+The file is read when the migration module is imported, so `sqlmigrate` shows its text. A file is
+never edited once a migration applies it; a change to a function is the next numbered file (the
+`CREATE OR REPLACE` of what changed), after editing its current definition in
+inventory/sql/schema/ (inventory/sql/README.md).
 """
 
 from django.db import migrations
