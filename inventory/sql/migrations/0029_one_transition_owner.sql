@@ -77,11 +77,10 @@ CREATE OR REPLACE FUNCTION tidemark_batch_insert(
     p_finished boolean DEFAULT false
 ) RETURNS SETOF inventory_batch LANGUAGE plpgsql AS $$
 DECLARE
-    v_max_attempts integer;
     v_start boolean := p_status = 'running';
 BEGIN
-    PERFORM tidemark_batch_check_moves(ARRAY['new'], p_status);
-    SELECT max_attempts INTO v_max_attempts FROM inventory_job WHERE id = p_job;
+    -- the move is checked inside the statement (one lookup, no statement of its own); when
+    -- nothing was inserted, tidemark_batch_check_moves says whether the move was refused
     RETURN QUERY
     WITH created AS (
         INSERT INTO inventory_batch (
@@ -92,7 +91,7 @@ BEGIN
         SELECT p_job, p_backfill,
                CASE WHEN p_backfill IS NULL THEN 'incremental' ELSE 'backfill' END,
                p_status, int8range(g.lo, g.hi), g.n, g.w, CASE WHEN v_start THEN 1 ELSE 0 END,
-               v_max_attempts,
+               j.max_attempts,
                CASE WHEN v_start
                     THEN statement_timestamp() + make_interval(secs => p_lease_seconds) END,
                coalesce(p_worker, ''), statement_timestamp(),
@@ -100,6 +99,11 @@ BEGIN
                CASE WHEN p_finished THEN statement_timestamp() END,
                '{}', '{}', coalesce(p_skip_reason, ''), coalesce(p_snapshot, '{}')
         FROM unnest(p_lowers, p_uppers, p_counts, p_weights) WITH ORDINALITY AS g(lo, hi, n, w, o)
+        JOIN inventory_job AS j ON j.id = p_job
+        WHERE EXISTS (
+            SELECT 1 FROM tidemark_batch_move AS m
+            WHERE m.from_status = 'new' AND m.to_status = p_status
+        )
         ORDER BY g.o
         RETURNING *
     ), first_attempt AS (
@@ -107,6 +111,9 @@ BEGIN
         SELECT c.id, 1, c.worker, c.started_at, '', '{}' FROM created AS c WHERE v_start
     )
     SELECT * FROM created ORDER BY id;
+    IF NOT FOUND THEN
+        PERFORM tidemark_batch_check_moves(ARRAY['new'], p_status);
+    END IF;
 END
 $$;
 
@@ -130,8 +137,11 @@ CREATE OR REPLACE FUNCTION tidemark_batch_transition(
 ) RETURNS SETOF inventory_batch LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
+    moved inventory_batch%ROWTYPE;
 BEGIN
-    PERFORM tidemark_batch_check_moves(p_from, p_to);
+    -- each UPDATE moves only a batch whose move is in tidemark_batch_move (one probe of its primary
+    -- key, inside the statement: the hot paths send no query of their own for the check); when
+    -- nothing moved, tidemark_batch_check_moves says whether the move asked for was refused
     IF p_to = 'running' THEN
         RETURN QUERY
         WITH started AS (
@@ -140,6 +150,10 @@ BEGIN
                 lease_expires_at = statement_timestamp() + make_interval(secs => p_lease_seconds),
                 started_at = statement_timestamp(), finished_at = NULL, next_attempt_at = NULL
             WHERE id = ANY(p_ids) AND status = ANY(p_from)
+              AND EXISTS (
+                  SELECT 1 FROM tidemark_batch_move AS m
+                  WHERE m.from_status = inventory_batch.status AND m.to_status = p_to
+              )
             RETURNING *
         ), new_attempt AS (
             INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
@@ -147,8 +161,7 @@ BEGIN
         )
         SELECT * FROM started;
     ELSIF p_to = 'succeeded' THEN
-        RETURN QUERY
-        WITH done AS (
+        FOR moved IN
             UPDATE inventory_batch AS b
             SET status = 'succeeded', result = p_result, watermark_value = p_value,
                 finished_at = statement_timestamp(), lease_expires_at = NULL, error = '{}',
@@ -161,15 +174,18 @@ BEGIN
                 )
             WHERE b.id = ANY(p_ids) AND b.status = ANY(p_from) AND b.attempt = p_attempt
               AND b.lease_expires_at > clock_timestamp()
+              AND EXISTS (
+                  SELECT 1 FROM tidemark_batch_move AS m
+                  WHERE m.from_status = b.status AND m.to_status = p_to
+              )
             RETURNING b.*
-        ), closed AS (
-            UPDATE inventory_batchattempt AS a
-            SET finished_at = done.finished_at, outcome = 'succeeded', error = '{}'
-            FROM done WHERE a.batch_id = done.id AND a.number = done.attempt
-        )
-        SELECT * FROM done;
+        LOOP
+            UPDATE inventory_batchattempt
+            SET finished_at = moved.finished_at, outcome = 'succeeded', error = '{}'
+            WHERE batch_id = moved.id AND number = moved.attempt;
+            RETURN NEXT moved;
+        END LOOP;
     ELSIF p_to = 'failed' OR p_to = 'dead' THEN
-        PERFORM tidemark_batch_check_moves(p_from, 'dead');
         RETURN QUERY
         WITH failed AS (
             UPDATE inventory_batch AS b
@@ -181,6 +197,14 @@ BEGIN
                 error = coalesce(p_error, '{}'), finished_at = v_now, lease_expires_at = NULL
             FROM inventory_job AS j
             WHERE j.id = b.job_id AND b.id = ANY(p_ids) AND b.status = ANY(p_from)
+              AND EXISTS (
+                  SELECT 1 FROM tidemark_batch_move AS m
+                  WHERE m.from_status = b.status AND m.to_status = p_to
+              )
+              AND EXISTS (
+                  SELECT 1 FROM tidemark_batch_move AS m
+                  WHERE m.from_status = b.status AND m.to_status = 'dead'
+              )
             RETURNING b.*
         ), closed AS (
             UPDATE inventory_batchattempt AS a
@@ -203,7 +227,17 @@ BEGIN
             skip_reason = CASE WHEN p_to = 'skipped' THEN coalesce(p_skip_reason, '')
                                ELSE b.skip_reason END
         WHERE b.id = ANY(p_ids) AND b.status = ANY(p_from)
+          AND EXISTS (
+              SELECT 1 FROM tidemark_batch_move AS m
+              WHERE m.from_status = b.status AND m.to_status = p_to
+          )
         RETURNING b.*;
+    END IF;
+    IF NOT FOUND THEN
+        PERFORM tidemark_batch_check_moves(p_from, p_to);
+        IF p_to = 'failed' THEN
+            PERFORM tidemark_batch_check_moves(p_from, 'dead');
+        END IF;
     END IF;
 END
 $$;
@@ -258,13 +292,18 @@ $$;
 -- may: the one definition, for acquire (which refuses with it) and for Python
 -- (lifecycle.job_blocked_reason, which asks it).
 CREATE OR REPLACE FUNCTION tidemark_job_blocked(p_job bigint)
-RETURNS text LANGUAGE sql STABLE AS $$
+RETURNS text LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    reason text;
+BEGIN
     SELECT CASE
         WHEN j.paused THEN format('job %s is paused', j.name)
         WHEN c.state <> 'active' THEN format('connector %s is %s', c.name, c.state)
-    END
+    END INTO reason
     FROM inventory_job AS j JOIN inventory_connector AS c ON c.id = j.connector_id
-    WHERE j.id = p_job
+    WHERE j.id = p_job;
+    RETURN reason;
+END
 $$;
 
 -- The incremental planner, the only one: the next incremental range of job `p_job` over the items

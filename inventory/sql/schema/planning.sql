@@ -194,13 +194,18 @@ $$;
 -- may: the one definition, for acquire (which refuses with it) and for Python
 -- (lifecycle.job_blocked_reason, which asks it).
 CREATE OR REPLACE FUNCTION tidemark_job_blocked(p_job bigint)
-RETURNS text LANGUAGE sql STABLE AS $$
+RETURNS text LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    reason text;
+BEGIN
     SELECT CASE
         WHEN j.paused THEN format('job %s is paused', j.name)
         WHEN c.state <> 'active' THEN format('connector %s is %s', c.name, c.state)
-    END
+    END INTO reason
     FROM inventory_job AS j JOIN inventory_connector AS c ON c.id = j.connector_id
-    WHERE j.id = p_job
+    WHERE j.id = p_job;
+    RETURN reason;
+END
 $$;
 
 -- The incremental planner, the only one: the next incremental range of job `p_job` over the items
