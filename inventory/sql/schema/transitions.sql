@@ -3,9 +3,10 @@
 -- The allowed moves are rows of two tables (created by migration 0029): tidemark_batch_move and
 -- tidemark_backfill_move, (from_status, to_status), where from_status 'new' is a row's birth.
 -- A status is written only here: tidemark_batch_insert (a batch is born), tidemark_batch_transition
--- (a batch moves), tidemark_backfill_transition (a backfill moves). Each refuses a move that is not
--- in its table (SQLSTATE TM400) before touching a row; the check reads the small move table once
--- per call, not once per row, so the hot paths (acquire, succeed) pay one tiny lookup.
+-- (a batch moves), tidemark_backfill_transition (a backfill moves). None performs a move that is
+-- not in its table, and a call that moves nothing because of one fails with SQLSTATE TM400. For a
+-- batch the check is part of the statement that moves it (a probe of the move table's primary key),
+-- so the hot paths (acquire, succeed) send no query of their own for it.
 -- tests/test_status_transitions.py fails when a status is written anywhere else.
 
 -- Refuse (TM400) when a move from any of `p_from` to `p_to` is not in tidemark_batch_move.
