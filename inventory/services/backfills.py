@@ -346,20 +346,12 @@ def backfill_create(
         reason=reason,
         created_by=actor,
     )
-    snapshot = lifecycle.config_snapshot(job)
-    Batch.objects.bulk_create(
-        Batch(
-            job=job,
-            backfill=backfill,
-            kind=BatchKind.BACKFILL,
-            status=BatchStatus.QUEUED,
-            span=(planned.lower, planned.upper),
-            item_count=planned.item_count,
-            weight=planned.weight,
-            max_attempts=job.max_attempts,
-            config_snapshot=snapshot,
-        )
-        for planned in plan
+    lifecycle.batches_insert(
+        job=job,
+        backfill=backfill,
+        status=BatchStatus.QUEUED,
+        planned=[(p.lower, p.upper, p.item_count, p.weight) for p in plan],
+        snapshot=lifecycle.config_snapshot(job),
     )
     return backfill
 
@@ -451,8 +443,9 @@ def backfill_set_status(*, backfill: Backfill, status: str) -> Backfill:
         backfill = Backfill.objects.select_for_update().get(pk=backfill.pk)
         if backfill.status not in allowed.get(status, set()):
             raise Conflict(f"backfill {backfill.pk} is {backfill.status}; cannot make it {status}")
-        backfill.status = status
-        backfill.save(update_fields=["status", "updated_at"])
+        backfill = lifecycle.backfills_transition(
+            [backfill.pk], from_statuses=allowed[status], to=status
+        )[0]
         if status == BackfillStatus.CANCELLED:
             lifecycle.batches_cancel_waiting(backfill.batches.all())
     return backfill

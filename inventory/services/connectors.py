@@ -214,9 +214,11 @@ def connector_reset(
     for job in jobs:
         watermark = watermarks.watermark_lock(job.pk)
         backfills = Backfill.objects.select_for_update().filter(job=job, status__in=_OPEN_BACKFILLS)
-        for backfill in backfills.order_by("pk"):
-            backfill.status = BackfillStatus.CANCELLED
-            backfill.save(update_fields=["status", "updated_at"])
+        lifecycle.backfills_transition(
+            list(backfills.order_by("pk").values_list("pk", flat=True)),
+            from_statuses=_OPEN_BACKFILLS,
+            to=BackfillStatus.CANCELLED,
+        )
         batches = Batch.objects.filter(job=job)
         locked = list(batches.select_for_update().order_by("pk").values_list("pk", flat=True))
         batches = Batch.objects.filter(pk__in=locked)

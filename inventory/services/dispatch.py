@@ -27,6 +27,7 @@ from inventory.models import (
     Job,
 )
 from inventory.services import lifecycle
+from inventory.services.items import source_for_connector
 from inventory.sql import query
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,9 @@ def job_run(*, job: Job) -> RunOutcome:
             status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING],
         ).count()
         planned = []
+        source = source_for_connector(job.connector)  # built once for every batch planned here
         for _ in range(max(job.max_concurrency - in_flight, 0)):
-            batch = lifecycle.batch_plan_next(job=job)
+            batch = lifecycle.batch_plan_next(job=job, source=source)
             if batch is None:
                 break
             planned.append(batch.pk)

@@ -27,7 +27,7 @@ from django.db import (
 from inventory.models import Batch, BatchStatus, ConnectorKind, Job, WatermarkType
 from inventory.services import capabilities, dispatch, lifecycle, outputs
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
-from inventory.services.items import fetch_items, source_for_connector
+from inventory.services.items import ItemSource, fetch_items, source_for_connector
 from inventory.services.own_database import own_database_identity
 from inventory.services.source_kinds import connector_source
 
@@ -44,12 +44,13 @@ def worker_name() -> str:
 # ---- the spec the Spark side reads -------------------------------------------------------------
 
 
-def batch_spec(*, batch: Batch) -> dict:
+def batch_spec(*, batch: Batch, source: ItemSource | None = None) -> dict:
     """Everything the Spark side needs for one batch, as plain JSON-able data.
 
     Items: the locations of the connector's items in the batch's span, in id order. The processor,
     its params and the sink come from the batch's config snapshot, so a retry runs what the first
-    attempt ran even if the job was edited since.
+    attempt ran even if the job was edited since. `source`: the connector's item source when the
+    caller has built it already (a worker's acquire did).
     """
     job = batch.job
     connector = job.connector
@@ -61,7 +62,7 @@ def batch_spec(*, batch: Batch) -> dict:
         read = module.read_spec(connector=connector, batch=batch)
         items = read["items"]
     else:
-        source = source_for_connector(connector)
+        source = source or source_for_connector(connector)
         sql, params = source.select(lower=batch.span.lower, upper=batch.span.upper, limit=None)
         items = [row[2] for row in fetch_items(source, sql, params)]
         if connector.kind == ConnectorKind.FILES:
@@ -230,10 +231,13 @@ def job_work(
         return []
     deadline = time.monotonic() + WORK_SECONDS
     outcomes = []
+    source = source_for_connector(job.connector)  # once: acquire plans and the spec reads with it
     while has_room():
         try:
             batch = _with_db_retries(
-                lambda: lifecycle.batch_acquire(job=job, worker=worker, limit=job.max_concurrency),
+                lambda: lifecycle.batch_acquire(
+                    job=job, worker=worker, limit=job.max_concurrency, source=source
+                ),
                 what="acquire",
                 job_id=job_id,
                 budget=START_RETRY_SECONDS,
@@ -249,7 +253,7 @@ def job_work(
             break
         if not outcomes and job.max_concurrency > 1:
             dispatch.nudge(job_id)
-        outcome = _run_started(batch, executor_for=executor_for)
+        outcome = _run_started(batch, executor_for=executor_for, source=source)
         log.info(
             "batch %s attempt %s: %s %s",
             outcome.batch_id,
@@ -271,7 +275,9 @@ def job_work(
     return outcomes
 
 
-def _run_started(batch: Batch, *, executor_for: Callable[[str], Executor]) -> ExecuteOutcome:
+def _run_started(
+    batch: Batch, *, executor_for: Callable[[str], Executor], source: ItemSource | None = None
+) -> ExecuteOutcome:
     """A batch this worker started (its attempt and lease are ours): run it, then commit or fail
     it. Database errors never escape (see _with_db_retries)."""
     job = batch.job
@@ -282,7 +288,7 @@ def _run_started(batch: Batch, *, executor_for: Callable[[str], Executor]) -> Ex
     )
     heartbeat.start()
     try:
-        spec = batch_spec(batch=batch)
+        spec = batch_spec(batch=batch, source=source)
         result = executor_for(job.executor)(spec, cancel)
     except BaseException as exc:  # includes Celery's SoftTimeLimitExceeded
         heartbeat.stop()
@@ -403,11 +409,12 @@ def _start_if_ours(*, batch_id: int, worker: str) -> Batch | ExecuteOutcome:
         if batch is None:
             return ExecuteOutcome(batch_id, "missing", detail="no such batch")
         # a failed batch whose backoff is over is taken back first (due: the database's clock)
-        if batch.status == BatchStatus.FAILED and batch.is_due:
+        status = batch.status
+        if status == BatchStatus.FAILED and batch.is_due:
             lifecycle.batches_requeue_due(batch_id=batch_id)
-            batch.status = BatchStatus.QUEUED
-        if batch.status != BatchStatus.QUEUED:
-            return ExecuteOutcome(batch_id, "ignored", batch.attempt, f"batch is {batch.status}")
+            status = BatchStatus.QUEUED
+        if status != BatchStatus.QUEUED:
+            return ExecuteOutcome(batch_id, "ignored", batch.attempt, f"batch is {status}")
         if not batch.is_due:
             return ExecuteOutcome(batch_id, "ignored", batch.attempt, "backoff not over")
         blocked = lifecycle.job_blocked_reason(batch.job) or lifecycle.backfill_start_blocked(batch)

@@ -42,23 +42,6 @@ def plan_step(
     return plan[0] if plan else None
 
 
-def plan_incremental(
-    *, job_id: int, source: ItemSource, lower: int, upper: int | None, budget: int, max_items: int
-) -> PlannedRange | None:
-    """plan_step for the job's incremental lane: it stops in front of an open backfill batch and
-    takes committed outputs it reaches into whole (tidemark_plan_incremental, migration 0010)."""
-    plan = _plan(
-        source=source,
-        first=lower,
-        end=upper,
-        budget=budget,
-        max_items=max_items,
-        limit=1,
-        job_id=job_id,
-    )
-    return plan[0] if plan else None
-
-
 def plan_closed_range(
     *, source: ItemSource, first: int, last: int, budget: int, max_items: int
 ) -> list[PlannedRange]:
@@ -80,22 +63,15 @@ def _plan(
     budget: int,
     max_items: int,
     limit: int | None = None,
-    job_id: int | None = None,
 ) -> list[PlannedRange]:
     """Run tidemark_plan_batches (migration 0002) over the source's items in id order."""
     try:
         # a savepoint: a bad weight must not leave the caller's transaction aborted
         with transaction.atomic(), connection.cursor() as cursor:
-            if job_id is not None:
-                cursor.execute(
-                    query("plan_incremental"),
-                    [job_id, source.planning_query(), first, end, budget, max_items],
-                )
-            else:
-                cursor.execute(
-                    query("plan_batches"),
-                    [source.planning_query(), first, end, budget, max_items, limit],
-                )
+            cursor.execute(
+                query("plan_batches"),
+                [source.planning_query(), first, end, budget, max_items, limit],
+            )
             rows = cursor.fetchall()
     except DataError as exc:
         message = str(exc).strip().splitlines()[0]

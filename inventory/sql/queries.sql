@@ -6,40 +6,32 @@
 -- name: batch_acquire
 SELECT * FROM tidemark_acquire(%s, %s, %s, %s, %s::jsonb, %s);
 
--- name: batch_insert_incremental
--- A planned incremental batch and, when it starts at once, its first attempt, in one statement.
-WITH created AS (
-    INSERT INTO inventory_batch (
-        job_id, kind, status, span, item_count, weight, attempt, max_attempts,
-        lease_expires_at, worker, created_at, started_at, result, error, skip_reason,
-        config_snapshot
-    ) VALUES (
-        %(job)s, 'incremental', %(status)s, int8range(%(lower)s, %(upper)s), %(count)s,
-        %(weight)s, %(attempt)s, %(max_attempts)s,
-        CASE WHEN %(start)s THEN statement_timestamp() + make_interval(secs => %(lease)s) END, %(worker)s,
-        statement_timestamp(), CASE WHEN %(start)s THEN statement_timestamp() END, '{}', '{}', '', %(snapshot)s::jsonb
-    )
-    RETURNING *
-), first_attempt AS (
-    INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
-    SELECT id, attempt, worker, started_at, '', '{}' FROM created WHERE %(start)s
-)
-SELECT * FROM created;
+-- name: batch_plan_next
+-- The next incremental batch, queued (tidemark_plan_next; the caller holds the job's row).
+SELECT * FROM tidemark_plan_next(%s, %s, '', NULL, %s::jsonb);
 
--- name: batch_start
--- A waiting batch starts its next attempt; its lease is written with the database's clock.
-WITH started AS (
-    UPDATE inventory_batch
-    SET status = 'running', attempt = attempt + 1, worker = %(worker)s,
-        lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s), started_at = statement_timestamp(),
-        finished_at = NULL, next_attempt_at = NULL
-    WHERE id = %(id)s AND status = ANY(%(from)s)
-    RETURNING *
-), new_attempt AS (
-    INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
-    SELECT id, attempt, worker, started_at, '', '{}' FROM started
-)
-SELECT * FROM started;
+-- name: job_blocked
+SELECT tidemark_job_blocked(%s);
+
+-- name: batch_transition
+-- Every status change of batches (schema/transitions.sql): ids, from-statuses, to-status, and
+-- what that move writes besides.
+SELECT * FROM tidemark_batch_transition(
+    %(ids)s::bigint[], %(from)s::text[], %(to)s, p_worker => %(worker)s,
+    p_lease_seconds => %(lease)s, p_error => %(error)s::jsonb, p_skip_reason => %(skip_reason)s,
+    p_more_attempts => %(more_attempts)s
+);
+
+-- name: batch_insert
+-- New batches of a job (of a backfill when given) born with a status (schema/transitions.sql).
+SELECT * FROM tidemark_batch_insert(
+    %(job)s, %(backfill)s, %(status)s, %(lowers)s::bigint[], %(uppers)s::bigint[],
+    %(counts)s::bigint[], %(weights)s::bigint[], %(snapshot)s::jsonb,
+    p_skip_reason => %(skip_reason)s
+);
+
+-- name: backfill_transition
+SELECT id FROM tidemark_backfill_transition(%s, %s::text[], %s);
 
 -- name: job_lock_for_start
 -- Shared: a pause waits for a start in progress, and a start after the pause sees it.
@@ -113,9 +105,6 @@ WHERE id = %(id)s;
 
 -- name: plan_batches
 SELECT lower, upper, item_count, weight FROM tidemark_plan_batches(%s, %s, %s, %s, %s, %s);
-
--- name: plan_incremental
-SELECT lower, upper, item_count, weight FROM tidemark_plan_incremental(%s, %s, %s, %s, %s, %s);
 
 -- name: incremental_next
 SELECT lo, hi FROM tidemark_incremental_next(%s, %s);

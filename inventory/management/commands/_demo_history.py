@@ -19,7 +19,7 @@ from django.db import connection
 from controlplane.embedded_kafka import tansu_binary, tansu_start
 from controlplane.loopback import free_port, listening
 from inventory.models import Batch, BatchStatus, Connector, ConnectorState, Job
-from inventory.services import dispatch, scheduling
+from inventory.services import dispatch, lifecycle, scheduling
 from inventory.services.connectors import connector_delete
 from inventory.services.discovery import discover
 from inventory.services.jobs import job_delete
@@ -83,9 +83,7 @@ class HistoryThenLive:
 
     def _reset(self) -> None:
         for job in Job.objects.filter(name__in=[HISTORY_JOB, LIVE_JOB]):
-            Batch.objects.filter(job=job, status=BatchStatus.RUNNING).update(
-                status=BatchStatus.CANCELLED, lease_expires_at=None
-            )
+            lifecycle.batches_cancel(Batch.objects.filter(job=job), statuses=(BatchStatus.RUNNING,))
             job_delete(job=job)
         for connector in Connector.objects.filter(name__in=[LIVE, HISTORY]):
             connector_delete(connector=connector)

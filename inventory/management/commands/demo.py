@@ -32,7 +32,7 @@ from django.db import connection
 from controlplane.env import env_bool
 from controlplane.web_command import gunicorn_argv
 from inventory.models import Asset, Batch, BatchStatus, Connector, Job, Watermark
-from inventory.services import assets, dispatch
+from inventory.services import assets, dispatch, lifecycle
 from inventory.services.connectors import connector_delete
 from inventory.services.jobs import job_delete
 from inventory.services.outputs import control_plane_dsn
@@ -180,9 +180,7 @@ class Command(BaseCommand):
     def _reset(self, root: Path) -> None:
         """Start from a clean slate: the demo's own jobs, connector, files and sink table."""
         for job in Job.objects.filter(name__in=[HOURLY_JOB, CUSTOMERS_JOB]):
-            Batch.objects.filter(job=job, status=BatchStatus.RUNNING).update(
-                status=BatchStatus.CANCELLED, lease_expires_at=None
-            )
+            lifecycle.batches_cancel(Batch.objects.filter(job=job), statuses=(BatchStatus.RUNNING,))
             job_delete(job=job)
         for connector in Connector.objects.filter(name=CONNECTOR):
             connector_delete(connector=connector)

@@ -143,9 +143,8 @@ DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
     FOR b IN
-        SELECT x.id, x.attempt, x.max_attempts, x.worker, x.lease_expires_at,
-               j.retry_backoff_seconds
-        FROM inventory_batch AS x JOIN inventory_job AS j ON j.id = x.job_id
+        SELECT x.id, x.worker, x.lease_expires_at
+        FROM inventory_batch AS x
         WHERE x.job_id = p_job AND x.status = 'running' AND x.lease_expires_at < v_now
         ORDER BY x.id
         FOR UPDATE OF x SKIP LOCKED
@@ -156,16 +155,7 @@ BEGIN
                               coalesce(nullif(b.worker, ''), '?'),
                               to_jsonb(b.lease_expires_at) #>> '{}')
         );
-        UPDATE inventory_batch
-        SET status = CASE WHEN b.attempt >= b.max_attempts THEN 'dead' ELSE 'failed' END,
-            next_attempt_at = CASE WHEN b.attempt >= b.max_attempts THEN NULL
-                ELSE v_now + make_interval(secs => b.retry_backoff_seconds * 2 ^ (b.attempt - 1))
-            END,
-            error = v_error, finished_at = v_now, lease_expires_at = NULL
-        WHERE id = b.id;
-        UPDATE inventory_batchattempt
-        SET finished_at = v_now, outcome = 'failed', error = v_error
-        WHERE batch_id = b.id AND number = b.attempt;
+        PERFORM tidemark_batch_transition(ARRAY[b.id], ARRAY['running'], 'failed', p_error => v_error);
         RETURN NEXT b.id;
     END LOOP;
 END
@@ -189,22 +179,18 @@ CREATE OR REPLACE FUNCTION tidemark_acquire(
 LANGUAGE plpgsql AS $$
 DECLARE
     j inventory_job%ROWTYPE;
-    connector_state text;
+    blocked text;
     claimed bigint;
-    start_lo bigint;
-    start_hi bigint;
-    planned record;
+    planned inventory_batch%ROWTYPE;
+    started inventory_batch%ROWTYPE;
 BEGIN
     SELECT * INTO j FROM inventory_job WHERE id = p_job FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job % does not exist', p_job USING ERRCODE = 'TM404';
     END IF;
-    SELECT state INTO connector_state FROM inventory_connector WHERE id = j.connector_id;
-    IF j.paused THEN
-        RAISE EXCEPTION 'job % is paused', j.name USING ERRCODE = 'TM409';
-    ELSIF connector_state <> 'active' THEN
-        RAISE EXCEPTION 'the connector of job % is %', j.name, connector_state
-            USING ERRCODE = 'TM409';
+    blocked := tidemark_job_blocked(p_job);
+    IF blocked IS NOT NULL THEN
+        RAISE EXCEPTION '%', blocked USING ERRCODE = 'TM409';
     END IF;
 
     claimed := tidemark_claim_backfill(p_job, true);
@@ -227,24 +213,10 @@ BEGIN
         FOR UPDATE SKIP LOCKED;
     END IF;
     IF claimed IS NULL THEN
-        SELECT n.lo, n.hi INTO start_lo, start_hi FROM tidemark_incremental_next(p_job, p_items_sql) AS n;
-        SELECT * INTO planned
-        FROM tidemark_plan_incremental(p_job, p_items_sql, start_lo, start_hi, j.batch_weight, j.max_items);
-        IF planned.lower IS NOT NULL THEN
-            INSERT INTO inventory_batch (
-                job_id, kind, status, span, item_count, weight, attempt, max_attempts,
-                lease_expires_at, worker, created_at, started_at, result, error, skip_reason,
-                config_snapshot
-            ) VALUES (
-                p_job, 'incremental', 'running', int8range(planned.lower, planned.upper),
-                planned.item_count, planned.weight, 1, j.max_attempts,
-                statement_timestamp() + make_interval(secs => p_lease_seconds), p_worker, statement_timestamp(), statement_timestamp(),
-                '{}', '{}', '', p_snapshot
-            ) RETURNING id INTO claimed;
-            INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
-            VALUES (claimed, 1, p_worker, statement_timestamp(), '', '{}');
+        SELECT * INTO planned FROM tidemark_plan_next(p_job, p_items_sql, p_worker, p_lease_seconds, p_snapshot);
+        IF planned.id IS NOT NULL THEN
             PERFORM tidemark_reap_expired(p_job);
-            RETURN QUERY SELECT * FROM inventory_batch WHERE id = claimed;
+            RETURN NEXT planned;
             RETURN;
         END IF;
         claimed := tidemark_claim_backfill(p_job, false);
@@ -254,14 +226,10 @@ BEGIN
         END IF;
     END IF;
 
-    UPDATE inventory_batch
-    SET status = 'running', attempt = attempt + 1, worker = p_worker,
-        lease_expires_at = statement_timestamp() + make_interval(secs => p_lease_seconds), started_at = statement_timestamp(),
-        finished_at = NULL, next_attempt_at = NULL
-    WHERE id = claimed;
-    INSERT INTO inventory_batchattempt (batch_id, number, worker, started_at, outcome, error)
-    SELECT id, attempt, worker, started_at, '', '{}' FROM inventory_batch WHERE id = claimed;
+    SELECT * INTO started FROM tidemark_batch_transition(
+        ARRAY[claimed], ARRAY['queued', 'failed'], 'running', p_worker, p_lease_seconds
+    );
     PERFORM tidemark_reap_expired(p_job);
-    RETURN QUERY SELECT * FROM inventory_batch WHERE id = claimed;
+    RETURN NEXT started;
 END
 $$;

@@ -86,13 +86,15 @@ $$;
 
 -- Mark a running backfill completed once none of its batches is open. The caller holds its row.
 CREATE OR REPLACE FUNCTION tidemark_complete_backfill(p_backfill bigint)
-RETURNS void LANGUAGE sql AS $$
-    UPDATE inventory_backfill SET status = 'completed', updated_at = statement_timestamp()
-    WHERE id = p_backfill AND status = 'running'
-      AND NOT EXISTS (
-          SELECT 1 FROM inventory_batch
-          WHERE backfill_id = p_backfill AND NOT (status = ANY(tidemark_backfill_done_statuses()))
-      )
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM inventory_batch
+        WHERE backfill_id = p_backfill AND NOT (status = ANY(tidemark_backfill_done_statuses()))
+    ) THEN
+        PERFORM tidemark_backfill_transition(p_backfill, ARRAY['running'], 'completed');
+    END IF;
+END
 $$;
 
 -- Fence and commit one attempt: running, this attempt, a lease still alive by the database's clock
@@ -104,10 +106,9 @@ CREATE OR REPLACE FUNCTION tidemark_succeed(
 DECLARE
     watermark_id bigint;
     v_backfill bigint;
-    v_job bigint;
     done inventory_batch%ROWTYPE;
 BEGIN
-    SELECT w.id, b.backfill_id, b.job_id INTO watermark_id, v_backfill, v_job
+    SELECT w.id, b.backfill_id INTO watermark_id, v_backfill
     FROM inventory_watermark AS w JOIN inventory_batch AS b ON b.job_id = w.job_id
     WHERE b.id = p_batch
     FOR UPDATE OF w;
@@ -117,24 +118,13 @@ BEGIN
     IF v_backfill IS NOT NULL THEN
         PERFORM 1 FROM inventory_backfill WHERE id = v_backfill FOR UPDATE;
     END IF;
-    UPDATE inventory_batch
-    SET status = 'succeeded', result = p_result, watermark_value = p_value,
-        finished_at = statement_timestamp(), lease_expires_at = NULL, error = '{}',
-        -- commit order, serialized by the watermark row lock held until this transaction ends:
-        -- a downstream job_output reader never sees sequence n+1 before n (invariant 5)
-        commit_seq = (
-            SELECT coalesce(max(c.commit_seq), 0) + 1 FROM inventory_batch AS c
-            WHERE c.job_id = v_job AND c.commit_seq IS NOT NULL
-        )
-    WHERE id = p_batch AND status = 'running' AND attempt = p_attempt
-      AND lease_expires_at > clock_timestamp()
-    RETURNING * INTO done;
-    IF NOT FOUND THEN
+    SELECT * INTO done FROM tidemark_batch_transition(
+        ARRAY[p_batch], ARRAY['running'], 'succeeded',
+        p_attempt => p_attempt, p_result => p_result, p_value => p_value
+    );
+    IF done.id IS NULL THEN
         RETURN;  -- fenced out: the caller reports why
     END IF;
-    UPDATE inventory_batchattempt
-    SET finished_at = done.finished_at, outcome = 'succeeded', error = '{}'
-    WHERE batch_id = done.id AND number = done.attempt;
     IF done.backfill_id IS NULL THEN
         PERFORM tidemark_advance(watermark_id, done.id, done.worker, '');
     ELSE

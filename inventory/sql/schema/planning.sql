@@ -109,14 +109,11 @@ BEGIN
             RETURN;
         END IF;
         SELECT id INTO wm_id FROM inventory_watermark WHERE job_id = p_job FOR UPDATE;
-        INSERT INTO inventory_batch (
-            job_id, kind, status, span, item_count, weight, attempt, max_attempts, worker,
-            created_at, finished_at, result, error, skip_reason, config_snapshot
-        ) SELECT p_job, 'incremental', 'skipped', int8range(lo, hi), 0, 0, 0, j.max_attempts, '',
-                 statement_timestamp(), statement_timestamp(), '{}', '{}',
-                 'no item left in the range of a cancelled batch', '{}'
-          FROM inventory_job AS j WHERE j.id = p_job
-        RETURNING id INTO sealed;
+        SELECT id INTO sealed FROM tidemark_batch_insert(
+            p_job, NULL, 'skipped', ARRAY[lo], ARRAY[hi], ARRAY[0::bigint], ARRAY[0::bigint],
+            '{}', p_skip_reason => 'no item left in the range of a cancelled batch',
+            p_finished => true
+        );
         PERFORM tidemark_advance(wm_id, sealed, 'tidemark', 'empty hole skipped');
     END LOOP;
 END
@@ -190,5 +187,53 @@ CREATE OR REPLACE FUNCTION tidemark_refuse(p_message text)
 RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION '%', p_message USING ERRCODE = 'TM422';
+END
+$$;
+
+-- Why job `p_job` may take no new work now (paused, or its connector not active), or NULL when it
+-- may: the one definition, for acquire (which refuses with it) and for Python
+-- (lifecycle.job_blocked_reason, which asks it).
+CREATE OR REPLACE FUNCTION tidemark_job_blocked(p_job bigint)
+RETURNS text LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    reason text;
+BEGIN
+    SELECT CASE
+        WHEN j.paused THEN format('job %s is paused', j.name)
+        WHEN c.state <> 'active' THEN format('connector %s is %s', c.name, c.state)
+    END INTO reason
+    FROM inventory_job AS j JOIN inventory_connector AS c ON c.id = j.connector_id
+    WHERE j.id = p_job;
+    RETURN reason;
+END
+$$;
+
+-- The incremental planner, the only one: the next incremental range of job `p_job` over the items
+-- of `p_items_sql` (tidemark_incremental_next, then tidemark_plan_incremental within the job's
+-- batch_weight and max_items), inserted as a new batch (tidemark_batch_insert): running as the
+-- first attempt of `p_worker` when one is named (acquire), else queued (a scheduled run). Returns
+-- it, or nothing when no new item waits. The caller holds the job's row lock.
+CREATE OR REPLACE FUNCTION tidemark_plan_next(
+    p_job bigint, p_items_sql text, p_worker text, p_lease_seconds integer, p_snapshot jsonb
+) RETURNS SETOF inventory_batch LANGUAGE plpgsql AS $$
+DECLARE
+    j inventory_job%ROWTYPE;
+    start_lo bigint;
+    start_hi bigint;
+    planned record;
+BEGIN
+    SELECT * INTO j FROM inventory_job WHERE id = p_job;
+    SELECT n.lo, n.hi INTO start_lo, start_hi FROM tidemark_incremental_next(p_job, p_items_sql) AS n;
+    SELECT * INTO planned
+    FROM tidemark_plan_incremental(p_job, p_items_sql, start_lo, start_hi, j.batch_weight, j.max_items);
+    IF planned.lower IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM tidemark_batch_insert(
+        p_job, NULL, CASE WHEN coalesce(p_worker, '') = '' THEN 'queued' ELSE 'running' END,
+        ARRAY[planned.lower], ARRAY[planned.upper], ARRAY[planned.item_count::bigint],
+        ARRAY[planned.weight::bigint], p_snapshot, coalesce(p_worker, ''),
+        coalesce(p_lease_seconds, j.lease_seconds)
+    );
 END
 $$;
