@@ -109,8 +109,10 @@ def measure(endpoint: str) -> dict:
     from moto.s3.models import s3_backends
 
     from inventory.models import Connector
-    from inventory.services import assets, discovery, source_object_store
+    from inventory.services import assets
     from inventory.services.connectors import connector_create
+    from inventory.sources import discovery
+    from inventory.sources import object_store as source_object_store
 
     backend = s3_backends[ACCOUNT]["global"]
     backend.create_bucket(BUCKET, "us-east-1")

@@ -31,13 +31,13 @@ from inventory.models import (
 from inventory.roles import ADMIN, VIEWER, actor_name, has_role
 from inventory.services import backfills as backfill_services
 from inventory.services import connectors as connector_services
-from inventory.services import discovery
 from inventory.services import gaps as gap_services
 from inventory.services import jobs as job_services
 from inventory.services import lifecycle as batch_services
 from inventory.services import scheduling as scheduling_services
 from inventory.services.errors import PlanChanged, TidemarkError
 from inventory.services.secrets import mask
+from inventory.sources import discovery
 from inventory.templatetags.human import weight as human_weight
 
 

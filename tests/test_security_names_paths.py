@@ -7,11 +7,12 @@ import os
 import pytest
 
 from inventory.models import Asset, Batch, BatchStatus, Connector, Job
-from inventory.services import assets, execution
+from inventory.services import assets
 from inventory.services import lifecycle as batches
 from inventory.services.errors import InvalidInput
 from tests.api_support import token_client
 from tests.factories import ConnectorFactory, make_job
+from workers import execution
 
 pytestmark = pytest.mark.django_db
 

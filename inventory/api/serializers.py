@@ -21,9 +21,9 @@ from inventory.models import (
     Watermark,
     WatermarkEvent,
 )
-from inventory.services import source_kinds
 from inventory.services.jobs import FIXED_JOB_FIELDS, JOB_SETTINGS
 from inventory.services.secrets import mask
+from inventory.sources import registry as source_kinds
 
 BIGINT = 2**63 - 1
 INT = 2**31 - 1

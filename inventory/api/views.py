@@ -28,11 +28,12 @@ from inventory.roles import actor_name
 from inventory.services import assets as asset_services
 from inventory.services import backfills as backfill_services
 from inventory.services import connectors as connector_services
-from inventory.services import corrections, discovery
+from inventory.services import corrections
 from inventory.services import jobs as job_services
 from inventory.services import lifecycle as batch_services
 from inventory.services import scheduling as scheduling_services
 from inventory.services.errors import NotFound
+from inventory.sources import discovery
 
 NAME_PATTERN = r"[-a-zA-Z0-9_]+"
 ID_PATTERN = r"[0-9]+"

@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from inventory.models import Asset, Connector, ConnectorKind, ConnectorState
 from inventory.services.confinement import location_within, path_confined, walk
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.services.source_kinds import is_object_store_path
+from inventory.sources.config import is_object_store_path
 from inventory.sql import query
 
 DEFAULT_PATTERNS = ["*.parquet", "*.json", "*.jsonl", "*.csv"]

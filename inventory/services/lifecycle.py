@@ -35,13 +35,13 @@ from inventory.models import (
 )
 from inventory.services import secrets, signals, watermarks
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
-from inventory.services.items import source_for_connector
 from inventory.services.planning import (
     BAD_WEIGHT_CODE,
     SOURCE_UNREADABLE_CODES,
     incremental_start,
     plan_incremental,
 )
+from inventory.sources.registry import source_for_connector
 from inventory.sql import query
 
 log = logging.getLogger(__name__)

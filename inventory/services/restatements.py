@@ -23,9 +23,9 @@ from django.dispatch import receiver
 
 from inventory.models import Backfill, BatchStatus, Connector, ConnectorKind, RestatementCause
 from inventory.services import restatement_records as records
-from inventory.services import source_table
 from inventory.services.errors import TidemarkError
 from inventory.services.signals import batch_committed
+from inventory.sources import table as source_table
 from inventory.sql import query
 
 log = logging.getLogger(__name__)

@@ -28,11 +28,11 @@ from inventory.models import Asset, Batch, Connector
 from inventory.services import endpoints
 from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
-from inventory.services.items import quote_identifier, quote_table
 from inventory.services.own_database import is_own_database
 from inventory.services.secrets import credential_value, mask_text
-from inventory.services.source_kinds import check_known_keys
-from inventory.services.sources import source_table_check
+from inventory.sources.config import check_known_keys
+from inventory.sources.identity import source_table_check
+from inventory.sources.items import quote_identifier, quote_table
 from inventory.sql import query, source_query
 
 ALLOWED_KEYS = {

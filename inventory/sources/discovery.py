@@ -1,7 +1,7 @@
 """Discovery of every connector kind: which connectors discover their own items, and one look.
 
 A local directory is scanned by `assets.py`; object stores, tables and topics by their source
-module (`source_kinds.py`). A look that registered new items nudges the connector's jobs at once
+module (`inventory/sources/registry.py`). A look that registered new items nudges the connector's jobs at once
 instead of leaving them to their next timer.
 """
 
@@ -10,7 +10,7 @@ from django.db import transaction
 from inventory.models import Connector, ConnectorKind, ConnectorState
 from inventory.services import assets, restatements
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.services.source_kinds import connector_source, source_name
+from inventory.sources.registry import connector_source, source_name
 
 
 def discovers(connector: Connector) -> bool:
