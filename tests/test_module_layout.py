@@ -4,6 +4,7 @@ control side and the worker side, and every operator action is declared once (in
 and read by the API, the admin and the dashboard."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,13 @@ def _module_name(path: Path) -> str:
 
 
 def _imports() -> dict[str, set[str]]:
-    """module -> Tidemark modules it imports (anywhere in it, lazy imports included)."""
+    """module -> Tidemark modules it imports (anywhere in it, lazy imports included); a fresh
+    copy of one parse per test session."""
+    return {name: set(targets) for name, targets in _parsed_imports().items()}
+
+
+@functools.cache
+def _parsed_imports() -> dict[str, frozenset[str]]:
     modules = {
         _module_name(path): path
         for package in PACKAGES
@@ -42,7 +49,7 @@ def _imports() -> dict[str, set[str]]:
                     imported = imported.rpartition(".")[0]
                 if imported and imported != name:
                     targets.add(imported)
-        graph[name] = targets
+        graph[name] = frozenset(targets)
     return graph
 
 

@@ -19,12 +19,13 @@ from django.utils import timezone
 
 from inventory import selectors
 from inventory.models import Asset, Backfill, Batch, BatchStatus, Job, Watermark
-from inventory.services import assets, dispatch, lifecycle, outputs
+from inventory.services import dispatch, lifecycle, outputs
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create, connector_reset, connector_update
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.jobs import job_create, job_delete
+from inventory.sources import files
 from tests.api_support import token_client
 from tests.sink_database import sink_cursor, sink_database_dsn
 from tests.worker_fixtures import wait_until, write_orders
@@ -467,7 +468,7 @@ def test_a_chain_flows_through_a_real_worker_without_waiting_for_beat(tmp_path, 
     for n in range(3):
         write_orders(landing / f"orders-{n}.parquet", first_id=n * 100, count=10, day=n + 1)
     source = connector_create(name="e2e-orders", kind="files", config={"path": str(landing)})
-    assert assets.assets_discover(connector=source) == 3
+    assert files.directory_discover(connector=source) == 3
     up = job_create(
         name="e2e-up",
         connector=source,

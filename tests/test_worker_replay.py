@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from inventory.models import Asset, Backfill, BackfillStatus, Batch, BatchStatus, Watermark
-from inventory.services import assets, dispatch
+from inventory.services import dispatch
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
+from inventory.sources import files
 from tests.factories import make_job
 from tests.sink_database import sink_cursor
 from tests.worker_fixtures import WORKER_SINK_ENV, read_sink, wait_until
@@ -68,7 +69,7 @@ def test_coalesce_keeps_stored_values_and_a_backfill_replay_leaves_the_table_unc
     )
     _customers_file(landing / "2.parquet", 2, [(1, None, "Ann B", None), (2, None, "Bo", None)])
     connector = connector_create(name="customers-src", kind="files", config={"path": str(landing)})
-    assets.assets_discover(connector=connector)
+    files.directory_discover(connector=connector)
     table = f"customers_{uuid.uuid4().hex[:8]}"
     job = make_job(
         connector=connector,
@@ -113,7 +114,7 @@ def test_slow_rerunning_a_succeeded_files_batch_through_spark_submit_leaves_the_
     connector = connector_create(
         name="submit-src", kind="files", config={"path": str(landing), "lineage": True}
     )
-    assets.assets_discover(connector=connector)
+    files.directory_discover(connector=connector)
     job = make_job(
         connector=connector,
         name="submit-copy",

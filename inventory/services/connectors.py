@@ -14,11 +14,11 @@ from inventory.models import (
     WatermarkSource,
 )
 from inventory.services import lifecycle, watermarks
-from inventory.services.assets import check_completion_config
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.orchestration import connector_transition, predecessors_completed
 from inventory.services.secrets import check_no_secrets
 from inventory.sources import job_output as source_job_output
+from inventory.sources.files import check_completion_config
 from inventory.sources.identity import (
     check_local_directory,
     identity_changes,

@@ -37,6 +37,7 @@ from inventory.models import Asset, Batch, Connector
 from inventory.services import assets, endpoints
 from inventory.services.errors import InvalidInput
 from inventory.services.secrets import credential_value
+from inventory.sources import files
 from inventory.sql import query
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def validate(config: dict) -> dict:
     path = config.get("path")
     scheme = urlparse(path).scheme if isinstance(path, str) else ""
     _check_keys(config, scheme)
-    assets.check_completion_config(config)
+    files.check_completion_config(config)
     if scheme in S3_SCHEMES:
         _probe_s3(config)
     else:
@@ -280,7 +281,7 @@ def _decide(listed: list[tuple[str, str, dict]], config: dict):
     An object is decided when it is registered now or never will be (not matched, a marker);
     the cursor stops before the first object still waiting to be complete, so that one is
     listed again next time."""
-    wanted = assets._Patterns(config.get("patterns"))
+    wanted = files._Patterns(config.get("patterns"))
     marker = config.get("marker_suffix")
     locations = {location for location, _relative, _obj in listed}
     settle = float(config.get("settle_seconds", 0))
@@ -337,7 +338,7 @@ def _discover_full(connector: Connector, config: dict, scheme: str) -> int:
             if info.get("type") == "file"
         ]
     _recheck(connector, _recent_objects(connector, config), listed)
-    known = assets._known_files(connector, recheck_seconds=0)
+    known = files._known_files(connector, recheck_seconds=0)
     unseen = []
     for entry in listed:
         directory, _, name = entry[0].rpartition("/")
@@ -349,7 +350,7 @@ def _discover_full(connector: Connector, config: dict, scheme: str) -> int:
 
 def _recent_objects(connector: Connector, config: dict) -> dict:
     """location -> (id, weight, extra) of the objects registered within `recheck_seconds`."""
-    seconds = float(config.get("recheck_seconds", assets.DEFAULT_RECHECK_SECONDS))
+    seconds = float(config.get("recheck_seconds", files.DEFAULT_RECHECK_SECONDS))
     with connection.cursor() as cursor:
         cursor.execute(query("objects_recent"), [connector.pk, seconds])
         return {
