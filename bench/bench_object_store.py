@@ -141,7 +141,7 @@ def measure(endpoint: str) -> dict:
         cursor={"path": config["path"], "start_after": _key(KNOWN - 1)}
     )
     files._known_files(full, recheck_seconds=0)  # warm, as in a worker that looked before
-    fs = source_object_store.s3_filesystem(config)
+    fs = source_object_store.access.s3_filesystem(config)
 
     def bare() -> int:
         return sum(1 for _ in source_object_store.list_s3(fs, bucket=BUCKET, prefix=PREFIX))

@@ -17,7 +17,7 @@ from inventory.services.confinement import path_confined
 from inventory.services.errors import InvalidInput
 from inventory.services.secrets import credential_value, env_names_check
 from inventory.sources import kafka as source_kafka
-from inventory.sources.object_store import OBJECT_STORE_SCHEMES
+from inventory.sources.object_store.access import OBJECT_STORE_SCHEMES
 
 
 def sink_confine(sink: dict | None, *, field: str = "sink") -> None:

@@ -17,7 +17,7 @@ work the same for all kinds. A source module answers:
 
 The worker reads a spec's `source` with the reader of the same name in
 `workers/spark/sources/registry.py` (a test checks both registries name the same kinds).
-A local directory and a meta table in Tidemark's database are served by `assets.py` and
+A local directory and a meta table in Tidemark's database are served by `files.py` and
 `items.py` themselves (None).
 """
 
