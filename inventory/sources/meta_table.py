@@ -19,7 +19,7 @@ from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
 from inventory.sources.config import check_known_keys
 from inventory.sources.items import meta_table_source
-from inventory.sources.table import refuse_own_tables, source_connection
+from inventory.sources.remote_database import refuse_own_tables, source_connection
 
 ALLOWED_KEYS = {
     "dsn_env",
