@@ -128,10 +128,9 @@ def _handover(connector: Connector) -> str:
 
 
 def source_table_kind(connector: Connector) -> bool:
-    from inventory.sources.registry import connector_source
+    from inventory.sources.registry import source_name
 
-    module = connector_source(connector)
-    return module is not None and module.__name__.endswith("source_table")
+    return source_name(connector.kind, connector.config) == "table"
 
 
 def orchestrate() -> dict:
