@@ -138,7 +138,7 @@ class Bench:
         )
 
     def add_files(self, connector, count: int) -> list[Path]:
-        from inventory.services.assets import assets_discover
+        from inventory.sources.files import directory_discover
 
         folder = Path(connector.config["path"])
         paths = []
@@ -149,7 +149,7 @@ class Bench:
             old = time.time() - 60
             os.utime(path, (old, old))
             paths.append(path)
-        assets_discover(connector=connector)
+        directory_discover(connector=connector)
         return paths
 
     def job(self, name: str, connector, **options):

@@ -6,7 +6,7 @@ Parquet-named files, all registered. Then, round after round, 100 new files land
 
 - bare scandir: `[entry.name for entry in os.scandir(directory)]`, the least any discovery does;
 - bare scandir + stat: the same with a `stat` per file (what the issue measured as its baseline);
-- Tidemark: `assets_discover` (walk, known-set refresh, stat of the new files, completeness,
+- Tidemark: `directory_discover` (walk, known-set refresh, stat of the new files, completeness,
   registration in one transaction) with this process's copy of the registered locations warm,
   i.e. every scan after a process's first;
 - Tidemark, nothing new: the same scan when no file landed;
@@ -103,15 +103,15 @@ def main() -> int:
 def measure(work: Path) -> dict:
     from django.db import connection
 
-    from inventory.services import assets
     from inventory.services.connectors import connector_create
+    from inventory.sources import files
 
     directory = work / "landing"
     directory.mkdir()
     _touch_many(directory, 0, KNOWN)
     connector = connector_create(name="landing", kind="files", config={"path": str(directory)})
     setup_started = time.perf_counter()
-    assert assets.assets_discover(connector=connector) == KNOWN
+    assert files.directory_discover(connector=connector) == KNOWN
     first_scan_s = time.perf_counter() - setup_started
     with connection.cursor() as cursor:
         cursor.execute(
@@ -120,8 +120,8 @@ def measure(work: Path) -> dict:
             [connector.pk],
         )
         cursor.execute("VACUUM ANALYZE inventory_asset")
-    assets._known.clear()
-    assets.assets_discover(connector=connector)  # this process's copy of the known set, warm
+    files._known.clear()
+    files.directory_discover(connector=connector)  # this process's copy of the known set, warm
 
     rows = {"bare": [], "bare_stat": [], "warm": [], "none": [], "cold": []}
     loads = []
@@ -132,17 +132,17 @@ def measure(work: Path) -> dict:
         next_file += NEW
         rows["bare"].append(_bare(directory))
         rows["bare_stat"].append(_bare_stat(directory))
-        seconds, new = _timed(lambda: assets.assets_discover(connector=connector))
+        seconds, new = _timed(lambda: files.directory_discover(connector=connector))
         assert new == NEW, new
         rows["warm"].append(seconds)
-        seconds, new = _timed(lambda: assets.assets_discover(connector=connector))
+        seconds, new = _timed(lambda: files.directory_discover(connector=connector))
         assert new == 0
         rows["none"].append(seconds)
         # the same scan as a fresh process's first: the known set is loaded from the database
         _touch_many(directory, next_file, NEW)
         next_file += NEW
-        assets._known.clear()
-        seconds, new = _timed(lambda: assets.assets_discover(connector=connector))
+        files._known.clear()
+        seconds, new = _timed(lambda: files.directory_discover(connector=connector))
         assert new == NEW, new
         rows["cold"].append(seconds)
     loads.append(os.getloadavg()[0])
@@ -153,13 +153,13 @@ def measure(work: Path) -> dict:
             "UPDATE inventory_asset SET discovered_at = now() WHERE connector_id = %s",
             [connector.pk],
         )
-    assets._known.clear()
-    assets.assets_discover(connector=connector)
+    files._known.clear()
+    files.directory_discover(connector=connector)
     recent = []
     for _ in range(3):
         _touch_many(directory, next_file, NEW)
         next_file += NEW
-        seconds, new = _timed(lambda: assets.assets_discover(connector=connector))
+        seconds, new = _timed(lambda: files.directory_discover(connector=connector))
         assert new == NEW
         recent.append(seconds)
     bare_ms = _median_ms(rows["bare"])
@@ -198,7 +198,7 @@ def write(f: dict) -> None:
         ["bare `os.scandir` (names)", f"{f['bare_ms']} ms", "1.00x"],
         ["bare `os.scandir` + `stat` per file", f"{f['bare_stat_ms']} ms", ""],
         [
-            f"Tidemark `assets_discover`, {f['new']} new (warm process)",
+            f"Tidemark `directory_discover`, {f['new']} new (warm process)",
             f"{f['warm_ms']} ms",
             f"{f['ratio_bare']}x (target <= 1.5x: {'met' if met else '**missed**'})",
         ],

@@ -1,6 +1,6 @@
 """Benchmark: one Kafka batch and one object-store batch read on executors with the driver bounded.
 
-The batch readers (`workers.spark.read_kafka.read`, `workers.spark.read_object_store.read`) plan on
+The batch readers (`workers.spark.sources.kafka.read`, `workers.spark.sources.object_store.read`) plan on
 the driver and read on executors (Python data sources); this measures one big batch of each kind
 in a local[2] SparkSession whose driver JVM has `spark.driver.memory` 512m, written to Spark's
 `noop` sink (every row materialised, nothing kept), against a plain single-process read of the
@@ -38,7 +38,8 @@ import pyarrow.parquet as pq  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from workers.spark import read_kafka, read_object_store  # noqa: E402
+from workers.spark.sources import kafka as read_kafka  # noqa: E402
+from workers.spark.sources import object_store as read_object_store  # noqa: E402
 
 MEGABYTES = int(os.environ.get("EXEC_BENCH_MB") or (64 if common.QUICK else 1024))
 VALUE_BYTES = 1000

@@ -833,7 +833,7 @@ def explain_plan_step() -> str:
     from django.db import connection
 
     try:  # the product's own query for this meta table
-        from inventory.services.items import meta_table_source
+        from inventory.sources.items import meta_table_source
 
         source = meta_table_source({"table": META})
         items_sql, params = source.select(lower=1, upper=None, limit=MAX_ITEMS + 1, with_item=False)

@@ -32,7 +32,7 @@ common.setup_django_path()
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from workers.spark import read_kafka  # noqa: E402
+from workers.spark.sources import kafka as read_kafka  # noqa: E402
 
 TANSU = (
     common.ROOT

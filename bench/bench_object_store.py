@@ -109,8 +109,10 @@ def measure(endpoint: str) -> dict:
     from moto.s3.models import s3_backends
 
     from inventory.models import Connector
-    from inventory.services import assets, discovery, source_object_store
+    from inventory.services import assets
     from inventory.services.connectors import connector_create
+    from inventory.sources import discovery, files
+    from inventory.sources import object_store as source_object_store
 
     backend = s3_backends[ACCOUNT]["global"]
     backend.create_bucket(BUCKET, "us-east-1")
@@ -138,8 +140,8 @@ def measure(endpoint: str) -> dict:
     Connector.objects.filter(pk=cursor.pk).update(
         cursor={"path": config["path"], "start_after": _key(KNOWN - 1)}
     )
-    assets._known_files(full, recheck_seconds=0)  # warm, as in a worker that looked before
-    fs = source_object_store.s3_filesystem(config)
+    files._known_files(full, recheck_seconds=0)  # warm, as in a worker that looked before
+    fs = source_object_store.access.s3_filesystem(config)
 
     def bare() -> int:
         return sum(1 for _ in source_object_store.list_s3(fs, bucket=BUCKET, prefix=PREFIX))

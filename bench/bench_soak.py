@@ -5,7 +5,7 @@
     python bench/bench_soak.py --files 2000     # the same as `make soak`
 
 Real parts, all of them: Parquet files land in a directory one by one (written aside, renamed in)
-while the real discovery (`assets.assets_discover`) registers them; five jobs read that connector,
+while the real discovery (`files.directory_discover`) registers them; five jobs read that connector,
 one batch per file, through real Celery prefork workers running real PySpark (warm sessions), into
 each sink kind: files (JSON), Delta, PostgreSQL `append`, `upsert` and `coalesce`. Every fourth file
 updates keys of an earlier one (new value, and a null `note` on odd rows: a partial update that
@@ -309,7 +309,8 @@ def done(jobs, connector, files: int) -> bool:
 def soak(*, work: Path, start_worker, sink_env: str, tag: str, settings: Settings, progress=None):
     """Run the soak; returns (Run, Report, figures)."""
     from inventory.models import Asset, Batch, BatchAttempt, Watermark
-    from inventory.services import assets, dispatch, scheduling
+    from inventory.services import dispatch, scheduling
+    from inventory.sources.files import directory_discover
 
     connector, jobs, landing = setup(
         work, sink_env=sink_env, tag=tag, lease_seconds=settings.lease_seconds
@@ -324,7 +325,7 @@ def soak(*, work: Path, start_worker, sink_env: str, tag: str, settings: Setting
             if landed < settings.files:  # files land while batches run
                 land(landing, landed, settings.rows)
                 landed += 1
-            assets.assets_discover(connector=connector)
+            directory_discover(connector=connector)
             scheduling.leases_reap()
             dispatch.backfills_pace()
             for job in jobs.values():

@@ -90,7 +90,7 @@ class Bench:
         return connector_create(name=name, kind="files", config={"path": str(folder)})
 
     def add_files(self, connector, count: int, rows: int) -> None:
-        from inventory.services.assets import assets_discover
+        from inventory.sources.files import directory_discover
 
         folder = Path(connector.config["path"])
         for _ in range(count):
@@ -101,7 +101,7 @@ class Bench:
                 rows=rows,
                 day=self.counter % 30,
             )
-        assets_discover(connector=connector)
+        directory_discover(connector=connector)
 
     def job(self, name: str, connector, **options):
         from inventory.services.jobs import job_create

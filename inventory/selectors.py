@@ -33,7 +33,8 @@ from inventory.models import (
     WatermarkEvent,
 )
 from inventory.services.errors import InvalidInput
-from inventory.services.items import fetch_items, source_for_connector
+from inventory.sources.items import fetch_items
+from inventory.sources.registry import source_for_connector
 from inventory.sql import query
 
 log = logging.getLogger(__name__)

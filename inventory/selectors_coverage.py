@@ -13,7 +13,7 @@ from django.db.models import Max
 from django.db.models.functions import Upper
 
 from inventory.models import HOLDING_STATUSES, Batch, BatchKind, Job
-from inventory.services.items import source_for_connector
+from inventory.sources.registry import source_for_connector
 from inventory.sql import query
 
 # When batches overlap (a backfill over incremental batches), an item shows the first state here.

@@ -13,8 +13,9 @@ from rest_framework.authtoken.models import Token
 
 import tests.worker_processors  # noqa: F401 - the worker imports them; so do we, for job checks
 from inventory.models import Asset, Batch, BatchStatus, Watermark
-from inventory.services import assets, dispatch
+from inventory.services import dispatch
 from inventory.services.connectors import connector_create
+from inventory.sources import files
 from tests.factories import make_job
 from tests.worker_fixtures import wait_until, write_orders
 from tidemark_client import Tidemark
@@ -31,7 +32,7 @@ def test_an_external_client_and_a_celery_worker_share_a_job_without_overlap_or_g
     for n in range(12):
         write_orders(landing / f"orders-{n:02d}.parquet", first_id=n * 100, count=5, day=1 + n)
     connector = connector_create(name="shared-orders", kind="files", config={"path": str(landing)})
-    assert assets.assets_discover(connector=connector) == 12
+    assert files.directory_discover(connector=connector) == 12
     job = make_job(
         connector=connector,
         name="shared-job",

@@ -18,8 +18,9 @@ import pytest
 from django.db import connection, connections, transaction
 
 from inventory.models import Asset, ConnectorKind
-from inventory.services.assets import assets_discover, assets_register, scan_directory
+from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
+from inventory.sources.files import directory_discover, scan_directory
 from tests.factories import ConnectorFactory
 from tests.unprivileged import refusal_seen_unprivileged
 
@@ -57,10 +58,10 @@ def test_discovery_registers_new_files_only_with_their_size_as_weight(tmp_path):
     _write(tmp_path / "two.parquet", 200, 2_000_000_000)
     connector = ConnectorFactory(config={"path": str(tmp_path)})
 
-    assert assets_discover(connector=connector) == 2
-    assert assets_discover(connector=connector) == 0
+    assert directory_discover(connector=connector) == 2
+    assert directory_discover(connector=connector) == 0
     _write(tmp_path / "three.parquet", 300, 3_000_000_000)
-    assert assets_discover(connector=connector) == 1
+    assert directory_discover(connector=connector) == 1
 
     assets = list(Asset.objects.filter(connector=connector).order_by("id"))
     assert [(os.path.basename(a.location), a.weight) for a in assets] == [
@@ -83,7 +84,7 @@ def test_registering_a_known_location_again_leaves_it_alone():
 def test_a_missing_directory_is_a_clear_error_and_registers_nothing(tmp_path):
     connector = ConnectorFactory(config={"path": str(tmp_path / "nope")})
     with pytest.raises(InvalidInput) as refused:
-        assets_discover(connector=connector)
+        directory_discover(connector=connector)
     assert refused.value.field == "config.path"
     assert "does not exist" in refused.value.message
     assert not Asset.objects.filter(connector=connector).exists()
@@ -94,7 +95,7 @@ def test_a_file_given_as_the_directory_is_a_clear_error(tmp_path):
     _write(tmp_path / "data.parquet", 10, 1_000_000_000)
     connector = ConnectorFactory(config={"path": str(tmp_path / "data.parquet")})
     with pytest.raises(InvalidInput) as refused:
-        assets_discover(connector=connector)
+        directory_discover(connector=connector)
     assert refused.value.field == "config.path"
     assert "not a directory" in refused.value.message
     assert not Asset.objects.filter(connector=connector).exists()
@@ -104,7 +105,7 @@ def test_a_file_given_as_the_directory_is_a_clear_error(tmp_path):
 def test_discovery_on_a_connector_that_is_not_files_is_refused():
     connector = ConnectorFactory(kind=ConnectorKind.TABLE)
     with pytest.raises(InvalidInput) as refused:
-        assets_discover(connector=connector)
+        directory_discover(connector=connector)
     assert refused.value.field == "kind"
 
 

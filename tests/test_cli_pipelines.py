@@ -3,7 +3,7 @@ against a server is tests/test_cli.py."""
 
 import pytest
 
-from inventory.services.sources import IDENTITY_KEYS
+from inventory.sources.identity import IDENTITY_KEYS
 from tests.worker_fixtures import ROOT
 from tidemark_cli import pipelines
 from tidemark_cli.config import UsageError

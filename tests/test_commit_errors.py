@@ -5,9 +5,9 @@ import pytest
 from django.db import DataError, OperationalError
 
 from inventory.models import Batch, BatchAttempt, BatchStatus, Watermark, WatermarkEvent
-from inventory.services import execution
 from inventory.services import lifecycle as batches
 from tests.factories import make_assets, make_job
+from workers import execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,9 +9,10 @@ import pytest
 
 import tests.worker_processors  # noqa: F401 - registers the test processors here too
 from inventory.models import Backfill, Batch, BatchStatus, Watermark
-from inventory.services import assets, dispatch
+from inventory.services import dispatch
 from inventory.services import lifecycle as batches
 from inventory.services.connectors import connector_create
+from inventory.sources import files
 from tests.factories import ConnectorFactory, make_assets, make_job
 from tests.test_dashboard_browser import _log_in, browser  # noqa: F401 - the fixture
 from tests.worker_fixtures import wait_until, write_orders
@@ -47,7 +48,7 @@ def test_an_operator_sees_why_data_is_late_and_acts_on_it(
     # a malformed file: its batch dies on the worker (one attempt)
     bad = _files_connector("landing-bad", tmp_path / "bad")
     (tmp_path / "bad" / "broken.parquet").write_bytes(b"this is not parquet" * 10)
-    assets.assets_discover(connector=bad)
+    files.directory_discover(connector=bad)
     bad_job = make_job(
         connector=bad,
         name="reads-garbage",
@@ -59,7 +60,7 @@ def test_an_operator_sees_why_data_is_late_and_acts_on_it(
     good = _files_connector("landing-orders", tmp_path / "good")
     for n in range(6):
         write_orders(tmp_path / "good" / f"orders-{n}.parquet", first_id=n * 10, count=5)
-    assets.assets_discover(connector=good)
+    files.directory_discover(connector=good)
     good_job = make_job(
         connector=good,
         name="orders-copy",

@@ -215,12 +215,12 @@ def test_retry_replay_and_backfill_leave_each_row_once_at_every_delta_version(sp
 
 @pytestmark_db
 def test_a_stale_attempt_is_fenced_out_before_it_reaches_the_delta_log(spark, tmp_path):
-    from inventory.services import execution
+    from workers import specs
 
     out = tmp_path / "delta"
     job, _ = make_files_job(tmp_path, "stale-delta", {"kind": "delta", "path": str(out)}, items=2)
     stale = lifecycle.batch_acquire(job=job, worker="slow")
-    stale_spec = execution.batch_spec(batch=stale)
+    stale_spec = specs.batch_spec(batch=stale)
     expire_and_reap(stale)
     live = lifecycle.batch_acquire(job=job, worker="fast")
     run_and_commit(spark, live)

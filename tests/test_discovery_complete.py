@@ -9,9 +9,9 @@ import time
 import pytest
 
 from inventory.models import Asset
-from inventory.services.assets import assets_discover
 from inventory.services.connectors import connector_create
 from inventory.services.errors import InvalidInput
+from inventory.sources.files import directory_discover
 
 pytestmark = pytest.mark.django_db
 
@@ -47,13 +47,13 @@ def test_a_file_still_being_written_is_not_registered_until_it_is_complete(tmp_p
     writer.start()
     try:
         time.sleep(0.1)
-        assert assets_discover(connector=connector) == 0  # changed between the two looks
+        assert directory_discover(connector=connector) == 0  # changed between the two looks
     finally:
         stop.set()
         writer.join()
     assert not Asset.objects.filter(connector=connector).exists()
 
-    assert assets_discover(connector=connector) == 1  # now stable
+    assert directory_discover(connector=connector) == 1  # now stable
     asset = Asset.objects.get(connector=connector)
     assert asset.weight == growing.stat().st_size  # the final size, not a partial one
 
@@ -64,19 +64,19 @@ def test_with_a_settle_time_and_no_probe_only_files_untouched_that_long_are_regi
     young.write_bytes(b"x" * 4)
     old.write_bytes(b"y" * 9)
     _age(old, 120)
-    assert assets_discover(connector=connector) == 1
+    assert directory_discover(connector=connector) == 1
     assert [a.location for a in Asset.objects.filter(connector=connector)] == [str(old)]
     _age(young, 61)
-    assert assets_discover(connector=connector) == 1
+    assert directory_discover(connector=connector) == 1
 
 
 def test_with_a_marker_suffix_a_file_counts_once_its_marker_exists(tmp_path):
     connector, folder = _connector(tmp_path, marker_suffix=".done", patterns=["*"])
     data = folder / "part-1.json"
     data.write_text("{}")
-    assert assets_discover(connector=connector) == 0
+    assert directory_discover(connector=connector) == 0
     (folder / "part-1.json.done").write_text("")
-    assert assets_discover(connector=connector) == 1
+    assert directory_discover(connector=connector) == 1
     assert [a.location for a in Asset.objects.filter(connector=connector)] == [str(data)]
 
 
@@ -85,11 +85,11 @@ def test_a_file_changed_after_registration_is_flagged_and_logged_not_read_again(
     data = folder / "orders.csv"
     data.write_text("id\n1\n")
     _age(data, 60)
-    assert assets_discover(connector=connector) == 1
+    assert directory_discover(connector=connector) == 1
     data.write_text("id\n1\n2\n3\n")
     _age(data, 30)
-    with caplog.at_level(logging.WARNING, logger="inventory.services.assets"):
-        assert assets_discover(connector=connector) == 0
+    with caplog.at_level(logging.WARNING, logger="inventory.sources.files"):
+        assert directory_discover(connector=connector) == 0
     asset = Asset.objects.get(connector=connector)
     assert asset.extra["changed_after_registration"]["size"] == data.stat().st_size
     assert "changed after it was registered" in caplog.text and str(data) in caplog.text

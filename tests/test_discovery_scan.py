@@ -9,9 +9,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from inventory.models import Asset
-from inventory.services import assets
-from inventory.services.assets import assets_discover, assets_register, scan_directory
+from inventory.services.assets import assets_register
 from inventory.services.connectors import connector_create
+from inventory.sources import files
+from inventory.sources.files import directory_discover, scan_directory
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +36,7 @@ def _connector(tmp_path, name="scan", **config):
 def stats(monkeypatch):
     """Every location discovery stats."""
     seen = []
-    real_file_stat, real_stat = assets._file_stat, assets._stat
+    real_file_stat, real_stat = files._file_stat, files._stat
 
     def file_stat(location):
         seen.append(location)
@@ -45,8 +46,8 @@ def stats(monkeypatch):
         seen.append(location)
         return real_stat(location)
 
-    monkeypatch.setattr(assets, "_file_stat", file_stat)
-    monkeypatch.setattr(assets, "_stat", plain_stat)
+    monkeypatch.setattr(files, "_file_stat", file_stat)
+    monkeypatch.setattr(files, "_stat", plain_stat)
     return seen
 
 
@@ -54,18 +55,18 @@ def test_a_rescan_stats_only_new_files_and_sends_only_them(tmp_path, stats):
     connector, folder = _connector(tmp_path, recheck_seconds=0)
     for n in range(20):
         _old_file(folder / "day=1" / f"f{n:02d}.parquet")
-    assert assets_discover(connector=connector) == 20
+    assert directory_discover(connector=connector) == 20
     stats.clear()
 
     new = _old_file(folder / "day=2" / "late.parquet")
     with CaptureQueriesContext(connection) as queries:
-        assert assets_discover(connector=connector) == 1
+        assert directory_discover(connector=connector) == 1
     assert stats == [str(new)]
     sent = " ".join(str(q["sql"]) for q in queries.captured_queries)
     assert "f00.parquet" not in sent and "late.parquet" in sent
 
     stats.clear()
-    assert assets_discover(connector=connector) == 0
+    assert directory_discover(connector=connector) == 0
     assert stats == []
 
 
@@ -73,11 +74,11 @@ def test_no_id_is_spent_on_known_files_across_many_scans(tmp_path):
     connector, folder = _connector(tmp_path)
     for n in range(5):
         _old_file(folder / f"a{n}.csv")
-    assert assets_discover(connector=connector) == 5
+    assert directory_discover(connector=connector) == 5
     for _ in range(5):
-        assert assets_discover(connector=connector) == 0
+        assert directory_discover(connector=connector) == 0
     _old_file(folder / "b.csv")
-    assert assets_discover(connector=connector) == 1
+    assert directory_discover(connector=connector) == 1
     ids = list(
         Asset.objects.filter(connector=connector).order_by("id").values_list("id", flat=True)
     )
@@ -87,11 +88,11 @@ def test_no_id_is_spent_on_known_files_across_many_scans(tmp_path):
 def test_locations_registered_elsewhere_are_known_without_a_rescan_of_the_table(tmp_path):
     connector, folder = _connector(tmp_path)
     _old_file(folder / "one.json")
-    assert assets_discover(connector=connector) == 1
+    assert directory_discover(connector=connector) == 1
     # a producer (another process) registers the next file before discovery sees it
     announced = _old_file(folder / "two.json")
     assert assets_register(connector=connector, items=[(str(announced), 8, {})]) == 1
-    assert assets_discover(connector=connector) == 0
+    assert directory_discover(connector=connector) == 0
     assert Asset.objects.filter(connector=connector).count() == 2
 
 
@@ -99,26 +100,26 @@ def test_after_the_assets_are_removed_the_files_are_registered_again(tmp_path):
     connector, folder = _connector(tmp_path)
     _old_file(folder / "one.json")
     _old_file(folder / "two.json")
-    assert assets_discover(connector=connector) == 2
+    assert directory_discover(connector=connector) == 2
     Asset.objects.filter(connector=connector).delete()  # what a connector reset does
-    assert assets_discover(connector=connector) == 2
+    assert directory_discover(connector=connector) == 2
 
 
 def test_a_changed_file_is_flagged_while_recent_and_left_alone_after_the_recheck_window(tmp_path):
     connector, folder = _connector(tmp_path, recheck_seconds=0)
     data = _old_file(folder / "orders.csv")
-    assert assets_discover(connector=connector) == 1
+    assert directory_discover(connector=connector) == 1
     data.write_bytes(b"y" * 20)
     _old_file(data, size=20)
-    assert assets_discover(connector=connector) == 0
+    assert directory_discover(connector=connector) == 0
     assert "changed_after_registration" not in Asset.objects.get(connector=connector).extra
 
     recent, folder2 = _connector(tmp_path / "b", name="recent")
     data2 = _old_file(folder2 / "orders.csv")
-    assert assets_discover(connector=recent) == 1
+    assert directory_discover(connector=recent) == 1
     _old_file(data2, size=20)
-    assert assets_discover(connector=recent) == 0
-    assert assets_discover(connector=recent) == 0  # flagged once
+    assert directory_discover(connector=recent) == 0
+    assert directory_discover(connector=recent) == 0  # flagged once
     flagged = Asset.objects.get(connector=recent).extra["changed_after_registration"]
     assert flagged["size"] == 20
 

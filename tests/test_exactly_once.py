@@ -17,13 +17,14 @@ from django.utils import timezone
 
 from inventory import selectors
 from inventory.models import Asset, Batch, BatchStatus, ConnectorKind, Watermark
-from inventory.services import execution, lifecycle, outputs
+from inventory.services import lifecycle, outputs
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.jobs import job_create
 from tests.sink_database import sink_cursor, sink_database_dsn
+from workers import specs
 from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
 from workers.spark.sinks import write_sink
@@ -66,7 +67,7 @@ def make_files_job(tmp_path: Path, name: str, sink: dict, *, items: int, max_ite
 
 
 def run_spark(spark, batch: Batch) -> dict:
-    return run_batch(spark, execution.batch_spec(batch=Batch.objects.get(pk=batch.pk)))
+    return run_batch(spark, specs.batch_spec(batch=Batch.objects.get(pk=batch.pk)))
 
 
 def run_and_commit(spark, batch: Batch) -> None:
@@ -215,7 +216,7 @@ def test_a_stale_attempt_can_neither_publish_nor_touch_the_live_attempts_staging
     )
     job, _ = make_files_job(tmp_path, f"fenced-{kind}", sink, items=2)
     stale = lifecycle.batch_acquire(job=job, worker="slow")
-    stale_spec = execution.batch_spec(batch=stale)
+    stale_spec = specs.batch_spec(batch=stale)
     expire_and_reap(stale)
     live = lifecycle.batch_acquire(job=job, worker="fast")
     assert (live.pk, live.attempt) == (stale.pk, 2)
@@ -242,7 +243,7 @@ def test_a_cancelled_running_batch_cannot_publish_and_its_refill_writes_each_row
     sink = {"kind": "files", "path": str(tmp_path / "out")}
     job, _ = make_files_job(tmp_path, "cancelled", sink, items=4)
     batch = lifecycle.batch_acquire(job=job, worker="w")
-    spec = execution.batch_spec(batch=batch)
+    spec = specs.batch_spec(batch=batch)
     lifecycle.batch_cancel(batch_id=batch.pk, actor="ops", reason="wrong config")
     with pytest.raises(BatchError) as fenced:
         run_batch(spark, spec)

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inventory.models import Batch, BatchKind, BatchStatus, Watermark
-from inventory.services import execution, lifecycle
+from inventory.services import lifecycle
 from inventory.services.backfills import backfill_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import Conflict, InvalidInput
@@ -31,6 +31,7 @@ from tests.test_exactly_once import (
     sink_dsn,  # noqa: F401 - a fixture
     sink_rows,
 )
+from workers import specs
 from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
 
@@ -63,7 +64,7 @@ def apply(spark, job, item_ids, action) -> None:
             run_spark(spark, batch)
             expire_and_reap(batch)
         else:
-            spec = execution.batch_spec(batch=batch)
+            spec = specs.batch_spec(batch=batch)
             expire_and_reap(batch)
             again = lifecycle.batch_acquire(job=job, worker="w2")
             with pytest.raises(BatchError) as fenced:

@@ -7,9 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from workers.spark.errors import BatchError, ReadError
-from workers.spark.read_kafka import split_ranges
-from workers.spark.read_object_store import group_by_bytes
 from workers.spark.run import run_batch
+from workers.spark.sources.kafka import split_ranges
+from workers.spark.sources.object_store import group_by_bytes
 
 
 def test_kafka_ranges_are_cut_by_the_row_budget_and_interleaved():

@@ -14,10 +14,11 @@ import pytest
 from django.db import DatabaseError, connection
 
 from inventory.models import Backfill, BackfillStatus, Batch, BatchStatus
-from inventory.services import backfills, execution
+from inventory.services import backfills
 from inventory.services import lifecycle as batches
 from inventory.services.errors import Conflict
 from tests.factories import make_assets, make_job
+from workers import execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,8 +12,8 @@ from inventory.services import lifecycle as batches
 from inventory.services.backfills import backfill_preview
 from inventory.services.connectors import connector_create
 from inventory.services.errors import InvalidInput
-from inventory.services.items import meta_table_source
 from inventory.services.planning import plan_closed_range
+from inventory.sources.items import meta_table_source
 from tests.factories import make_job
 
 INJECTION = "x'; drop table meta_events; --"

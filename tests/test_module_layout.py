@@ -1,8 +1,10 @@
-"""The module layout holds: no import circle among Tidemark's own modules, the control plane does
-not import the worker's Celery tasks (tasks are sent by name), and every operator action is
-declared once (inventory/actions.py) and read by the API, the admin and the dashboard."""
+"""The module layout holds: no import circle among Tidemark's own modules, imports go one way
+between the layers (docs/architecture.md, "Layers"), every source kind is registered on both the
+control side and the worker side, and every operator action is declared once (inventory/actions.py)
+and read by the API, the admin and the dashboard."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,13 @@ def _module_name(path: Path) -> str:
 
 
 def _imports() -> dict[str, set[str]]:
-    """module -> Tidemark modules it imports (anywhere in it, lazy imports included)."""
+    """module -> Tidemark modules it imports (anywhere in it, lazy imports included); a fresh
+    copy of one parse per test session."""
+    return {name: set(targets) for name, targets in _parsed_imports().items()}
+
+
+@functools.cache
+def _parsed_imports() -> dict[str, frozenset[str]]:
     modules = {
         _module_name(path): path
         for package in PACKAGES
@@ -41,7 +49,7 @@ def _imports() -> dict[str, set[str]]:
                     imported = imported.rpartition(".")[0]
                 if imported and imported != name:
                     targets.add(imported)
-        graph[name] = targets
+        graph[name] = frozenset(targets)
     return graph
 
 
@@ -93,6 +101,118 @@ def test_the_control_plane_never_imports_the_workers_tasks():
         )
     )
     assert importers == []
+
+
+# ---- layers: imports go one way ------------------------------------------------------------------
+#
+#   workers.spark   the Spark side: Django-free, imports nothing of Tidemark outside workers.spark
+#   inventory,      the control plane: imports no workers module but the workers.spark library
+#   controlplane    (processors, sinks and Kafka are checked with the code the executors run)
+#   workers         tasks, execution, executors: on top, may import all of the above
+
+
+def _is_spark_side(module: str) -> bool:
+    return module == "workers.spark" or module.startswith("workers.spark.")
+
+
+def layer_breaks(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) pairs that import against the layer order above."""
+    breaks = []
+    for name, targets in graph.items():
+        for target in targets:
+            if _is_spark_side(name):
+                wrong = not _is_spark_side(target)
+            elif name.split(".")[0] in ("inventory", "controlplane"):
+                wrong = target.split(".")[0] == "workers" and not _is_spark_side(target)
+            else:
+                wrong = False
+            if wrong:
+                breaks.append((name, target))
+    return sorted(breaks)
+
+
+def test_imports_go_one_way_between_the_layers():
+    assert layer_breaks(_imports()) == []
+
+
+@pytest.mark.parametrize(
+    "importer, imported",
+    [
+        ("workers.spark.sources.kafka", "inventory.models"),
+        ("workers.spark.run", "workers.tasks"),
+        ("workers.spark.sinks", "controlplane.settings"),
+        ("inventory.services.dispatch", "workers.tasks"),
+        ("inventory.sources.kafka", "workers.execution"),
+        ("controlplane.celery", "workers.executors"),
+    ],
+)
+def test_an_import_against_the_layers_is_caught(importer, imported):
+    graph = _imports()
+    assert layer_breaks(graph) == []
+    graph[importer] = graph[importer] | {imported}
+    assert layer_breaks(graph) == [(importer, imported)]
+
+
+def _string_imports(path: Path) -> list[str]:
+    """Tidemark modules a file imports by a name in a string (import_module, __import__)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        first = node.args[0]
+        if (
+            called in ("import_module", "__import__")
+            and isinstance(first, ast.Constant)
+            and isinstance(first.value, str)
+            and first.value.split(".")[0] in PACKAGES
+        ):
+            found.append(first.value)
+    return found
+
+
+def test_no_tidemark_module_is_imported_by_a_name_in_a_string():
+    # source kinds and readers are registered by importing their modules (a reader, grep or an
+    # editor can follow them); plugin processors come from entry points (plugin loading)
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" not in path.parts:
+                assert _string_imports(path) == [], path
+
+
+def test_a_string_import_is_caught(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        'from importlib import import_module\nimport_module("inventory.sources.kafka")\n'
+    )
+    assert _string_imports(sample) == ["inventory.sources.kafka"]
+
+
+# ---- source kinds: one module per kind on each side ----------------------------------------------
+
+
+def test_every_source_kind_conforms_to_the_protocol_and_has_a_reader():
+    from inventory.models import ConnectorKind
+    from inventory.sources.registry import KINDS, SourceKind
+    from workers.spark.sources.registry import READERS, SourceReader
+
+    for name, module in KINDS.items():
+        assert isinstance(module, SourceKind), name
+        assert module.__name__ == f"inventory.sources.{name}", name
+        for optional in ("discover", "item_source", "derived"):
+            assert callable(getattr(module, optional, callable)), (name, optional)
+    for name, reader in READERS.items():
+        assert isinstance(reader, SourceReader), name
+        assert reader.__name__ == f"workers.spark.sources.{name}", name
+    # a remote meta table is mirrored into listed files, read by the files reader
+    assert set(KINDS) - {"meta_table"} == set(READERS)
+    # every connector kind is served: by a registered module, or (files, meta table, table in
+    # Tidemark's database) by assets.py/items.py and the files reader
+    assert {k.value for k in ConnectorKind} <= set(KINDS) | {ConnectorKind.FILES.value}
+    # a kind discovers its items itself or its items come from elsewhere (job commits)
+    for name, module in KINDS.items():
+        assert hasattr(module, "discover") != hasattr(module, "item_source"), name
 
 
 # ---- operator actions declared once -------------------------------------------------------------

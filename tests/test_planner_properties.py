@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from inventory.models import Asset, Batch, BatchStatus
 from inventory.services import lifecycle as batches
-from inventory.services.items import assets_source
 from inventory.services.planning import plan_closed_range, plan_step
+from inventory.sources.items import assets_source
 from tests.factories import ConnectorFactory, make_job
 
 EXAMPLES = settings(

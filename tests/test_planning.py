@@ -7,8 +7,8 @@ from inventory.models import Batch, BatchStatus, ConnectorState, Watermark
 from inventory.services import lifecycle as batches
 from inventory.services.assets import assets_register
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.services.items import assets_source
 from inventory.services.planning import incremental_start, plan_closed_range, plan_step
+from inventory.sources.items import assets_source
 from tests.factories import ConnectorFactory, make_assets, make_job
 
 

@@ -14,13 +14,14 @@ from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from inventory.models import Batch, BatchKind, BatchStatus, ConnectorState
-from inventory.services import dispatch, execution, scheduling
+from inventory.services import dispatch, scheduling
 from inventory.services import lifecycle as batches
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create, connector_pause
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_update
 from tests.factories import ConnectorFactory, make_assets, make_job
+from workers import execution
 
 
 def _statuses(job):

@@ -9,8 +9,8 @@ from rest_framework.authtoken.models import Token
 from inventory.models import Connector
 from inventory.services import lifecycle
 from inventory.services.errors import InvalidInput
-from inventory.services.items import READER_ROLE, fetch_items, meta_table_source
 from inventory.services.jobs import job_create
+from inventory.sources.items import READER_ROLE, fetch_items, meta_table_source
 from tests.api_support import token_client
 
 pytestmark = pytest.mark.django_db

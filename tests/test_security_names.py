@@ -10,12 +10,12 @@ not allowed, on the validation path (a connector or job saved over the API) and 
 import pytest
 
 from inventory.models import Batch, BatchStatus, Connector, Job
-from inventory.services import execution
 from inventory.services import lifecycle as batches
 from inventory.services.assets import assets_register
 from tests.api_support import token_client
 from tests.factories import ConnectorFactory, make_job
 from tests.listener import Listener
+from workers import execution
 
 CANARY_KEY = "AKIACANARYKEY0001"
 CANARY_TOKEN = "canary-session-token-7f3e9a"
@@ -238,7 +238,7 @@ def test_a_stored_config_cannot_reach_a_host_or_variable_at_run_time(
         assert stored.status in (BatchStatus.FAILED, BatchStatus.DEAD), outcome
         assert setting in stored.error["message"]
     # discovery of the stored object store is refused before it lists anything
-    from inventory.services.discovery import discover
+    from inventory.sources.discovery import discover
 
     with pytest.raises(Exception, match="TIDEMARK_ALLOWED_ENDPOINTS"):
         discover(Connector.objects.get(name="stored-s3"))

@@ -7,11 +7,12 @@ import os
 import pytest
 
 from inventory.models import Asset, Batch, BatchStatus, Connector, Job
-from inventory.services import assets, execution
 from inventory.services import lifecycle as batches
 from inventory.services.errors import InvalidInput
+from inventory.sources import files
 from tests.api_support import token_client
 from tests.factories import ConnectorFactory, make_job
+from workers import execution
 
 pytestmark = pytest.mark.django_db
 
@@ -157,7 +158,7 @@ def test_discovery_never_follows_a_symlink_loop_or_leaves_its_root(tmp_path):
     (landing / "etc").symlink_to("/etc")
     (landing / "passwd.parquet").symlink_to("/etc/passwd")
     connector = ConnectorFactory(name="loops", config={"path": str(landing), "settle_seconds": 0})
-    registered = assets.assets_discover(connector=connector)
+    registered = files.directory_discover(connector=connector)
     locations = sorted(Asset.objects.filter(connector=connector).values_list("location", flat=True))
     assert locations == [str(landing / "a.parquet"), str(landing / "sub" / "b.parquet")]
     assert registered == 2
@@ -171,7 +172,7 @@ def test_the_walk_stops_with_an_error_past_its_budgets(tmp_path, settings):
     connector = ConnectorFactory(name="deep", config={"path": str(deep), "settle_seconds": 0})
     settings.TIDEMARK_WALK_MAX_DEPTH = 3
     with pytest.raises(InvalidInput, match="TIDEMARK_WALK_MAX_DEPTH") as refused:
-        assets.assets_discover(connector=connector)
+        files.directory_discover(connector=connector)
     assert refused.value.field == "config.path"
 
     wide = tmp_path / "wide"
@@ -181,7 +182,7 @@ def test_the_walk_stops_with_an_error_past_its_budgets(tmp_path, settings):
     settings.TIDEMARK_WALK_MAX_ENTRIES = 10
     connector = ConnectorFactory(name="wide", config={"path": str(wide), "settle_seconds": 0})
     with pytest.raises(InvalidInput, match="TIDEMARK_WALK_MAX_ENTRIES"):
-        assets.assets_discover(connector=connector)
+        files.directory_discover(connector=connector)
     assert not Asset.objects.filter(connector__name__in=["deep", "wide"]).exists()
 
 

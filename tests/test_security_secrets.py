@@ -13,11 +13,12 @@ import pytest
 from django.test import Client
 
 from inventory.models import Batch, BatchAttempt, BatchStatus, Connector, Job
-from inventory.services import dispatch, execution
+from inventory.services import dispatch
 from inventory.services.assets import assets_register
 from inventory.services.secrets import mask, secret_in_text
 from tests.api_support import session_client, token_client
 from tests.factories import ConnectorFactory, make_job
+from workers import execution
 
 pytestmark = pytest.mark.django_db
 

@@ -9,11 +9,12 @@ import pytest
 from django.db import connection
 
 from inventory.models import Batch, Job
-from inventory.services import execution, lifecycle
+from inventory.services import lifecycle
 from inventory.services.outputs import control_plane_dsn
 from tests.api_support import make_inventory, token_client
 from tests.sink_database import sink_cursor, sink_database_dsn
 from tests.test_exactly_once import make_files_job
+from workers import specs
 from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
 
@@ -93,7 +94,7 @@ def test_the_worker_refuses_a_stored_sink_into_tidemarks_database(spark, tmp_pat
     # a job stored before the check existed: its variable now reaches Tidemark's database
     monkeypatch.setenv(OWN_ENV, control_plane_dsn())
     batch = lifecycle.batch_acquire(job=job, worker="w")
-    spec = execution.batch_spec(batch=Batch.objects.get(pk=batch.pk))
+    spec = specs.batch_spec(batch=Batch.objects.get(pk=batch.pk))
     with pytest.raises(BatchError) as caught:
         run_batch(spark, spec)
     assert "Tidemark's own database" in caught.value.message

@@ -363,7 +363,7 @@ def test_a_files_connectors_path_is_checked_when_saved(role_users, tmp_path):
 def test_an_unreadable_directory_is_refused(role_users, settings):
     """Checked as an unprivileged user (root reads every directory): the connector's path check
     is the one a connector save runs."""
-    from inventory.services.sources import check_local_directory
+    from inventory.sources.identity import check_local_directory
 
     holder = Path(tempfile.mkdtemp(prefix="tidemark-locked-"))
     settings.TIDEMARK_ALLOWED_ROOTS = [*settings.TIDEMARK_ALLOWED_ROOTS, str(holder)]

@@ -8,10 +8,10 @@ import uuid
 import pytest
 
 from inventory.models import Batch
-from inventory.services import execution, lifecycle
+from inventory.services import lifecycle
 from inventory.services.connectors import connector_create
-from inventory.services.discovery import discover
 from inventory.services.jobs import job_create
+from inventory.sources.discovery import discover
 from tests.test_source_table import (  # noqa: F401 - fixture
     SINK_ENV,
     SOURCE_ENV,
@@ -19,6 +19,7 @@ from tests.test_source_table import (  # noqa: F401 - fixture
     run_and_commit,
     source_dsn,
 )
+from workers import specs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,7 +50,7 @@ def test_dsn_passwords_stay_out_of_the_spark_conf_and_the_batch(
     )
     discover(connector)
     batch = lifecycle.batch_acquire(job=job, worker="t")
-    spec = execution.batch_spec(batch=Batch.objects.get(pk=batch.pk))
+    spec = specs.batch_spec(batch=Batch.objects.get(pk=batch.pk))
     run_and_commit(spark, batch)
 
     batch.refresh_from_db()
@@ -86,7 +87,7 @@ def test_object_store_credentials_reach_executors_only_inside_the_data_source(
     import pyarrow.parquet as pq
 
     from tests.s3_fixtures import KEY_ENV, SECRET_ENV, SECRET_VALUE
-    from workers.spark import read_object_store
+    from workers.spark.sources import object_store as read_object_store
 
     buffer = io.BytesIO()
     pq.write_table(pa.table({"order_id": [1, 2, 3]}), buffer)
@@ -111,7 +112,7 @@ def test_object_store_credentials_reach_executors_only_inside_the_data_source(
 
 
 def test_kafka_sasl_passwords_stay_out_of_the_spark_conf_and_the_plan(spark, monkeypatch):
-    from workers.spark import read_kafka
+    from workers.spark.sources import kafka as read_kafka
 
     monkeypatch.setenv("TIDEMARK_TEST_KAFKA_USER", "reader")
     monkeypatch.setenv("TIDEMARK_TEST_KAFKA_PASS", CANARY)

@@ -10,9 +10,9 @@ from rest_framework.test import APIClient
 
 import tests.worker_processors  # noqa: F401 - registers the test processors here too
 from inventory.models import Batch, BatchStatus
-from inventory.services import assets
 from inventory.services.connectors import connector_create
 from inventory.services.scheduling import job_run_now
+from inventory.sources import files
 from tests.factories import make_job
 from tests.worker_fixtures import WorkerProcess, wait_until, write_orders
 
@@ -44,7 +44,7 @@ def test_slow_a_secret_in_the_workers_environment_stays_there(
         landing = tmp_path / "landing"
         write_orders(landing / "a.parquet", first_id=1, count=3)
         connector = connector_create(name="canary-src", kind="files", config={"path": str(landing)})
-        assets.assets_discover(connector=connector)
+        files.directory_discover(connector=connector)
         job = make_job(
             connector=connector,
             name="canary-job",

@@ -6,14 +6,16 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from inventory.models import Asset, Backfill, Batch, BatchStatus
-from inventory.services import discovery, execution, lifecycle
+from inventory.services import lifecycle
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
+from inventory.sources import discovery
 from tests.test_delta_sink import assert_each_row_at_most_once_at_every_version, rows_at
 from tests.test_exactly_once import drain, expected_rows, make_files_job
+from workers import specs
 from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
 
@@ -173,7 +175,7 @@ def test_a_version_whose_files_were_vacuumed_fails_the_batch_naming_it(spark, tm
     DeltaTable(table).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     batch = lifecycle.batch_acquire(job=job, worker="w")
     with pytest.raises(BatchError, match="version 0 of the Delta table .* was vacuumed"):
-        run_batch(spark, execution.batch_spec(batch=batch))
+        run_batch(spark, specs.batch_spec(batch=batch))
 
 
 def test_a_partitioned_table_is_read_with_its_typed_partition_columns(spark, tmp_path):
@@ -182,7 +184,7 @@ def test_a_partitioned_table_is_read_with_its_typed_partition_columns(spark, tmp
     write_deltalake(table, data, partition_by=["day"])
     job = _delta_job("partitioned", table, str(tmp_path / "out"))
     batch = lifecycle.batch_acquire(job=job, worker="w")
-    spec = execution.batch_spec(batch=batch)
+    spec = specs.batch_spec(batch=batch)
     assert len(spec["source"]["files"]) == 2
     result = run_batch(spark, spec)
     assert result["rows_out"] == 3

@@ -19,15 +19,17 @@ from django.utils import timezone
 
 from inventory import selectors
 from inventory.models import Asset, Backfill, Batch, BatchStatus, Job, Watermark
-from inventory.services import assets, dispatch, execution, lifecycle, outputs
+from inventory.services import dispatch, lifecycle, outputs
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create, connector_reset, connector_update
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.jobs import job_create, job_delete
+from inventory.sources import files
 from tests.api_support import token_client
 from tests.sink_database import sink_cursor, sink_database_dsn
 from tests.worker_fixtures import wait_until, write_orders
+from workers import specs
 from workers.spark.run import run_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,7 +87,7 @@ def downstream_job(name: str, upstream, sink: dict, *, max_items: int = 1, **con
 
 
 def run(spark, batch: Batch) -> dict:
-    return run_batch(spark, execution.batch_spec(batch=Batch.objects.get(pk=batch.pk)))
+    return run_batch(spark, specs.batch_spec(batch=Batch.objects.get(pk=batch.pk)))
 
 
 def commit(batch: Batch, result: dict) -> Batch:
@@ -116,7 +118,7 @@ def table_rows(table: str) -> list[tuple[int, str]]:
 
 
 def items_of(batch: Batch) -> list[str]:
-    return execution.batch_spec(batch=Batch.objects.get(pk=batch.pk))["items"]
+    return specs.batch_spec(batch=Batch.objects.get(pk=batch.pk))["items"]
 
 
 def commit_seqs(job) -> dict[int, int]:
@@ -152,7 +154,7 @@ def test_a_chained_job_reads_each_upstream_commit_once_in_commit_order(spark, tm
     assert [(b.span.lower, b.span.upper) for b in reads] == [(0, 2), (2, 3), (3, 4)]
     # each downstream batch read the upstream commit of its id: the commit order
     assert [items_of(b) for b in reads] == [[str(third.pk)], [str(first.pk)], [str(second.pk)]]
-    spec = execution.batch_spec(batch=reads[0])
+    spec = specs.batch_spec(batch=reads[0])
     assert spec["source"]["outputs"] == [
         {
             "batch_id": third.pk,
@@ -341,7 +343,7 @@ def test_planning_or_reading_an_expired_commit_is_an_error_naming_the_retention(
     assert [(b.span.lower, b.span.upper) for b in planned] == [(0, 2)]
     connector_update(connector=keeps.connector, config={"job": up.name, "retention_commits": 3})
     with pytest.raises(InvalidInput) as reading:
-        execution.batch_spec(batch=Batch.objects.get(pk=planned[0].pk))
+        specs.batch_spec(batch=Batch.objects.get(pk=planned[0].pk))
     assert reading.value.field == "config.retention_commits"
     assert "commit 1 of job up-expired" in reading.value.message
     # listing and counting expired commits is no error (the batch page, the lag)
@@ -466,7 +468,7 @@ def test_a_chain_flows_through_a_real_worker_without_waiting_for_beat(tmp_path, 
     for n in range(3):
         write_orders(landing / f"orders-{n}.parquet", first_id=n * 100, count=10, day=n + 1)
     source = connector_create(name="e2e-orders", kind="files", config={"path": str(landing)})
-    assert assets.assets_discover(connector=source) == 3
+    assert files.directory_discover(connector=source) == 3
     up = job_create(
         name="e2e-up",
         connector=source,

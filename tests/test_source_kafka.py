@@ -14,15 +14,15 @@ import pytest
 from inventory.models import Asset, Batch, BatchStatus, Connector, Watermark
 from inventory.services import dispatch
 from inventory.services.connectors import connector_create
-from inventory.services.discovery import discover
 from inventory.services.errors import InvalidInput
-from inventory.services.source_kafka import handover_set, next_offsets, plan_slices
+from inventory.sources.discovery import discover
+from inventory.sources.kafka import handover_set, next_offsets, plan_slices
 from tests.api_support import token_client
 from tests.factories import make_job
 from tests.worker_fixtures import read_sink, wait_until
-from workers.spark import read_kafka
 from workers.spark.errors import ReadError
-from workers.spark.kafka_client import below_log_start
+from workers.spark.sources import kafka as read_kafka
+from workers.spark.sources.kafka_client import below_log_start
 
 on_worker = pytest.mark.django_db(transaction=True)
 

@@ -19,14 +19,16 @@ from inventory.models import (
     RestatementCause,
     Watermark,
 )
-from inventory.services import discovery, dispatch, source_object_store
+from inventory.services import dispatch
 from inventory.services.connectors import connector_create
 from inventory.services.errors import InvalidInput
-from inventory.services.execution import batch_spec
+from inventory.sources import discovery
+from inventory.sources import object_store as source_object_store
 from tests.api_support import token_client
 from tests.factories import make_job
 from tests.s3_fixtures import KEY_ENV, SECRET_ENV, SECRET_VALUE
 from tests.worker_fixtures import read_sink, wait_until, write_orders
+from workers.execution import batch_spec
 
 
 def _config(s3_server, bucket, **extra) -> dict:
@@ -359,7 +361,7 @@ def _source(s3_server, bucket, keys, **extra) -> dict:
 
 def test_the_reader_reads_csv_objects_and_names_a_malformed_one(spark, s3_server, s3_bucket):
     from workers.spark.errors import ReadError
-    from workers.spark.read_object_store import read
+    from workers.spark.sources.object_store import read
 
     _put(s3_server, s3_bucket, "in/a.csv", b"order_id,amount\n1,2.5\n2,3.5\n")
     _put(s3_server, s3_bucket, "in/b.csv", b"order_id,amount\n3,4.5\n")
@@ -376,7 +378,7 @@ def test_the_reader_refuses_a_credential_variable_missing_on_the_worker(
     spark, s3_server, s3_bucket
 ):
     from workers.spark.errors import ReadError
-    from workers.spark.read_object_store import read
+    from workers.spark.sources.object_store import read
 
     spec = _source(s3_server, s3_bucket, ["in/a.parquet"], secret_env="TM_TEST_UNSET_VAR")
     with pytest.raises(ReadError, match="TM_TEST_UNSET_VAR .*secret_env.* not set"):
@@ -386,7 +388,7 @@ def test_the_reader_refuses_a_credential_variable_missing_on_the_worker(
 def test_spark_native_hands_s3a_paths_to_spark(spark, s3_server, s3_bucket):
     """This Spark has no hadoop-aws: the s3a path reaching spark.read is what fails."""
     from workers.spark.errors import ReadError
-    from workers.spark.read_object_store import read
+    from workers.spark.sources.object_store import read
 
     spec = _source(s3_server, s3_bucket, ["in/a.parquet"], spark_native=True)
     with pytest.raises(ReadError) as failed:

@@ -36,7 +36,7 @@ def as_text(df, column):
 
 
 def test_spark_side_never_imports_django():
-    sources = list((ROOT / "workers" / "spark").glob("*.py"))
+    sources = list((ROOT / "workers" / "spark").rglob("*.py"))
     assert sources
     for source in sources:
         text = source.read_text()

@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from workers.spark.errors import ReadError
-from workers.spark.readers import read_items
+from workers.spark.sources.files import read_items
 
 LINEAGE = {"batch_id": 7, "job": "orders", "processed_at": "2026-01-02T03:04:05+00:00"}
 

@@ -12,8 +12,9 @@ from django.utils import timezone
 
 import tests.worker_processors  # noqa: F401 - registers the test processors here too
 from inventory.models import Batch, BatchStatus
-from inventory.services import assets, dispatch, scheduling
+from inventory.services import dispatch, scheduling
 from inventory.services.connectors import connector_create
+from inventory.sources import files
 from tests.factories import make_job
 from tests.worker_fixtures import WorkerProcess, read_sink, wait_until
 
@@ -48,7 +49,7 @@ def _slow_job(tmp_path: Path, name: str, rows: int):
     connector = connector_create(
         name=f"{name}-src", kind="files", config={"path": str(landing), "settle_seconds": 0}
     )
-    assert assets.assets_discover(connector=connector) == 1
+    assert files.directory_discover(connector=connector) == 1
     marker = tmp_path / f"{name}.times"
     job = make_job(
         connector=connector,

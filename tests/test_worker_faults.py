@@ -13,9 +13,10 @@ from django.utils import timezone
 
 import tests.worker_processors  # noqa: F401 - registers the test processors here too
 from inventory.models import Batch, BatchAttempt, BatchStatus, Watermark, WatermarkEvent
-from inventory.services import assets, dispatch, scheduling
+from inventory.services import dispatch, scheduling
 from inventory.services import lifecycle as batches
 from inventory.services.connectors import connector_create
+from inventory.sources import files
 from tests.factories import make_job
 from tests.worker_fixtures import read_sink, wait_until, write_orders
 
@@ -28,7 +29,7 @@ def _gated_job(tmp_path: Path, name: str, **options):
     write_orders(landing / "a.parquet", first_id=1, count=8)
     write_orders(landing / "b.parquet", first_id=101, count=4)
     connector = connector_create(name=f"{name}-src", kind="files", config={"path": str(landing)})
-    assets.assets_discover(connector=connector)
+    files.directory_discover(connector=connector)
     job = make_job(
         connector=connector,
         name=name,

@@ -8,8 +8,9 @@ import pytest
 
 import tests.worker_processors  # noqa: F401 - registers the test processors here too
 from inventory.models import Batch, BatchStatus
-from inventory.services import assets, dispatch
+from inventory.services import dispatch
 from inventory.services.connectors import connector_create
+from inventory.sources import files
 from tests.factories import make_job
 from tests.worker_fixtures import read_sink, wait_until, write_orders
 
@@ -22,7 +23,7 @@ def test_a_lost_nudge_leaves_the_batch_queued_and_the_next_sweep_runs_it(
     landing, sink = tmp_path / "landing", tmp_path / "sink"
     write_orders(landing / "a.parquet", first_id=1, count=5)
     connector = connector_create(name="lost-nudge-src", kind="files", config={"path": str(landing)})
-    assets.assets_discover(connector=connector)
+    files.directory_discover(connector=connector)
     job = make_job(
         connector=connector,
         name="lost-nudge",

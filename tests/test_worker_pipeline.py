@@ -10,8 +10,9 @@ import pytest
 
 import tests.worker_processors  # noqa: F401 - registers the test processors here too
 from inventory.models import Asset, Batch, BatchAttempt, BatchStatus, Watermark, WatermarkEvent
-from inventory.services import assets, dispatch
+from inventory.services import dispatch
 from inventory.services.connectors import connector_create
+from inventory.sources import files
 from tests.factories import make_job
 from tests.worker_fixtures import read_sink, wait_until, write_orders
 
@@ -41,7 +42,7 @@ def test_an_incremental_run_processes_exactly_the_new_files(tmp_path, celery_wor
     for n in range(3):
         write_orders(landing / f"orders-{n}.parquet", first_id=n * 100, count=10, day=n + 1)
     connector = _connector("pipeline-orders", landing)
-    assert assets.assets_discover(connector=connector) == 3
+    assert files.directory_discover(connector=connector) == 3
     job = make_job(
         connector=connector,
         name="pipeline-copy",
@@ -65,7 +66,7 @@ def test_an_incremental_run_processes_exactly_the_new_files(tmp_path, celery_wor
     # two new files arrive: the next run reads exactly those
     for n in (3, 4):
         write_orders(landing / f"orders-{n}.parquet", first_id=n * 100, count=5, day=n + 1)
-    assert assets.assets_discover(connector=connector) == 2
+    assert files.directory_discover(connector=connector) == 2
     dispatch.job_run(job=job)
     last = Asset.objects.filter(connector=connector).order_by("-id").first()
     wait_until(lambda: _settled(job, last_item=last.pk), timeout=60, message="second run")
@@ -101,8 +102,8 @@ def test_a_malformed_file_kills_its_batch_after_max_attempts_while_another_job_g
     write_orders(good_landing / "fine.parquet", first_id=1, count=5)
     bad_connector = _connector("malformed-src", bad_landing)
     good_connector = _connector("healthy-src", good_landing)
-    assets.assets_discover(connector=bad_connector)
-    assets.assets_discover(connector=good_connector)
+    files.directory_discover(connector=bad_connector)
+    files.directory_discover(connector=good_connector)
     bad_job = make_job(
         connector=bad_connector,
         name="reads-garbage",

@@ -14,13 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from inventory.models import Asset, Backfill, BackfillStatus, Batch, BatchStatus, Watermark
-from inventory.services import assets, dispatch, execution
+from inventory.services import dispatch
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
+from inventory.sources import files
 from tests.factories import make_job
 from tests.sink_database import sink_cursor
 from tests.worker_fixtures import WORKER_SINK_ENV, read_sink, wait_until
-from workers import executors
+from workers import execution, executors, specs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -68,7 +69,7 @@ def test_coalesce_keeps_stored_values_and_a_backfill_replay_leaves_the_table_unc
     )
     _customers_file(landing / "2.parquet", 2, [(1, None, "Ann B", None), (2, None, "Bo", None)])
     connector = connector_create(name="customers-src", kind="files", config={"path": str(landing)})
-    assets.assets_discover(connector=connector)
+    files.directory_discover(connector=connector)
     table = f"customers_{uuid.uuid4().hex[:8]}"
     job = make_job(
         connector=connector,
@@ -113,7 +114,7 @@ def test_slow_rerunning_a_succeeded_files_batch_through_spark_submit_leaves_the_
     connector = connector_create(
         name="submit-src", kind="files", config={"path": str(landing), "lineage": True}
     )
-    assets.assets_discover(connector=connector)
+    files.directory_discover(connector=connector)
     job = make_job(
         connector=connector,
         name="submit-copy",
@@ -131,7 +132,7 @@ def test_slow_rerunning_a_succeeded_files_batch_through_spark_submit_leaves_the_
     files_before = sorted(p.relative_to(sink) for p in sink.rglob("*.parquet"))
 
     # its spec once more through the fence: a finished attempt may not touch the published output
-    spec = execution.batch_spec(batch=batch)
+    spec = specs.batch_spec(batch=batch)
     with pytest.raises(execution.BatchFailure, match="may not publish"):
         executors.run_submit(spec, threading.Event())
     assert sorted((r["order_id"], r["customer_id"]) for r in read_sink(sink)) == before

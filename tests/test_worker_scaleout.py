@@ -7,8 +7,9 @@ import pytest
 
 import tests.worker_processors  # noqa: F401 - registers the test processors here too
 from inventory.models import Asset, Batch, BatchStatus, Watermark, WatermarkEvent
-from inventory.services import assets, dispatch
+from inventory.services import dispatch
 from inventory.services.connectors import connector_create
+from inventory.sources.files import directory_discover
 from tests.factories import make_job
 from tests.spark_cluster import spark_standalone  # noqa: F401 - fixture
 from tests.worker_fixtures import read_sink, wait_until, write_orders
@@ -21,7 +22,7 @@ def _files_job(tmp_path: Path, name: str, files: int, **options):
     for n in range(files):
         write_orders(landing / f"part-{n}.parquet", first_id=n * 10, count=10)
     connector = connector_create(name=f"{name}-src", kind="files", config={"path": str(landing)})
-    assets.assets_discover(connector=connector)
+    directory_discover(connector=connector)
     job = make_job(
         connector=connector,
         name=name,

@@ -90,8 +90,8 @@ def cmd_run(api, out, args) -> int:
 def _run_in_spark(processor, locations, fmt, config, *, args, params, lower, upper) -> dict:
     from workers.spark.errors import ReadError
     from workers.spark.processors import ProcessorContext, ProcessorError
-    from workers.spark.readers import read_items
     from workers.spark.session import get_session, stop_session
+    from workers.spark.sources.files import read_items
 
     print(f"starting Spark ({args.master}) ...", file=sys.stderr, flush=True)
     spark = get_session(args.master, app_name=f"tidemark-sample-{args.name}")

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from django.conf import settings
 
-from inventory.services.execution import BatchFailure, Executor
 from inventory.services.job_config import EXECUTORS
 from workers import warm_session
+from workers.execution import BatchFailure, Executor
 
 
 def executor_for(name: str) -> Executor:

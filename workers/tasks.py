@@ -6,8 +6,8 @@ from celery import current_app, shared_task
 from django.conf import settings
 
 from inventory.models import Connector
-from inventory.services import dispatch, execution, scheduling
-from workers import executors, threads_pool, warm_session
+from inventory.services import dispatch, scheduling
+from workers import execution, executors, threads_pool, warm_session
 
 log = logging.getLogger(__name__)
 

@@ -26,12 +26,12 @@ from inventory.models import (
     ConnectorKind,
     Job,
 )
-from inventory.services import lifecycle, outputs, source_table
+from inventory.services import lifecycle, outputs
 from inventory.services.errors import Conflict, InvalidInput, PlanChanged
-from inventory.services.items import source_for_connector
 from inventory.services.jobs import validate_budget
 from inventory.services.planning import PlannedRange, plan_closed_range
-from inventory.services.source_kinds import source_name
+from inventory.sources import table as source_table
+from inventory.sources.registry import source_for_connector, source_name
 
 # the two ways to give a backfill's range: item ids, or times (backfill_range)
 RANGE_FIELDS = ("range_start", "range_end", "time_start", "time_end")

@@ -11,12 +11,13 @@ and reaches nothing. The rules themselves live in one module each: `secrets` (va
 import os
 from urllib.parse import urlparse
 
-from inventory.services import endpoints, source_kafka
+from inventory.services import endpoints
 from inventory.services.assets import location_inside
 from inventory.services.confinement import path_confined
 from inventory.services.errors import InvalidInput
 from inventory.services.secrets import credential_value, env_names_check
-from inventory.services.source_object_store import OBJECT_STORE_SCHEMES
+from inventory.sources import kafka as source_kafka
+from inventory.sources.object_store.access import OBJECT_STORE_SCHEMES
 
 
 def sink_confine(sink: dict | None, *, field: str = "sink") -> None:

@@ -5,7 +5,7 @@ asset's location) passes `path_confined` when it is saved and again when it is u
 resolved (`..` and every symlink, os.path.realpath) and must then lie under one of the
 directories of the setting `TIDEMARK_ALLOWED_ROOTS` (by default the data folder). URLs are not
 local paths (`file://` included): a files connector with a scheme is an object store, served by
-source_object_store.py.
+sources/object_store.
 
 `walk` is the one directory walk of a local connector: it never leaves its root (a directory
 symlink that resolves outside it, or to a directory already walked, an ancestor included, is not

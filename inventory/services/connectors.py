@@ -13,18 +13,19 @@ from inventory.models import (
     Job,
     WatermarkSource,
 )
-from inventory.services import lifecycle, source_job_output, watermarks
-from inventory.services.assets import check_completion_config
+from inventory.services import lifecycle, watermarks
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.services.items import check_meta_table, quote_table
 from inventory.services.orchestration import connector_transition, predecessors_completed
 from inventory.services.secrets import check_no_secrets
-from inventory.services.source_kinds import source_module
-from inventory.services.sources import (
+from inventory.sources import job_output as source_job_output
+from inventory.sources.files import check_completion_config
+from inventory.sources.identity import (
     check_local_directory,
     identity_changes,
     source_table_check,
 )
+from inventory.sources.items import check_meta_table, quote_table
+from inventory.sources.registry import source_module
 
 
 def validate_config(kind: str, config: dict) -> dict:

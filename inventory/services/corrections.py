@@ -19,8 +19,9 @@ from inventory.models import (
     WatermarkSource,
     WatermarkType,
 )
-from inventory.services import lifecycle, source_job_output, watermarks
+from inventory.services import lifecycle, watermarks
 from inventory.services.errors import Conflict, InvalidInput
+from inventory.sources import job_output as source_job_output
 
 
 @transaction.atomic

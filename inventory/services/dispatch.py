@@ -27,7 +27,7 @@ from inventory.models import (
     Job,
 )
 from inventory.services import lifecycle
-from inventory.services.items import source_for_connector
+from inventory.sources.registry import source_for_connector
 from inventory.sql import query
 
 log = logging.getLogger(__name__)

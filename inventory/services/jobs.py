@@ -3,12 +3,12 @@
 from django.db import transaction
 
 from inventory.models import BatchStatus, Connector, Job, WatermarkType
-from inventory.services import source_job_output
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.job_config import job_validate_runtime
 from inventory.services.secrets import check_no_secrets
-from inventory.services.source_kinds import connector_source
 from inventory.services.watermarks import watermark_create
+from inventory.sources import job_output as source_job_output
+from inventory.sources.registry import connector_source
 
 
 def validate_budget(*, batch_weight, max_items) -> None:
@@ -91,7 +91,7 @@ def check_lookback(*, connector: Connector, lookback, sink) -> None:
         raise InvalidInput("lookback", f"must be a non-negative integer, got {lookback!r}")
     if not lookback:
         return
-    from inventory.services.source_kinds import source_name
+    from inventory.sources.registry import source_name
 
     if source_name(connector.kind, connector.config) != "table":
         raise InvalidInput(

@@ -109,7 +109,8 @@ def _handover(connector: Connector) -> str:
     spec = (connector.config or {}).get("handover")
     if connector.kind != ConnectorKind.KAFKA or not spec or connector.cursor:
         return ""
-    from inventory.services import source_kafka, source_table
+    from inventory.sources import kafka as source_kafka
+    from inventory.sources import table as source_table
 
     history = [
         c
@@ -127,10 +128,9 @@ def _handover(connector: Connector) -> str:
 
 
 def source_table_kind(connector: Connector) -> bool:
-    from inventory.services.source_kinds import connector_source
+    from inventory.sources.registry import source_name
 
-    module = connector_source(connector)
-    return module is not None and module.__name__.endswith("source_table")
+    return source_name(connector.kind, connector.config) == "table"
 
 
 def orchestrate() -> dict:

@@ -4,7 +4,7 @@ One rule for sources and sinks: a connection reaches Tidemark's database when it
 running server (its start time, `pg_postmaster_start_time()`, or PostgreSQL's `system_identifier`
 where it can be read, which also catches a replica) and the same database, however
 the DSN spells host, port, user or schema. A source on it may name no Tidemark table
-(`source_table.refuse_own_tables`); a sink may not write into it at all, in any schema (users,
+(`sources/remote_database.refuse_own_tables`); a sink may not write into it at all, in any schema (users,
 tokens, the inventory, `pg_catalog`, views), checked here when a job is saved and again by the
 PostgreSQL sink on its own connection right before it writes (`workers/spark/pgsink.py`, given
 `own_database_identity()` in the batch's spec).

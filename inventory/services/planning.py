@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, DataError, connection, transaction
 
 from inventory.services.errors import InvalidInput
-from inventory.services.items import ItemSource
+from inventory.sources.items import ItemSource
 from inventory.sql import query
 
 # undefined_table, undefined_column: an item source that no longer matches its config
@@ -97,7 +97,7 @@ def incremental_start(*, job_id: int, source: ItemSource | None = None) -> tuple
     """
     if source is None:
         from inventory.models import Job
-        from inventory.services.items import source_for_connector
+        from inventory.sources.registry import source_for_connector
 
         source = source_for_connector(
             Job.objects.select_related("connector").get(pk=job_id).connector

@@ -2,7 +2,7 @@
 
 Four kinds: late rows of a `table` connector (a committed slice within a job's `lookback` gained
 rows), files of a directory rewritten after registration (flagged `changed_after_registration`
-by the recheck) and objects whose ETag, size or mtime changed (source_object_store.py), all found
+by the recheck) and objects whose ETag, size or mtime changed (sources/object_store), all found
 at discovery; and upstream commits of a `job_output` chain whose
 output a later upstream commit replaced (a replay or backfill upstream), found when that commit
 lands. Each job that committed the items gets a backfill over them (actor `tidemark`, the reason
@@ -23,9 +23,9 @@ from django.dispatch import receiver
 
 from inventory.models import Backfill, BatchStatus, Connector, ConnectorKind, RestatementCause
 from inventory.services import restatement_records as records
-from inventory.services import source_table
 from inventory.services.errors import TidemarkError
 from inventory.services.signals import batch_committed
+from inventory.sources import table as source_table
 from inventory.sql import query
 
 log = logging.getLogger(__name__)

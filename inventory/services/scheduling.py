@@ -17,12 +17,12 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 from inventory.models import Connector, ConnectorState, Job, MaintenanceRun
 from inventory.services import restatements
 from inventory.services.cron import parse_cron
-from inventory.services.discovery import discover, discovers
 from inventory.services.dispatch import RunOutcome, batches_dispatch_due, job_run
 from inventory.services.errors import InvalidInput
 from inventory.services.lifecycle import batches_reap_expired
 from inventory.services.metrics_rollup import attempt_rollup_advance
 from inventory.services.orchestration import orchestrate
+from inventory.sources.discovery import discover, discovers
 
 PREFIX = "tidemark:"
 JOB_PREFIX = f"{PREFIX}run-job:"

@@ -109,15 +109,15 @@ def landing_files(landing: Path, *, files: int, rows: int) -> set[int]:
 def chaos_job(tmp_path: Path, name: str, *, files: int = 1, rows: int = 5, params=None, **options):
     """A files connector over fresh landing files, and a job writing a files sink, one batch per
     file. Returns (job, expected order ids, sink path, gate folder)."""
-    from inventory.services import assets
     from inventory.services.connectors import connector_create
+    from inventory.sources.files import directory_discover
     from tests.factories import make_job
 
     landing, sink, gates = tmp_path / "landing", tmp_path / "sink", tmp_path / "gates"
     gates.mkdir(parents=True, exist_ok=True)
     expected = landing_files(landing, files=files, rows=rows)
     connector = connector_create(name=f"{name}-src", kind="files", config={"path": str(landing)})
-    assets.assets_discover(connector=connector)
+    directory_discover(connector=connector)
     options.setdefault("processor", "chaos_hold")
     options.setdefault("lease_seconds", 3)
     options.setdefault("retry_backoff_seconds", 0)

@@ -85,8 +85,8 @@ def _armed(batch_id: int, name: str) -> bool:
 
 
 def _install_hooks() -> None:
-    from inventory.services import execution
     from inventory.services import lifecycle as batches
+    from workers import execution
 
     if getattr(batches.batch_succeed, "_chaos", False):
         return

@@ -42,9 +42,9 @@ from workers.spark.processors import (
     get_processor,
     load_processor_modules,
 )
-from workers.spark.readers import FORMATS, add_lineage, read_items
 from workers.spark.sinks import check_sink, write_sink
-from workers.spark.source_readers import covered_watermark, read_source
+from workers.spark.sources.files import FORMATS, add_lineage, read_items
+from workers.spark.sources.registry import covered_watermark, read_source
 
 _OWN_ERRORS = (ReadError, SinkError, ProcessorError)
 

@@ -5,7 +5,7 @@ from rest_framework import serializers
 
 from inventory.api.serializers.fields import AnyJSONField, PublicJSONField
 from inventory.models import Asset, Connector, ConnectorKind
-from inventory.services import source_kinds
+from inventory.sources import registry as source_kinds
 
 WEIGHT_UNIT_HELP = (
     "what one unit of weight is: `bytes` (files, object stores, Delta, job outputs), `rows` (a "

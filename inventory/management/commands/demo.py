@@ -32,10 +32,11 @@ from django.db import connection
 from controlplane.env import env_bool
 from controlplane.web_command import gunicorn_argv
 from inventory.models import Asset, Batch, BatchStatus, Connector, Job, Watermark
-from inventory.services import assets, dispatch, lifecycle
+from inventory.services import dispatch, lifecycle
 from inventory.services.connectors import connector_delete
 from inventory.services.jobs import job_delete
 from inventory.services.outputs import control_plane_dsn
+from inventory.sources.files import directory_discover
 from tidemark_cli import pipelines as pipelines_as_code
 from tidemark_cli.api import Api, error_line
 from tidemark_cli.config import UsageError
@@ -427,7 +428,7 @@ class Command(BaseCommand):
         wanted = {p.name for p in expect}
         here = 0
         while True:
-            here += assets.assets_discover(connector=connector)
+            here += directory_discover(connector=connector)
             registered = [
                 pk
                 for pk, location in Asset.objects.filter(connector=connector).values_list(

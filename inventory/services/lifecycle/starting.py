@@ -8,7 +8,6 @@ from django.db.models.functions import Now
 
 from inventory.models import Backfill, BackfillStatus, Batch, BatchStatus, Job
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
-from inventory.services.items import ItemSource, source_for_connector
 from inventory.services.lifecycle.shared import (
     batch_due,
     batches_transition,
@@ -18,6 +17,8 @@ from inventory.services.lifecycle.shared import (
     single_call,
 )
 from inventory.services.planning import BAD_WEIGHT_CODE, SOURCE_UNREADABLE_CODES
+from inventory.sources.items import ItemSource
+from inventory.sources.registry import source_for_connector
 from inventory.sql import query
 
 

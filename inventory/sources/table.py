@@ -20,19 +20,15 @@ the first look; the connector is completed once its jobs committed all of it (or
 import re
 from datetime import datetime, timedelta
 
-import psycopg2
 from django.db import connection, transaction
 from psycopg2 import sql
 
 from inventory.models import Asset, Batch, Connector
-from inventory.services import endpoints
 from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
-from inventory.services.items import quote_identifier, quote_table
-from inventory.services.own_database import is_own_database
-from inventory.services.secrets import credential_value, mask_text
-from inventory.services.source_kinds import check_known_keys
-from inventory.services.sources import source_table_check
+from inventory.sources.config import check_known_keys
+from inventory.sources.items import quote_identifier, quote_table
+from inventory.sources.remote_database import refuse_own_tables, source_connection
 from inventory.sql import query, source_query
 
 ALLOWED_KEYS = {
@@ -53,7 +49,6 @@ DEFAULT_SLICE_ROWS = 10_000
 MAX_SLICES_PER_LOOK = 1_000
 _INT_TYPES = {"int2", "int4", "int8"}
 _TIME_TYPES = {"timestamp": "timestamp", "timestamptz": "timestamptz"}
-CONNECT_TIMEOUT = 5
 
 
 def validate(config: dict) -> dict:
@@ -104,45 +99,6 @@ def _relation(config: dict) -> sql.Composable:
     return sql.SQL(".").join(sql.Identifier(part) for part in config["table"].split("."))
 
 
-class source_connection:  # noqa: N801 - a context manager used as a function
-    """A read-only connection to the source named by `dsn_env`; InvalidInput(field) when the
-    variable is unset or the database cannot be reached (the message never holds the DSN)."""
-
-    def __init__(self, config: dict, *, field: str):
-        self.config, self.field, self.conn = config, field, None
-
-    def __enter__(self):
-        name = self.config["dsn_env"]
-        dsn = credential_value(name, field=self.field)
-        if not dsn:
-            raise InvalidInput(
-                self.field, f"environment variable {name} is not set in the control plane"
-            )
-        endpoints.dsn_check(dsn, field=self.field)
-        try:
-            self.conn = psycopg2.connect(
-                dsn, connect_timeout=CONNECT_TIMEOUT, application_name="tidemark-source"
-            )
-            self.conn.set_session(readonly=True, autocommit=True)
-            with self.conn.cursor() as cursor:
-                cursor.execute("SET statement_timeout = '60s'")
-        except psycopg2.Error as exc:
-            if self.conn is not None:
-                self.conn.close()
-            raise InvalidInput(
-                self.field, f"cannot connect to the database in ${name}: {_first_line(exc)}"
-            ) from None
-        return self.conn
-
-    def __exit__(self, *exc_info):
-        if self.conn is not None:
-            self.conn.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    return mask_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-
-
 def _column_type(conn, config: dict) -> str:
     relation = quote_table(config["table"], field_name="config.table")
     with conn.cursor() as cursor:
@@ -164,13 +120,6 @@ def _column_type(conn, config: dict) -> str:
         "config.column",
         f"{config['column']} is {shown}; a table is read by an integer or timestamp column",
     )
-
-
-def refuse_own_tables(conn, relation: str, *, field: str) -> None:
-    """A DSN that points at Tidemark's own database may name no Tidemark table (invariant 10);
-    `relation` is quoted as for SQL ('"public"."orders"')."""
-    if is_own_database(conn):
-        source_table_check(relation, field=field)
 
 
 # ---- values of the column: Python <-> JSON ----------------------------------------------------

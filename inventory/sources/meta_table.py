@@ -17,9 +17,9 @@ from django.db import transaction
 from inventory.models import Connector
 from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
-from inventory.services.items import meta_table_source
-from inventory.services.source_kinds import check_known_keys
-from inventory.services.source_table import refuse_own_tables, source_connection
+from inventory.sources.config import check_known_keys
+from inventory.sources.items import meta_table_source
+from inventory.sources.remote_database import refuse_own_tables, source_connection
 
 ALLOWED_KEYS = {
     "dsn_env",

@@ -7,7 +7,7 @@ spec["source"] = {
     "partition_columns": [...],
 }
 
-The control plane chose the files (inventory/services/source_delta.py); Spark's executors read
+The control plane chose the files (inventory/sources/delta.py); Spark's executors read
 them as Parquet, one read per partition, the partition values added as typed columns. A file that
 is gone was vacuumed: the batch fails naming its version, never skips it.
 """

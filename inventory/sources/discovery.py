@@ -1,16 +1,17 @@
 """Discovery of every connector kind: which connectors discover their own items, and one look.
 
-A local directory is scanned by `assets.py`; object stores, tables and topics by their source
-module (`source_kinds.py`). A look that registered new items nudges the connector's jobs at once
+A local directory is scanned by `files.py`; object stores, tables and topics by their source
+module (`inventory/sources/registry.py`). A look that registered new items nudges the connector's jobs at once
 instead of leaving them to their next timer.
 """
 
 from django.db import transaction
 
 from inventory.models import Connector, ConnectorKind, ConnectorState
-from inventory.services import assets, restatements
+from inventory.services import restatements
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.services.source_kinds import connector_source, source_name
+from inventory.sources import files
+from inventory.sources.registry import connector_source, source_name
 
 
 def discovers(connector: Connector) -> bool:
@@ -49,7 +50,7 @@ def discover(connector: Connector) -> int:
         elif source_name(connector.kind, connector.config) == "object_store":
             restatements.changed_files_restate(connector)  # objects rewritten under their key
     else:
-        registered = assets.assets_discover(connector=connector)
+        registered = files.directory_discover(connector=connector)
         restatements.changed_files_restate(connector)
     if snapshot_files:
         snapshot_close(connector)

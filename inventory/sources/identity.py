@@ -144,7 +144,7 @@ def check_local_directory(path, *, field: str = "config.path") -> None:
     """A files connector's local directory must exist, be a directory and be readable now, so a
     typo is a 400 when the connector is saved rather than a discovery failure out of sight.
     Object-store URLs (`s3://bucket/prefix`, any fsspec URL) are not local directories: their
-    connectors are checked by `source_object_store.validate` instead."""
+    connectors are checked by `sources/object_store.validate` instead."""
     if not isinstance(path, str) or not path.strip():
         raise InvalidInput(field, "must be a directory path")
     scheme = urlparse(path).scheme

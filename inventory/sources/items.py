@@ -16,7 +16,7 @@ from django.db import DatabaseError, ProgrammingError, connection, transaction
 from psycopg2.errors import InsufficientPrivilege
 
 from inventory.services.errors import InvalidInput
-from inventory.services.sources import source_table_check
+from inventory.sources.identity import source_table_check
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -251,24 +251,6 @@ def _filter_clause(flt: dict, field_name: str) -> tuple[str, list]:
     if op in ("in", "not_in") and not isinstance(value, list):
         raise InvalidInput(f"{field_name}.value", f"operator {op!r} needs a list")
     return clause, [value]
-
-
-def source_for_connector(connector) -> ItemSource:
-    from inventory.services.source_kinds import connector_source
-
-    module = connector_source(connector)
-    if module is not None:
-        # a source of its own kind: its items are its registered assets unless it says otherwise
-        if hasattr(module, "item_source"):
-            return module.item_source(connector)
-        return assets_source(connector.pk)
-    spec = (connector.config or {}).get("meta_table")
-    if spec is not None:
-        source = meta_table_source(spec)
-        # checked on every read too: a connector saved before the check existed is refused
-        source_table_check(source.relation, field="config.meta_table.table")
-        return unique_uids(source)
-    return assets_source(connector.pk)
 
 
 def unique_uids(source: ItemSource) -> ItemSource:

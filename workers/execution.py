@@ -2,7 +2,7 @@
 while Spark works, then commit or fail each through the lifecycle.
 
 The Celery task (workers/tasks.py), a nudge for one job, only calls `job_work`; the executors
-(workers/executors.py) run the Spark side on the plain-dict spec that `batch_spec` builds.
+(workers/executors.py) run the Spark side on the plain-dict spec that `workers/specs.py` builds.
 `batch_execute` runs one named batch, if it may start, the same way.
 """
 
@@ -24,90 +24,20 @@ from django.db import (
     transaction,
 )
 
-from inventory.models import Batch, BatchStatus, ConnectorKind, Job, WatermarkType
-from inventory.services import capabilities, dispatch, lifecycle, outputs
+from inventory.models import Batch, BatchStatus, Job, WatermarkType
+from inventory.services import dispatch, lifecycle
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
-from inventory.services.items import ItemSource, fetch_items, source_for_connector
-from inventory.services.own_database import own_database_identity
-from inventory.services.source_kinds import connector_source
+from inventory.sources.items import ItemSource
+from inventory.sources.registry import source_for_connector
+from workers.chains import downstream_nudge
+from workers.specs import batch_spec
 
 log = logging.getLogger(__name__)
-
-_FORMAT_BY_SUFFIX = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv"}
 
 
 def worker_name() -> str:
     """host:pid of this process: what a batch's `worker` field shows, and what an operator kills."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-# ---- the spec the Spark side reads -------------------------------------------------------------
-
-
-def batch_spec(*, batch: Batch, source: ItemSource | None = None) -> dict:
-    """Everything the Spark side needs for one batch, as plain JSON-able data.
-
-    Items: the locations of the connector's items in the batch's span, in id order. The processor,
-    its params and the sink come from the batch's config snapshot, so a retry runs what the first
-    attempt ran even if the job was edited since. `source`: the connector's item source when the
-    caller has built it already (a worker's acquire did).
-    """
-    job = batch.job
-    connector = job.connector
-    config = connector.config or {}
-    snapshot = batch.config_snapshot or {}
-    module = connector_source(connector)
-    if module is not None:
-        # object stores, tables, topics, upstream jobs: the source module says what to read
-        read = module.read_spec(connector=connector, batch=batch)
-        items = read["items"]
-    else:
-        source = source or source_for_connector(connector)
-        sql, params = source.select(lower=batch.span.lower, upper=batch.span.upper, limit=None)
-        items = [row[2] for row in fetch_items(source, sql, params)]
-        if connector.kind == ConnectorKind.FILES:
-            # files the worker opens: inside the connector's directory, under the allowed roots
-            items = capabilities.local_items(items, base=config.get("path"))
-        read = {}
-    spec = {
-        "job": job.name,
-        "batch_id": batch.pk,
-        "kind": batch.kind,
-        "lower": batch.span.lower,
-        "upper": batch.span.upper,
-        "items": items,
-        "format": config.get("format") or _guess_format(items, connector.kind),
-        "read_options": config.get("read_options") or {},
-        "schema": config.get("schema"),
-        "lineage": bool(config.get("lineage", False)),
-        "watermark_column": config.get("watermark_column"),
-        "processor": snapshot.get("processor", job.processor),
-        "params": snapshot.get("params", job.params) or {},
-        "sink": snapshot.get("sink", job.sink) or {},
-        # a table sink refuses to write when its connection lands here (invariant 10)
-        **(
-            {"own_database": own_database_identity()}
-            if (snapshot.get("sink", job.sink) or {}).get("kind") == "postgres"
-            else {}
-        ),
-        "attempt": batch.attempt,
-        "watermark_type": job.watermark_type,
-        # the sink publishes only through the fence, which names the outputs this one replaces
-        "fence": outputs.fence_spec(),
-        **({"source": read["source"]} if "source" in read else {}),
-    }
-    # checked against the deployment's settings now, whatever they were when the job was saved
-    capabilities.spec_confine(spec)
-    return spec
-
-
-def _guess_format(items: list[str], kind: str) -> str:
-    if kind == ConnectorKind.FILES:
-        for item in items:
-            for suffix, fmt in _FORMAT_BY_SUFFIX.items():
-                if str(item).lower().endswith(suffix):
-                    return fmt
-    return "parquet"
 
 
 # ---- executing one batch -----------------------------------------------------------------------
@@ -264,8 +194,6 @@ def job_work(
         outcomes.append(outcome)
         if outcome.status == BatchStatus.SUCCEEDED:
             # jobs reading this one's commits (job_output connectors) see the new commit at once
-            from inventory.services.source_job_output import downstream_nudge
-
             downstream_nudge(job=job)
         if outcome.retry_in is not None:
             dispatch.nudge(job_id, countdown=outcome.retry_in + RETRY_SLACK_SECONDS)

@@ -27,27 +27,30 @@ restates it in every job that committed it, once per change.
 
 import json
 import logging
-import os
 import time
 from urllib.parse import urlparse
 
 from django.db import connection, transaction
 
 from inventory.models import Asset, Batch, Connector
-from inventory.services import assets, endpoints
-from inventory.services.errors import InvalidInput
-from inventory.services.secrets import credential_value
+from inventory.services import assets
+from inventory.sources import files
+from inventory.sources.object_store.access import (
+    CREDENTIAL_KEYS,
+    S3_SCHEMES,
+    check_keys,
+    check_scheme,
+    fsspec_root,
+    probe_fsspec,
+    probe_s3,
+    s3_filesystem,
+    s3_location,
+)
 from inventory.sql import query
 
 log = logging.getLogger(__name__)
 
-S3_SCHEMES = ("s3", "s3a")
-LISTINGS = ("start_after", "full")
-FORMATS = ("parquet", "json", "csv")
-CREDENTIAL_KEYS = ("key_env", "secret_env", "session_token_env")
 PAGE_SIZE = 1000
-# a bucket that does not answer fails the connector's save in seconds, not minutes
-_CONNECT = {"connect_timeout": 5, "read_timeout": 20, "retries": {"max_attempts": 2}}
 
 
 # ---- config ------------------------------------------------------------------------------------
@@ -57,148 +60,13 @@ def validate(config: dict) -> dict:
     """The config checked, and the bucket reached with it (InvalidInput naming `config.<key>`)."""
     path = config.get("path")
     scheme = urlparse(path).scheme if isinstance(path, str) else ""
-    _check_keys(config, scheme)
-    assets.check_completion_config(config)
+    check_keys(config, scheme)
+    files.check_completion_config(config)
     if scheme in S3_SCHEMES:
-        _probe_s3(config)
+        probe_s3(config)
     else:
-        _probe_fsspec(config)
+        probe_fsspec(config)
     return config
-
-
-# Object stores reached by their own public endpoints (or a configured endpoint_url, confined
-# by endpoints.py), and fsspec's in-memory store. Local-file-backed, archive and chained
-# filesystems (`file://`, `local://`, `zip://`, `a::b`) could read this machine's files; plain
-# http(s) only at an allowed endpoint.
-OBJECT_STORE_SCHEMES = (*S3_SCHEMES, "gs", "gcs", "az", "abfs", "abfss", "memory")
-
-
-def _check_scheme(path: str, scheme: str) -> None:
-    if "::" in path:
-        raise InvalidInput("config.path", "chained fsspec URLs (a::b) are not accepted")
-    if scheme in ("http", "https"):
-        endpoints.url_check(path, field="config.path")
-    elif scheme not in OBJECT_STORE_SCHEMES:
-        raise InvalidInput(
-            "config.path",
-            f"{scheme}:// is not an object store Tidemark reads; use one of "
-            f"{', '.join(OBJECT_STORE_SCHEMES)} (or an absolute directory path under "
-            "TIDEMARK_ALLOWED_ROOTS)",
-        )
-
-
-def _check_keys(config: dict, scheme: str) -> None:
-    import fsspec
-
-    _check_scheme(config["path"], scheme)
-    try:
-        fsspec.get_filesystem_class(scheme)
-    except (ValueError, ImportError) as exc:
-        raise InvalidInput("config.path", f"no filesystem for {scheme}:// URLs: {exc}") from exc
-    for key in ("endpoint_url", "region"):
-        value = config.get(key)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise InvalidInput(f"config.{key}", "must be a non-empty string")
-    endpoint = config.get("endpoint_url")
-    if endpoint is not None and urlparse(endpoint).scheme not in ("http", "https"):
-        raise InvalidInput("config.endpoint_url", "must be an http:// or https:// URL")
-    listing = config.get("listing", "start_after" if scheme in S3_SCHEMES else "full")
-    if listing not in LISTINGS:
-        raise InvalidInput("config.listing", f"must be one of {', '.join(LISTINGS)}")
-    if listing == "start_after" and scheme not in S3_SCHEMES:
-        raise InvalidInput("config.listing", "start_after listing needs an s3:// path; use full")
-    if not isinstance(config.get("spark_native", False), bool):
-        raise InvalidInput("config.spark_native", "must be true or false")
-    fmt = config.get("format")
-    if fmt is not None and fmt not in FORMATS:
-        raise InvalidInput("config.format", f"must be one of {', '.join(FORMATS)}")
-    if scheme not in S3_SCHEMES:
-        given = [key for key in (*CREDENTIAL_KEYS, "endpoint_url", "region") if key in config]
-        if given:
-            raise InvalidInput(f"config.{given[0]}", f"only used with s3:// paths, not {scheme}://")
-        return
-    if ("key_env" in config) != ("secret_env" in config):
-        missing = "secret_env" if "key_env" in config else "key_env"
-        raise InvalidInput(f"config.{missing}", "key_env and secret_env are given together")
-    for key in CREDENTIAL_KEYS:
-        name = config.get(key)
-        if name is not None and not os.environ.get(name):
-            raise InvalidInput(
-                f"config.{key}",
-                f"environment variable {name} is not set in the Tidemark process; set it there "
-                "(and on the workers) before saving the connector",
-            )
-
-
-def s3_location(path: str) -> tuple[str, str]:
-    """(bucket, key prefix) of an `s3://bucket/prefix` URL; a prefix ends with `/` unless empty."""
-    parsed = urlparse(path)
-    prefix = parsed.path.lstrip("/")
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    return parsed.netloc, prefix
-
-
-def s3_filesystem(config: dict):
-    """An s3fs filesystem for the config, credentials read from the named environment variables
-    (none named: botocore's usual chain, e.g. an instance role)."""
-    import s3fs
-
-    # checked before any request: credentials only from allowed variables, only to an allowed
-    # endpoint (none given: AWS's own)
-    if config.get("endpoint_url"):
-        endpoints.url_check(config["endpoint_url"], field="config.endpoint_url")
-    options = {}
-    if config.get("key_env"):
-        options["key"] = credential_value(config["key_env"], field="config.key_env")
-        options["secret"] = credential_value(config["secret_env"], field="config.secret_env")
-    if config.get("session_token_env"):
-        options["token"] = credential_value(
-            config["session_token_env"], field="config.session_token_env"
-        )
-    client = {"region_name": config["region"]} if config.get("region") else {}
-    return s3fs.S3FileSystem(
-        endpoint_url=config.get("endpoint_url"),
-        client_kwargs=client,
-        config_kwargs=_CONNECT,
-        skip_instance_cache=True,
-        **options,
-    )
-
-
-def _probe_s3(config: dict) -> None:
-    bucket, prefix = s3_location(config["path"])
-    if not bucket:
-        raise InvalidInput("config.path", "must name a bucket: s3://bucket/prefix/")
-    fs = s3_filesystem(config)
-    where = config.get("endpoint_url") or "AWS S3"
-    try:
-        fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
-    except FileNotFoundError as exc:
-        raise InvalidInput("config.path", f"bucket {bucket} does not exist at {where}") from exc
-    except PermissionError as exc:
-        raise InvalidInput(
-            "config.path", f"access to s3://{bucket}/{prefix} is denied with the given credentials"
-        ) from exc
-    except Exception as exc:  # unreachable endpoint, bad region, TLS: botocore's own words
-        raise InvalidInput("config.path", f"cannot list s3://{bucket}/{prefix}: {exc}") from exc
-
-
-def _probe_fsspec(config: dict) -> None:
-    fs, root = _fsspec_root(config["path"])
-    try:
-        found = fs.isdir(root)
-    except Exception as exc:
-        raise InvalidInput("config.path", f"cannot reach {config['path']}: {exc}") from exc
-    if not found:
-        raise InvalidInput("config.path", f"{config['path']} is not a directory")
-
-
-def _fsspec_root(path: str):
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(path)
-    return fs, root.rstrip("/")
 
 
 # ---- discovery ---------------------------------------------------------------------------------
@@ -280,7 +148,7 @@ def _decide(listed: list[tuple[str, str, dict]], config: dict):
     An object is decided when it is registered now or never will be (not matched, a marker);
     the cursor stops before the first object still waiting to be complete, so that one is
     listed again next time."""
-    wanted = assets._Patterns(config.get("patterns"))
+    wanted = files._Patterns(config.get("patterns"))
     marker = config.get("marker_suffix")
     locations = {location for location, _relative, _obj in listed}
     settle = float(config.get("settle_seconds", 0))
@@ -329,15 +197,15 @@ def _discover_full(connector: Connector, config: dict, scheme: str) -> int:
             for obj in list_s3(fs, bucket=bucket, prefix=prefix)
         ]
     else:
-        _check_scheme(config["path"], scheme)
-        fs, root = _fsspec_root(config["path"])
+        check_scheme(config["path"], scheme)
+        fs, root = fsspec_root(config["path"])
         listed = [
             (fs.unstrip_protocol(name), name[len(root) + 1 :], _as_listed(info))
             for name, info in sorted(fs.find(root, detail=True).items())
             if info.get("type") == "file"
         ]
     _recheck(connector, _recent_objects(connector, config), listed)
-    known = assets._known_files(connector, recheck_seconds=0)
+    known = files._known_files(connector, recheck_seconds=0)
     unseen = []
     for entry in listed:
         directory, _, name = entry[0].rpartition("/")
@@ -349,7 +217,7 @@ def _discover_full(connector: Connector, config: dict, scheme: str) -> int:
 
 def _recent_objects(connector: Connector, config: dict) -> dict:
     """location -> (id, weight, extra) of the objects registered within `recheck_seconds`."""
-    seconds = float(config.get("recheck_seconds", assets.DEFAULT_RECHECK_SECONDS))
+    seconds = float(config.get("recheck_seconds", files.DEFAULT_RECHECK_SECONDS))
     with connection.cursor() as cursor:
         cursor.execute(query("objects_recent"), [connector.pk, seconds])
         return {

@@ -16,8 +16,8 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from workers.spark.errors import ReadError
-from workers.spark.kafka_client import KafkaSourceError, open_consumer
 from workers.spark.python_sources import note_read, plan_of
+from workers.spark.sources.kafka_client import KafkaSourceError, open_consumer
 
 # Spark's own Kafka source's columns
 SCHEMA = T.StructType(

@@ -35,8 +35,8 @@ from django.db import transaction
 from inventory.models import Asset, Batch, Connector
 from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
-from inventory.services.source_kinds import check_known_keys
-from inventory.services.sources import check_local_directory
+from inventory.sources.config import check_known_keys
+from inventory.sources.identity import check_local_directory
 
 log = logging.getLogger(__name__)
 

@@ -24,14 +24,14 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from workers.spark import python_sources
 from workers.spark.errors import ReadError
-from workers.spark.object_store_source import (
+from workers.spark.sources.files import FORMATS, read_items
+from workers.spark.sources.object_store_source import (
     SOURCE_FILE,
     ObjectStoreSource,
     credentials,
     filesystem,
     read_object,
 )
-from workers.spark.readers import FORMATS, read_items
 
 PARTITION_BYTES = 128 * 1024 * 1024
 # Spark reader options that mean something here, and what pyarrow does without them

@@ -22,8 +22,8 @@ from inventory.models import Asset, Batch, Connector, ConnectorState, WatermarkT
 from inventory.services import assets, endpoints
 from inventory.services.errors import InvalidInput
 from inventory.services.secrets import credential_name_check
-from inventory.services.source_kinds import check_known_keys
-from workers.spark.kafka_client import (
+from inventory.sources.config import check_known_keys
+from workers.spark.sources.kafka_client import (
     DEFAULT_TIMEOUT_SECONDS,
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
@@ -332,7 +332,7 @@ SOURCE_KEYS = (
 
 
 def read_spec(connector: Connector, batch: Batch) -> dict:
-    """The batch's slices, in id order, for the worker's reader (workers/spark/read_kafka.py)."""
+    """The batch's slices, in id order, for the worker's reader (workers/spark/sources/kafka.py)."""
     config = connector.config or {}
     rows = Asset.objects.filter(
         connector=connector, id__gte=batch.span.lower, id__lt=batch.span.upper

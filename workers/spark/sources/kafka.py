@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from workers.spark import python_sources
 from workers.spark.errors import ReadError
-from workers.spark.kafka_client import (
+from workers.spark.sources.kafka_client import (
     DEFAULT_TIMEOUT_SECONDS,
     KafkaSourceError,
     below_log_start,
@@ -29,7 +29,7 @@ from workers.spark.kafka_client import (
     open_consumer,
     partition_bounds,
 )
-from workers.spark.kafka_source import KafkaSource
+from workers.spark.sources.kafka_source import KafkaSource
 
 # offsets per Spark partition: a task's consumer holds one record batch at a time, so this bounds
 # the work a task retries, not its memory

@@ -22,10 +22,10 @@ import logging
 
 from django.db import connection
 
-from inventory.models import Batch, ConnectorKind, ConnectorState, Job
+from inventory.models import Batch, ConnectorKind, Job
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.services.items import ItemSource
-from inventory.services.source_kinds import check_known_keys
+from inventory.sources.config import check_known_keys
+from inventory.sources.items import ItemSource
 
 RETENTION_KEYS = ("retention_commits", "retention_days")
 _KEYS = ("job", "lineage", *RETENTION_KEYS)
@@ -385,29 +385,3 @@ def _newest_output(upstream: Job) -> dict | None:
         return _output(upstream, newest)
     except InvalidInput:
         return None
-
-
-# ---- chains flow without waiting for beat --------------------------------------------------------
-
-
-def downstream_nudge(*, job: Job) -> list[str]:
-    """Nudge the jobs whose connector reads `job` (one of its batches just committed), so a chain
-    moves on at once instead of at the next beat step; their workers plan through acquire, which
-    skips paused jobs and inactive connectors. A failure only leaves them to beat's sweep.
-    Returns the jobs nudged."""
-    from inventory.services import dispatch
-
-    nudged = []
-    try:
-        followers = list(
-            downstream_jobs(job)
-            .filter(paused=False, connector__state=ConnectorState.ACTIVE)
-            .order_by("pk")
-            .values_list("pk", "name")
-        )
-        for pk, name in followers:
-            dispatch.nudge(pk)
-            nudged.append(name)
-    except Exception:
-        log.exception("job %s: nudging the jobs that read its commits failed", job.name)
-    return nudged

@@ -1,0 +1,294 @@
+"""A `files` connector over a local directory: scan, pattern match, completeness, and the
+discovery that registers what is new (assets.py hands out the ids).
+
+The worker reads the listed files with workers/spark/sources/files.py. An object-store path is
+the `object_store` kind (inventory/sources/object_store.py), which shares the patterns, the
+completeness rule and the per-process copy of registered locations kept here.
+"""
+
+import fnmatch
+import json
+import logging
+import os
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.db import connection
+
+from inventory.models import Connector, ConnectorKind
+from inventory.services.assets import assets_register
+from inventory.services.confinement import path_confined, walk
+from inventory.services.errors import InvalidInput
+from inventory.sql import query
+
+DEFAULT_PATTERNS = ["*.parquet", "*.json", "*.jsonl", "*.csv"]
+log = logging.getLogger(__name__)
+
+
+# When is a file in a watched directory complete (issue: a half-written CSV read once, never again)?
+# - with `marker_suffix` (e.g. ".done"): when `<file><suffix>` exists (the producer says so);
+# - else when it has not been modified for `settle_seconds`, or when its size and modification
+#   time are unchanged across two looks `stable_probe_seconds` apart within one discovery.
+DEFAULT_SETTLE_SECONDS = 5
+DEFAULT_STABLE_PROBE_SECONDS = 0.25
+
+
+def check_completion_config(config: dict) -> None:
+    """InvalidInput naming the key when a files connector's completion settings are unusable."""
+    limits = (
+        ("settle_seconds", 86_400),
+        ("stable_probe_seconds", 60),
+        ("recheck_seconds", 2_592_000),
+    )
+    for key, upper in limits:
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= upper:
+            raise InvalidInput(f"config.{key}", f"must be a number of seconds from 0 to {upper}")
+    marker = config.get("marker_suffix")
+    if marker is not None and (not isinstance(marker, str) or not marker or "/" in marker):
+        raise InvalidInput("config.marker_suffix", "must be a file name suffix such as '.done'")
+
+
+def _check_root(path: str) -> None:
+    path_confined(path, "config.path")
+    root = Path(path)
+    if not root.exists():
+        raise InvalidInput("config.path", f"{path} does not exist")
+    if not root.is_dir():
+        raise InvalidInput("config.path", f"{path} is not a directory")
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise InvalidInput("config.path", f"{path} is not readable by the Tidemark process")
+
+
+def _walk(root: str) -> Iterator[tuple[str, list[str]]]:
+    """(directory, names of the non-directories in it) for `root` and every directory below it
+    that stays inside it (confinement.walk: no symlink out or back, bounded)."""
+    return walk(root, field="config.path")
+
+
+class _Patterns:
+    """A connector's `patterns`: a bare pattern matches a file name at any depth; one with a `/`
+    or `**` matches the path relative to the connector's directory, segment by segment."""
+
+    def __init__(self, patterns: list[str] | None):
+        self.names = []
+        self.paths = []
+        for pattern in patterns or DEFAULT_PATTERNS:
+            if "/" in pattern or "**" in pattern:
+                self.paths.append([part for part in pattern.split("/") if part])
+            else:
+                self.names.append(pattern)
+
+    def match(self, relative: str, name: str) -> bool:
+        if name.startswith((".", "_")):
+            return False
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in self.names):
+            return True
+        parts = relative.split("/")
+        return any(_match_parts(parts, pattern) for pattern in self.paths)
+
+
+def _match_parts(parts: list[str], pattern: list[str]) -> bool:
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_match_parts(parts[i:], pattern[1:]) for i in range(len(parts) + 1))
+    return bool(parts) and (
+        fnmatch.fnmatchcase(parts[0], pattern[0]) and _match_parts(parts[1:], pattern[1:])
+    )
+
+
+def _file_stat(location: str) -> tuple[int, int] | None:
+    """(mtime_ns, size) of a regular file, None for anything else or a file gone meanwhile."""
+    try:
+        found = os.stat(location)
+    except OSError:
+        return None
+    if not stat.S_ISREG(found.st_mode):
+        return None
+    return found.st_mtime_ns, found.st_size
+
+
+def _oldest_first(found: dict[str, tuple[int, int]]) -> list[tuple[str, int, dict]]:
+    ordered = sorted(found.items(), key=lambda item: (item[1][0], item[0]))
+    return [(location, size, {"mtime_ns": mtime}) for location, (mtime, size) in ordered]
+
+
+def scan_directory(*, path: str, patterns: list[str] | None = None) -> list[tuple[str, int, dict]]:
+    """Files under `path` matching `patterns`, oldest first, as (location, size, extra)."""
+    _check_root(path)
+    wanted = _Patterns(patterns)
+    found = {}
+    for directory, names in _walk(path):
+        for name in names:
+            location = os.path.join(directory, name)
+            if wanted.match(os.path.relpath(location, path), name):
+                stat_ = _file_stat(location)
+                if stat_ is not None:
+                    found[location] = stat_
+    return _oldest_first(found)
+
+
+def _stat(location: str) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(location)
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+def complete_files(items: list[tuple[str, int, dict]], config: dict) -> list[tuple[str, int, dict]]:
+    """The scanned files that are complete under the connector's rule (see above)."""
+    marker = config.get("marker_suffix")
+    if marker:
+        return [
+            item
+            for item in items
+            if not item[0].endswith(marker) and os.path.exists(item[0] + marker)
+        ]
+    settle_ns = int(float(config.get("settle_seconds", DEFAULT_SETTLE_SECONDS)) * 1e9)
+    probe = float(config.get("stable_probe_seconds", DEFAULT_STABLE_PROBE_SECONDS))
+    now_ns = time.time_ns()
+    young = [item for item in items if now_ns - item[2]["mtime_ns"] < settle_ns]
+    if not young:
+        return items
+    stable: set[str] = set()
+    if probe > 0:
+        time.sleep(probe)
+        stable = {
+            location
+            for location, size, extra in young
+            if _stat(location) == (extra["mtime_ns"], size)
+        }
+    settled = {item[0] for item in young}
+    return [item for item in items if item[0] not in settled or item[0] in stable]
+
+
+def directory_discover(*, connector: Connector) -> int:
+    """Scan a `files` connector's directory and register the complete files not seen before.
+
+    The scan costs one directory listing plus work for what changed: files already registered
+    are recognised by name against this process's copy of the connector's registered locations
+    (kept current by a query bounded by what was registered since the last look), so they are
+    neither stat-ed nor sent to the database again. Only new names are matched against the
+    patterns, stat-ed and checked for completeness.
+
+    A registered file that has changed since (size or modification time) is not registered
+    again: it is logged and marked in its asset's `extra` (`changed_after_registration`). That
+    check needs a stat per file, so it is made for files registered in the last
+    `recheck_seconds` (connector config, default 1 hour): a file registered before it was
+    complete changes soon after; one rewritten much later is still never read again, but is
+    no longer flagged."""
+    if connector.kind != ConnectorKind.FILES:
+        raise InvalidInput("kind", f"connector {connector.name} is {connector.kind}, not files")
+    config = connector.config or {}
+    if "meta_table" in config:
+        raise InvalidInput("config", f"connector {connector.name} reads an external meta table")
+    path = config.get("path")
+    if not path:
+        raise InvalidInput("config.path", "a files connector needs a directory path")
+    _check_root(path)
+    recheck = float(config.get("recheck_seconds", DEFAULT_RECHECK_SECONDS))
+    known = _known_files(connector, recheck_seconds=recheck)
+    wanted = _Patterns(config.get("patterns"))
+    found = {}
+    for directory, names in _walk(path):
+        unseen = set(names).difference(known.by_directory.get(directory, ()))
+        for name in unseen:
+            location = os.path.join(directory, name)
+            if wanted.match(os.path.relpath(location, path), name):
+                stat_ = _file_stat(location)
+                if stat_ is not None:
+                    found[location] = stat_
+    _flag_changed(connector, known, recheck_seconds=recheck)
+    return assets_register(connector=connector, items=complete_files(_oldest_first(found), config))
+
+
+# ---- what a connector has registered, per process ----------------------------------------------
+
+DEFAULT_RECHECK_SECONDS = 3600
+
+
+@dataclass
+class _KnownFiles:
+    count: int = 0
+    max_id: int = 0
+    # directory -> names registered in it
+    by_directory: dict[str, set[str]] = field(default_factory=dict)
+    # files registered lately, still checked for changes: id -> (location, size, mtime_ns, at)
+    recent: dict[int, tuple[str, int, int, float]] = field(default_factory=dict)
+
+
+_known: dict[tuple[str, int], _KnownFiles] = {}
+_known_lock = threading.Lock()
+
+
+def _known_files(connector: Connector, *, recheck_seconds: float) -> _KnownFiles:
+    """This process's copy of the connector's registered locations, brought up to date.
+
+    Ids are handed out in visibility order (invariant 5), so the rows registered since the last
+    look are exactly those above the highest id seen: a bounded query. The count catches rows
+    that left (a connector reset); then the copy is loaded again."""
+    key = (connection.settings_dict["NAME"], connector.pk)
+    with connection.cursor() as cursor:
+        cursor.execute(query("assets_known_size"), [connector.pk])
+        count, max_id = cursor.fetchone()
+        with _known_lock:
+            known = _known.get(key)
+            if known is None or max_id < known.max_id or count < known.count:
+                known = _KnownFiles()
+            if max_id > known.max_id:
+                _load_known(cursor, connector, known, recheck_seconds=recheck_seconds)
+            if known.count != count:
+                known = _KnownFiles()
+                _load_known(cursor, connector, known, recheck_seconds=recheck_seconds)
+            _known[key] = known
+            return known
+
+
+def _load_known(cursor, connector: Connector, known: _KnownFiles, *, recheck_seconds) -> None:
+    cursor.execute(query("assets_known_since"), [recheck_seconds, connector.pk, known.max_id])
+    for pk, location, weight, mtime_ns, registered_at, recent in cursor.fetchall():
+        directory, _, name = location.rpartition("/")
+        known.by_directory.setdefault(directory, set()).add(name)
+        if recent and mtime_ns is not None:
+            known.recent[pk] = (location, weight, int(mtime_ns), registered_at)
+        known.count += 1
+        known.max_id = max(known.max_id, pk)
+
+
+def _flag_changed(connector: Connector, known: _KnownFiles, *, recheck_seconds: float) -> None:
+    """Flag (once) the recently registered files that changed after their registration."""
+    horizon = time.time() - recheck_seconds
+    with _known_lock:
+        recent = list(known.recent.items())
+    for pk, (location, size, mtime_ns, registered_at) in recent:
+        if registered_at < horizon:
+            with _known_lock:
+                known.recent.pop(pk, None)
+            continue
+        now = _stat(location)
+        if now is None or now == (mtime_ns, size):
+            continue
+        with _known_lock:
+            known.recent.pop(pk, None)
+        changed = {"size": now[1], "mtime_ns": now[0]}
+        with connection.cursor() as cursor:
+            cursor.execute(query("asset_flag_changed"), [json.dumps(changed), pk])
+            flagged = cursor.rowcount
+        if flagged:
+            log.warning(
+                "connector %s: %s changed after it was registered as asset %s (size %s -> %s); "
+                "the jobs that committed it read it again (a restatement)",
+                connector.name,
+                location,
+                pk,
+                size,
+                now[1],
+            )

@@ -1,0 +1,59 @@
+"""A source in another PostgreSQL database (a `table`, a remote `meta_table`): the read-only
+connection named by `dsn_env`, and the refusal to read Tidemark's own tables through it when the
+DSN reaches Tidemark's database (invariant 10)."""
+
+import psycopg2
+
+from inventory.services import endpoints
+from inventory.services.errors import InvalidInput
+from inventory.services.own_database import is_own_database
+from inventory.services.secrets import credential_value, mask_text
+from inventory.sources.identity import source_table_check
+
+CONNECT_TIMEOUT = 5
+
+
+class source_connection:  # noqa: N801 - a context manager used as a function
+    """A read-only connection to the source named by `dsn_env`; InvalidInput(field) when the
+    variable is unset or the database cannot be reached (the message never holds the DSN)."""
+
+    def __init__(self, config: dict, *, field: str):
+        self.config, self.field, self.conn = config, field, None
+
+    def __enter__(self):
+        name = self.config["dsn_env"]
+        dsn = credential_value(name, field=self.field)
+        if not dsn:
+            raise InvalidInput(
+                self.field, f"environment variable {name} is not set in the control plane"
+            )
+        endpoints.dsn_check(dsn, field=self.field)
+        try:
+            self.conn = psycopg2.connect(
+                dsn, connect_timeout=CONNECT_TIMEOUT, application_name="tidemark-source"
+            )
+            self.conn.set_session(readonly=True, autocommit=True)
+            with self.conn.cursor() as cursor:
+                cursor.execute("SET statement_timeout = '60s'")
+        except psycopg2.Error as exc:
+            if self.conn is not None:
+                self.conn.close()
+            raise InvalidInput(
+                self.field, f"cannot connect to the database in ${name}: {first_line(exc)}"
+            ) from None
+        return self.conn
+
+    def __exit__(self, *exc_info):
+        if self.conn is not None:
+            self.conn.close()
+
+
+def first_line(exc: BaseException) -> str:
+    return mask_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+
+def refuse_own_tables(conn, relation: str, *, field: str) -> None:
+    """A DSN that points at Tidemark's own database may name no Tidemark table (invariant 10);
+    `relation` is quoted as for SQL ('"public"."orders"')."""
+    if is_own_database(conn):
+        source_table_check(relation, field=field)

@@ -1,0 +1,76 @@
+"""The spec a batch's Spark side reads: plain JSON-able data built from the batch, its job, its
+connector's source module (inventory/sources/) and the job's config snapshot."""
+
+from inventory.models import Batch, ConnectorKind
+from inventory.services import capabilities, outputs
+from inventory.services.own_database import own_database_identity
+from inventory.sources.items import ItemSource, fetch_items
+from inventory.sources.registry import connector_source, source_for_connector
+
+_FORMAT_BY_SUFFIX = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv"}
+
+
+def batch_spec(*, batch: Batch, source: ItemSource | None = None) -> dict:
+    """Everything the Spark side needs for one batch, as plain JSON-able data.
+
+    Items: the locations of the connector's items in the batch's span, in id order. The processor,
+    its params and the sink come from the batch's config snapshot, so a retry runs what the first
+    attempt ran even if the job was edited since. `source`: the connector's item source when the
+    caller has built it already (a worker's acquire did).
+    """
+    job = batch.job
+    connector = job.connector
+    config = connector.config or {}
+    snapshot = batch.config_snapshot or {}
+    module = connector_source(connector)
+    if module is not None:
+        # object stores, tables, topics, upstream jobs: the source module says what to read
+        read = module.read_spec(connector=connector, batch=batch)
+        items = read["items"]
+    else:
+        source = source or source_for_connector(connector)
+        sql, params = source.select(lower=batch.span.lower, upper=batch.span.upper, limit=None)
+        items = [row[2] for row in fetch_items(source, sql, params)]
+        if connector.kind == ConnectorKind.FILES:
+            # files the worker opens: inside the connector's directory, under the allowed roots
+            items = capabilities.local_items(items, base=config.get("path"))
+        read = {}
+    spec = {
+        "job": job.name,
+        "batch_id": batch.pk,
+        "kind": batch.kind,
+        "lower": batch.span.lower,
+        "upper": batch.span.upper,
+        "items": items,
+        "format": config.get("format") or _guess_format(items, connector.kind),
+        "read_options": config.get("read_options") or {},
+        "schema": config.get("schema"),
+        "lineage": bool(config.get("lineage", False)),
+        "watermark_column": config.get("watermark_column"),
+        "processor": snapshot.get("processor", job.processor),
+        "params": snapshot.get("params", job.params) or {},
+        "sink": snapshot.get("sink", job.sink) or {},
+        # a table sink refuses to write when its connection lands here (invariant 10)
+        **(
+            {"own_database": own_database_identity()}
+            if (snapshot.get("sink", job.sink) or {}).get("kind") == "postgres"
+            else {}
+        ),
+        "attempt": batch.attempt,
+        "watermark_type": job.watermark_type,
+        # the sink publishes only through the fence, which names the outputs this one replaces
+        "fence": outputs.fence_spec(),
+        **({"source": read["source"]} if "source" in read else {}),
+    }
+    # checked against the deployment's settings now, whatever they were when the job was saved
+    capabilities.spec_confine(spec)
+    return spec
+
+
+def _guess_format(items: list[str], kind: str) -> str:
+    if kind == ConnectorKind.FILES:
+        for item in items:
+            for suffix, fmt in _FORMAT_BY_SUFFIX.items():
+                if str(item).lower().endswith(suffix):
+                    return fmt
+    return "parquet"
