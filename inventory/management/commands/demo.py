@@ -13,14 +13,10 @@ with --once / TIDEMARK_DEMO_ONCE=1), stopping its children cleanly either way.
 """
 
 import os
-import random
 import secrets
 import signal
-import socket
 import subprocess
-import sys
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -30,7 +26,6 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from controlplane.env import env_bool
-from controlplane.web_command import gunicorn_argv
 from inventory.models import Asset, Batch, BatchStatus, Connector, Job, Watermark
 from inventory.services import dispatch, lifecycle
 from inventory.services.connectors import connector_delete
@@ -44,7 +39,9 @@ from tidemark_cli.pipeline_file import load as load_pipelines
 from tidemark_client import TidemarkError
 
 from . import _demo_history as history_then_live
+from ._demo_children import DemoChildren
 from ._demo_history import sink_cursor
+from ._demo_orders import write_orders
 
 CONNECTOR = "demo-orders"
 HOURLY_JOB = "demo-orders-hourly"
@@ -53,7 +50,6 @@ CUSTOMERS_TABLE = "demo_customers"
 SINK_DSN_ENV = history_then_live.SINK_DSN_ENV
 # the table sinks' database: Tidemark's own database is never a sink (docs/security.md)
 SINK_DB = "tidemark_demo_sinks"
-CITIES = ["Lisbon", "Oslo", "Lyon", "Graz", "Turin", "Ghent", None]
 # the demo's pipelines files, applied in order (docs/pipelines.md)
 PIPELINES = Path(settings.BASE_DIR) / "examples" / "demo"
 
@@ -67,7 +63,7 @@ def _sink_database() -> str:
     return control_plane_dsn(dbname=SINK_DB)
 
 
-class Command(BaseCommand):
+class Command(DemoChildren, BaseCommand):
     help = "Run the Tidemark demo: embedded services, a sample pipeline on PySpark, the dashboard."
 
     def add_arguments(self, parser):
@@ -130,7 +126,7 @@ class Command(BaseCommand):
         self._start_children(port, names=("web",))
         self._web_ready(port, password)
         self.api = self._api_login(port, password)
-        files = self._write_days(first_day=1, days=3)
+        files = write_orders(self.landing, first_day=1, days=3)
         self._say("3. sample data", f"{len(files)} Parquet files of order events in {self.landing}")
         connector, hourly, customers = self._pipeline()
         history = None
@@ -146,7 +142,7 @@ class Command(BaseCommand):
         # batches before the new files: beat's periodic discovery may register and plan them
         # before this walkthrough looks, and the round lists them all the same
         known = set(Batch.objects.filter(job__in=[hourly, customers]).values_list("pk", flat=True))
-        new_files = self._write_days(first_day=4, days=1, renames=True)
+        new_files = write_orders(self.landing, first_day=4, days=1, renames=True)
         self._say(
             "5. new files",
             f"{len(new_files)} more files arrived (their customer fields are partial: a new "
@@ -236,186 +232,6 @@ class Command(BaseCommand):
         except UsageError as exc:
             raise CommandError(f"applying {copy} failed: {exc}") from None
         self.stdout.write(f"   {pipelines_as_code.applied_line(declared, done, counts)}")
-
-    def _write_days(
-        self, *, first_day: int, days: int, files_per_day: int = 2, renames: bool = False
-    ) -> list[Path]:
-        """Order events; with `renames`, the events carry only a new customer name (a partial
-        update: email and city are null, so `coalesce` keeps the stored ones)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        written = []
-        for day in range(first_day, first_day + days):
-            for part in range(files_per_day):
-                rng = random.Random(day * 100 + part)
-                start = datetime(2026, 3, day, 12 * part, tzinfo=UTC)
-                rows = 300
-                first_id = (day * 10 + part) * 1000
-                customers = [rng.randint(1, 40) for _ in range(rows)]
-                table = pa.table(
-                    {
-                        "order_id": pa.array(range(first_id, first_id + rows), pa.int64()),
-                        "customer_id": pa.array(customers, pa.int64()),
-                        "amount": pa.array(
-                            [round(rng.uniform(5, 250), 2) for _ in range(rows)], pa.float64()
-                        ),
-                        "event_time": pa.array(
-                            [start + timedelta(seconds=144 * n) for n in range(rows)],
-                            pa.timestamp("us", "UTC"),
-                        ),
-                        # partial customer records: most events carry only some fields
-                        "email": pa.array(
-                            [
-                                None if renames or rng.random() > 0.3 else f"c{c}@example.com"
-                                for c in customers
-                            ],
-                            pa.string(),
-                        ),
-                        "name": pa.array(
-                            [
-                                f"Customer {c} (renamed)"
-                                if renames
-                                else (f"Customer {c}" if rng.random() < 0.2 else None)
-                                for c in customers
-                            ],
-                            pa.string(),
-                        ),
-                        "city": pa.array(
-                            [None if renames else rng.choice(CITIES) for _ in customers],
-                            pa.string(),
-                        ),
-                    }
-                )
-                path = self.landing / f"orders-2026-03-{day:02d}-{part}.parquet"
-                pq.write_table(table, path)
-                written.append(path)
-                time.sleep(0.01)  # distinct modification times: discovery registers in this order
-        return written
-
-    # ---- children ------------------------------------------------------------------------------
-
-    def _free_port(self, wanted: int) -> int:
-        """`wanted` if nothing listens there, else (or for 0) any free port."""
-        if wanted:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", wanted)) != 0:
-                    return wanted
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return sock.getsockname()[1]
-
-    def _web_ready(self, port: int, password: str) -> None:
-        """Wait until the web server answers, then say how to log in, at once."""
-        from urllib.error import HTTPError
-        from urllib.request import urlopen
-
-        url = f"http://127.0.0.1:{port}/"
-        while True:
-            self._check_children()
-            try:
-                with urlopen(f"{url}accounts/login/", timeout=2):
-                    break
-            except HTTPError:
-                break  # an answer all the same
-            except OSError:
-                if time.monotonic() - self.began > self.timeout:
-                    raise CommandError(f"the web server did not answer; see {self.logs}") from None
-                time.sleep(0.3)
-        line = "-" * 72
-        self.stdout.write(
-            f"{line}\n"
-            f"   The dashboard is up ({time.monotonic() - self.began:.0f} s after the start): {url}\n"
-            f"   Log in as: admin   password: {password}\n"
-            "   The walkthrough below goes on while you look; refresh to see it arrive.\n"
-            f"{line}"
-        )
-
-    def _start_children(self, port: int, *, names: tuple[str, ...]) -> None:
-        env = {
-            **os.environ,
-            "DATABASE_URL": settings.DATABASE_URL,
-            "REDIS_URL": settings.REDIS_URL,
-            "TIDEMARK_DATA_DIR": str(settings.DATA_DIR),
-            "TIDEMARK_DEV": os.environ.get("TIDEMARK_DEV", "1"),
-            "PYTHONUNBUFFERED": "1",
-        }
-        celery = [sys.executable, "-m", "celery", "-A", "controlplane"]
-        commands = {
-            "worker": [
-                *celery,
-                "worker",
-                "--pool=prefork",
-                "--concurrency=1",
-                "-Q",
-                settings.CELERY_TASK_DEFAULT_QUEUE,
-                "-n",
-                f"demo-{os.getpid()}@%h",
-                "--without-mingle",
-                "--without-gossip",
-                "--loglevel=INFO",
-            ],
-            "beat": [*celery, "beat", "--loglevel=INFO"],
-            # the production web process: gunicorn, static files served by WhiteNoise
-            "web": gunicorn_argv(bind=f"127.0.0.1:{port}"),
-        }
-        started = []
-        for name, argv in commands.items():
-            if name not in names:
-                continue
-            log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - the child holds it
-            proc = subprocess.Popen(
-                argv,
-                cwd=settings.BASE_DIR,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C reaches the demo, which stops them in order
-            )
-            log.close()
-            self.children.append((name, proc))
-            started.append((name, proc))
-        # the broker the history scenario started is named once, with the worker
-        named = {name for name, _ in self._named_children}
-        shown = [(n, p) for n, p in self.children if n not in named]
-        self._named_children += shown
-        self._say(
-            "   started",
-            ", ".join(f"{name} (pid {proc.pid})" for name, proc in shown)
-            + f"; logs in {self.logs}",
-        )
-
-    def _check_children(self) -> None:
-        for name, proc in self.children:
-            if proc.poll() is not None:
-                tail = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
-                raise CommandError(f"the {name} exited with code {proc.returncode}:\n{tail}")
-
-    def _stop_children(self) -> None:
-        for _name, proc in reversed(self.children):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # celery: warm shutdown, sessions stopped
-        deadline = time.monotonic() + 30
-        for name, proc in reversed(self.children):
-            try:
-                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                self.stdout.write(f"   {name} did not stop in time; killing it")
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            else:
-                try:  # anything the child left behind in its process group (e.g. a JVM)
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        if self.children:
-            self.stdout.write("   worker, beat and web server stopped")
-        self.children = []
-
-    def _serve(self) -> None:
-        while True:
-            self._check_children()
-            time.sleep(1)
 
     # ---- the demonstration ---------------------------------------------------------------------
 

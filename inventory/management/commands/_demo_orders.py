@@ -1,0 +1,65 @@
+"""The demo's order events: Parquet files landing in the demo's directory, a few per day."""
+
+import random
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+CITIES = ["Lisbon", "Oslo", "Lyon", "Graz", "Turin", "Ghent", None]
+
+
+def write_orders(
+    landing: Path, *, first_day: int, days: int, files_per_day: int = 2, renames: bool = False
+) -> list[Path]:
+    """Order events; with `renames`, the events carry only a new customer name (a partial
+    update: email and city are null, so `coalesce` keeps the stored ones)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    written = []
+    for day in range(first_day, first_day + days):
+        for part in range(files_per_day):
+            rng = random.Random(day * 100 + part)
+            start = datetime(2026, 3, day, 12 * part, tzinfo=UTC)
+            rows = 300
+            first_id = (day * 10 + part) * 1000
+            customers = [rng.randint(1, 40) for _ in range(rows)]
+            table = pa.table(
+                {
+                    "order_id": pa.array(range(first_id, first_id + rows), pa.int64()),
+                    "customer_id": pa.array(customers, pa.int64()),
+                    "amount": pa.array(
+                        [round(rng.uniform(5, 250), 2) for _ in range(rows)], pa.float64()
+                    ),
+                    "event_time": pa.array(
+                        [start + timedelta(seconds=144 * n) for n in range(rows)],
+                        pa.timestamp("us", "UTC"),
+                    ),
+                    # partial customer records: most events carry only some fields
+                    "email": pa.array(
+                        [
+                            None if renames or rng.random() > 0.3 else f"c{c}@example.com"
+                            for c in customers
+                        ],
+                        pa.string(),
+                    ),
+                    "name": pa.array(
+                        [
+                            f"Customer {c} (renamed)"
+                            if renames
+                            else (f"Customer {c}" if rng.random() < 0.2 else None)
+                            for c in customers
+                        ],
+                        pa.string(),
+                    ),
+                    "city": pa.array(
+                        [None if renames else rng.choice(CITIES) for _ in customers],
+                        pa.string(),
+                    ),
+                }
+            )
+            path = landing / f"orders-2026-03-{day:02d}-{part}.parquet"
+            pq.write_table(table, path)
+            written.append(path)
+            time.sleep(0.01)  # distinct modification times: discovery registers in this order
+    return written
