@@ -322,7 +322,9 @@ def soak(*, work: Path, start_worker, sink_env: str, tag: str, settings: Setting
     landed = 0
     try:
         while True:
-            if landed < settings.files:  # files land while batches run
+            if landed < settings.files or (faults.due() and done(jobs, connector, landed)):
+                # files land while batches run; when every batch is done before every fault has
+                # landed (faults need a running batch), one more file gives them one
                 land(landing, landed, settings.rows)
                 landed += 1
             directory_discover(connector=connector)
@@ -331,7 +333,7 @@ def soak(*, work: Path, start_worker, sink_env: str, tag: str, settings: Setting
             for job in jobs.values():
                 dispatch.job_run(job=job)
             faults.step()
-            if landed == settings.files and not faults.due() and done(jobs, connector, landed):
+            if landed >= settings.files and not faults.due() and done(jobs, connector, landed):
                 break
             if time.monotonic() - started > settings.timeout:
                 raise RuntimeError(f"soak not done after {settings.timeout:.0f} s")
@@ -353,7 +355,7 @@ def soak(*, work: Path, start_worker, sink_env: str, tag: str, settings: Setting
     sink_dsn = os.environ[sink_env]
     sources, facts, sinks = {}, {}, {}
     for mode, job in jobs.items():
-        sources[mode] = expected_rows(mode, settings.files, settings.rows, asset_of)
+        sources[mode] = expected_rows(mode, landed, settings.rows, asset_of)
         facts[mode] = sc.JobFacts(
             name=job.name,
             start=job.start_position,
@@ -375,8 +377,8 @@ def soak(*, work: Path, start_worker, sink_env: str, tag: str, settings: Setting
     attempts = BatchAttempt.objects.filter(batch__job__in=jobs.values())
     figures = {
         "batches": Batch.objects.filter(job__in=jobs.values(), status="succeeded").count(),
-        "files": settings.files,
-        "source_rows": settings.files * settings.rows,
+        "files": landed,
+        "source_rows": landed * settings.rows,
         "attempts": attempts.count(),
         "failed_attempts": attempts.filter(outcome="failed").count(),
         "faults": dict(run.faults),
