@@ -293,6 +293,11 @@ def main() -> int:
     from django.conf import settings
 
     settings.DATABASES["default"]["NAME"] = DB_NAME
+    # the bench's files live in the temp directory: the connectors' paths must be allowed there,
+    # in this process and in the worker it starts (which reads the variable)
+    tmp_root = os.path.realpath(tempfile.gettempdir())
+    os.environ["TIDEMARK_ALLOWED_ROOTS"] = tmp_root
+    settings.TIDEMARK_ALLOWED_ROOTS = [tmp_root]
     django.setup()
     from django.core.management import call_command
     from django.db import connection
