@@ -293,6 +293,11 @@ def main() -> int:
     from django.conf import settings
 
     settings.DATABASES["default"]["NAME"] = DB_NAME
+    # the bench's files live in the temp directory: the connectors' paths must be allowed there,
+    # in this process and in the worker it starts (which reads the variable)
+    tmp_root = os.path.realpath(tempfile.gettempdir())
+    os.environ["TIDEMARK_ALLOWED_ROOTS"] = tmp_root
+    settings.TIDEMARK_ALLOWED_ROOTS = [tmp_root]
     django.setup()
     from django.core.management import call_command
     from django.db import connection
@@ -400,15 +405,16 @@ def write(f: dict) -> None:
             verdict[added <= 100],
         ],
         [
-            "40 batches, one at a time: >= 0.9x the bare session one by one",
+            "40 batches, one at a time: >= 0.95x the bare session one by one",
             f"{f['serial']['per_second']} vs {f['bare_serial']['per_second']} files/s = "
             f"{ratio_serial}x",
-            verdict[ratio_serial >= 0.9],
+            verdict[ratio_serial >= 0.95],
         ],
         [
-            "40 batches, several at once in one session: >= 10 batches/s",
-            f"{best['per_second']} batches/s (limit {best['limit']})",
-            verdict[best["per_second"] >= 10],
+            "40 batches, several at once in one session: faster than one at a time",
+            f"{best['per_second']} (limit {best['limit']}) vs {f['serial']['per_second']} "
+            f"batches/s = {round(best['per_second'] / f['serial']['per_second'], 2)}x",
+            verdict[best["per_second"] > f["serial"]["per_second"]],
         ],
     ]
     steps = [
