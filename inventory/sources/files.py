@@ -222,6 +222,8 @@ def directory_discover(*, connector: Connector) -> int:
                     found[location] = stat_
     per_scan = int(config.get("recheck_per_scan", DEFAULT_RECHECK_PER_SCAN))
     _flag_changed(connector, known, recheck_seconds=recheck, per_scan=per_scan)
+    if not found:
+        return 0  # nothing new: no transaction, no connector row lock
     return assets_register(connector=connector, items=complete_files(_oldest_first(found), config))
 
 
