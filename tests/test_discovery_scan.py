@@ -163,3 +163,11 @@ def test_rechecks_are_spread_and_a_rewrite_among_many_recent_files_is_found_with
     for _ in range(2 * bound):  # flagged once; the others were all looked at and left alone
         assert directory_discover(connector=connector) == 0
     assert Asset.objects.filter(extra__has_key="changed_after_registration").count() == 1
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, "10"])
+def test_recheck_per_scan_must_be_a_positive_whole_number(tmp_path, value):
+    from inventory.services.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="recheck_per_scan"):
+        _connector(tmp_path, recheck_per_scan=value)
