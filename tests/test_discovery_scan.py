@@ -139,3 +139,35 @@ def test_path_patterns_match_relative_paths_and_bare_patterns_match_names_at_any
         "2026/01/a.csv",
         "2026/01/deep/b.csv",
     ]
+
+
+def test_rechecks_are_spread_and_a_rewrite_among_many_recent_files_is_found_within_the_bound(
+    tmp_path, stats
+):
+    connector, folder = _connector(tmp_path, recheck_per_scan=7)
+    for n in range(40):
+        _old_file(folder / f"f{n:02d}.csv")
+    assert directory_discover(connector=connector) == 40
+    stats.clear()
+    _old_file(folder / "f23.csv", size=30)  # rewritten in place: the directory's names stay
+    bound = -(-40 // 7)  # ceil(files in window / recheck_per_scan) scans
+    scans = 0
+    while "changed_after_registration" not in Asset.objects.get(location__endswith="f23.csv").extra:
+        assert scans < bound
+        stats.clear()
+        assert directory_discover(connector=connector) == 0
+        assert len(stats) <= 7  # each scan stats a bounded slice, not the whole window
+        scans += 1
+    flagged = Asset.objects.get(location__endswith="f23.csv").extra["changed_after_registration"]
+    assert flagged["size"] == 30 and scans > 1  # found by a later slice, not the first one
+    for _ in range(2 * bound):  # flagged once; the others were all looked at and left alone
+        assert directory_discover(connector=connector) == 0
+    assert Asset.objects.filter(extra__has_key="changed_after_registration").count() == 1
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, "10"])
+def test_recheck_per_scan_must_be_a_positive_whole_number(tmp_path, value):
+    from inventory.services.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="recheck_per_scan"):
+        _connector(tmp_path, recheck_per_scan=value)

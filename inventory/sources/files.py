@@ -13,6 +13,7 @@ import os
 import stat
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,11 @@ def check_completion_config(config: dict) -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= upper:
             raise InvalidInput(f"config.{key}", f"must be a number of seconds from 0 to {upper}")
+    per_scan = config.get("recheck_per_scan")
+    if per_scan is not None and (
+        isinstance(per_scan, bool) or not isinstance(per_scan, int) or not 1 <= per_scan <= 10**6
+    ):
+        raise InvalidInput("config.recheck_per_scan", "must be a whole number from 1 to 1000000")
     marker = config.get("marker_suffix")
     if marker is not None and (not isinstance(marker, str) or not marker or "/" in marker):
         raise InvalidInput("config.marker_suffix", "must be a file name suffix such as '.done'")
@@ -145,6 +151,11 @@ def _stat(location: str) -> tuple[int, int] | None:
 
 def complete_files(items: list[tuple[str, int, dict]], config: dict) -> list[tuple[str, int, dict]]:
     """The scanned files that are complete under the connector's rule (see above)."""
+    per_scan = config.get("recheck_per_scan")
+    if per_scan is not None and (
+        isinstance(per_scan, bool) or not isinstance(per_scan, int) or not 1 <= per_scan <= 10**6
+    ):
+        raise InvalidInput("config.recheck_per_scan", "must be a whole number from 1 to 1000000")
     marker = config.get("marker_suffix")
     if marker:
         return [
@@ -184,7 +195,10 @@ def directory_discover(*, connector: Connector) -> int:
     check needs a stat per file, so it is made for files registered in the last
     `recheck_seconds` (connector config, default 1 hour): a file registered before it was
     complete changes soon after; one rewritten much later is still never read again, but is
-    no longer flagged."""
+    no longer flagged. Each scan stats at most `recheck_per_scan` of those files (connector
+    config, default 1000), round-robin, so the scan costs the same however many files are in
+    the window: a file in the window is rechecked within ceil(files in window / recheck_per_scan)
+    scans of this process."""
     if connector.kind != ConnectorKind.FILES:
         raise InvalidInput("kind", f"connector {connector.name} is {connector.kind}, not files")
     config = connector.config or {}
@@ -206,13 +220,17 @@ def directory_discover(*, connector: Connector) -> int:
                 stat_ = _file_stat(location)
                 if stat_ is not None:
                     found[location] = stat_
-    _flag_changed(connector, known, recheck_seconds=recheck)
+    per_scan = int(config.get("recheck_per_scan", DEFAULT_RECHECK_PER_SCAN))
+    _flag_changed(connector, known, recheck_seconds=recheck, per_scan=per_scan)
+    if not found:
+        return 0  # nothing new: no transaction, no connector row lock
     return assets_register(connector=connector, items=complete_files(_oldest_first(found), config))
 
 
 # ---- what a connector has registered, per process ----------------------------------------------
 
 DEFAULT_RECHECK_SECONDS = 3600
+DEFAULT_RECHECK_PER_SCAN = 1000
 
 
 @dataclass
@@ -223,6 +241,8 @@ class _KnownFiles:
     by_directory: dict[str, set[str]] = field(default_factory=dict)
     # files registered lately, still checked for changes: id -> (location, size, mtime_ns, at)
     recent: dict[int, tuple[str, int, int, float]] = field(default_factory=dict)
+    # the ids of `recent` in recheck order: each scan takes a slice from the left, puts it back right
+    turn: deque[int] = field(default_factory=deque)
 
 
 _known: dict[tuple[str, int], _KnownFiles] = {}
@@ -259,20 +279,35 @@ def _load_known(cursor, connector: Connector, known: _KnownFiles, *, recheck_sec
         known.by_directory.setdefault(directory, set()).add(name)
         if recent and mtime_ns is not None:
             known.recent[pk] = (location, weight, int(mtime_ns), registered_at)
+            known.turn.append(pk)
         known.count += 1
         known.max_id = max(known.max_id, pk)
 
 
-def _flag_changed(connector: Connector, known: _KnownFiles, *, recheck_seconds: float) -> None:
-    """Flag (once) the recently registered files that changed after their registration."""
+def _flag_changed(
+    connector: Connector, known: _KnownFiles, *, recheck_seconds: float, per_scan: int
+) -> None:
+    """Flag (once) the recently registered files that changed after their registration.
+
+    At most `per_scan` files are stat-ed, taken round-robin from `known.turn`, so every file in
+    the window is looked at within ceil(len(window) / per_scan) calls; files that left the window
+    (or were flagged) are dropped from the turn as they come up, without a stat."""
     horizon = time.time() - recheck_seconds
+    due = []
     with _known_lock:
-        recent = list(known.recent.items())
-    for pk, (location, size, mtime_ns, registered_at) in recent:
-        if registered_at < horizon:
-            with _known_lock:
-                known.recent.pop(pk, None)
-            continue
+        for _ in range(len(known.turn)):
+            if len(due) >= per_scan:
+                break
+            pk = known.turn.popleft()
+            entry = known.recent.get(pk)
+            if entry is None:
+                continue
+            if entry[3] < horizon:
+                del known.recent[pk]
+                continue
+            known.turn.append(pk)
+            due.append((pk, entry))
+    for pk, (location, size, mtime_ns, _registered_at) in due:
         now = _stat(location)
         if now is None or now == (mtime_ns, size):
             continue
