@@ -34,6 +34,7 @@ def test_the_soak_loses_duplicates_alters_and_leaves_stale_nothing(
     settings = bench_soak.Settings(
         files=int(os.environ.get("SOAK_FILES", "40")),
         faults_per_kind=int(os.environ.get("SOAK_FAULTS_PER_KIND", "2")),
+        timeout=float(os.environ.get("SOAK_TIMEOUT", "3600")) - 300,
     )
     env = {
         **worker_env,
