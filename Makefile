@@ -26,7 +26,9 @@ test: $(VENV)/.installed /usr/bin/chromium
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/pytest
 
-# faults through real workers, Redis and Spark (tests/chaos/, a few minutes); not part of `make test`
+# faults through real workers, Redis and Spark (tests/chaos/, a few minutes); not part of `make test`.
+# CHAOS_CPU_HOG=N runs N busy processes beside the whole suite (.ci/run uses 2: the suite waits on
+# facts, not clocks, so it must pass on a busy machine)
 chaos: $(VENV)/.installed
 	$(VENV)/bin/pytest -m chaos tests/chaos
 

@@ -9,6 +9,8 @@ the sink holds every source row once, and nothing else.
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,6 +33,51 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.get_closest_marker("chaos") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(1800))
+
+
+# ---- a CPU hog beside the whole suite (CHAOS_CPU_HOG=N busy processes; .ci/run sets 2) ----------
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_hog(request):
+    """N processes spinning on the CPU for the whole session, at the suite's own priority, so
+    the scenarios prove they wait on facts rather than on a quiet machine. At the end the hog's
+    CPU time and the load average are printed, and the run fails if the hog did not really burn
+    CPU (at least a quarter of a core each, on average) while the scenarios ran."""
+    count = int(os.environ.get("CHAOS_CPU_HOG", "0") or 0)
+    if count <= 0:
+        yield []
+        return
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(count)
+    ]
+    started, load_start = time.monotonic(), os.getloadavg()[0]
+    try:
+        yield hogs
+    finally:
+        wall = time.monotonic() - started
+        burnt = [_cpu_seconds(h.pid) for h in hogs if h.poll() is None]
+        load_end = os.getloadavg()[0]
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        summary = (
+            f"CPU hog: {count} busy processes for {wall:.0f} s burnt "
+            f"{', '.join(f'{b:.0f}' for b in burnt)} CPU s; load average {load_start:.1f} at the "
+            f"start, {load_end:.1f} at the end"
+        )
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(summary)
+        assert len(burnt) == count, f"a hog process died early: {summary}"
+        assert all(b >= 0.25 * wall for b in burnt), f"the hog did not burn CPU: {summary}"
 
 
 def progress():
