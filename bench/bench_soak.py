@@ -183,6 +183,12 @@ class Faults:
         self.turn = 0
         self.next_at = 0.0
         self.frozen: dict[int, threading.Timer] = {}
+        # faults are spread over the run by progress, not by the clock: the next one waits until
+        # `spacing` more batches have committed, so a slow machine (every killed pool process
+        # starts a cold SparkSession) still commits between faults instead of only recovering
+        total = settings.faults_per_kind * len(FAULT_KINDS)
+        self.spacing = max(1, settings.files * len(jobs) // (total + 1))
+        self.next_after = self.spacing
 
     def due(self) -> bool:
         return any(self.run.faults[k] < self.settings.faults_per_kind for k in FAULT_KINDS)
@@ -192,10 +198,21 @@ class Faults:
         now = time.monotonic()
         if now < self.next_at or not self.due():
             return
+        committed = self._committed()
+        if committed < self.next_after:
+            return
         kind = FAULT_KINDS[self.turn % len(FAULT_KINDS)]
         self.turn += 1
         if self.run.faults[kind] < self.settings.faults_per_kind and getattr(self, kind)():
             self.next_at = now + self.settings.lease_seconds * 2
+            self.next_after = committed + self.spacing
+
+    def _committed(self) -> int:
+        from inventory.models import Batch, BatchStatus
+
+        return Batch.objects.filter(
+            job__in=self.jobs.values(), status=BatchStatus.SUCCEEDED
+        ).count()
 
     def _running_batch(self):
         from inventory.models import Batch, BatchStatus

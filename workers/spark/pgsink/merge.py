@@ -3,7 +3,7 @@ newest version of each key."""
 
 from workers.spark.errors import SinkError
 from workers.spark.pgsink.config import quote_ident
-from workers.spark.pgsink.target import BATCH_COLUMN, KEY_VERSIONS
+from workers.spark.pgsink.target import BATCH_COLUMN, COLUMN_VERSIONS, KEY_VERSIONS
 
 
 def merge_stage(
@@ -63,6 +63,16 @@ def merge_stage(
         source = f"SELECT {quoted} FROM {stage}"
 
     others = [c for c in columns if c not in key]
+    if mode == "coalesce" and version_column is None and version is not None and others:
+        return rows_out, _coalesce_by_column_version(
+            cur,
+            target=target,
+            source=source,
+            key=key,
+            others=others,
+            version=int(version),
+            target_name=target_name,
+        )
     if mode == "upsert":
         new_values = [f"EXCLUDED.{quote_ident(c)}" for c in others]
     else:
@@ -109,3 +119,90 @@ def merge_stage(
         params,
     )
     return rows_out, cur.rowcount
+
+
+def _coalesce_by_column_version(
+    cur,
+    *,
+    target: str,
+    source: str,
+    key: list[str],
+    others: list[str],
+    version: int,
+    target_name: str,
+) -> int:
+    """Coalesce when batches may merge out of source order: each column keeps the value of the
+    newest version that had it non-null. A partial update (null in a column) merged before an
+    older batch that has the column set must not lose that older value, and an older value must
+    never replace a newer one: so every stored non-null value carries its own source version
+    (`column_versions`; a value stored before that table existed counts with its key's version).
+    Merges into one target are serialized (they read, then write, the same keys)."""
+    cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"tidemark.sink.merge:{target}"])
+    keys = ", ".join(quote_ident(k) for k in key)
+    joined = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in key)
+    key_json = f"jsonb_build_array({', '.join(f's.{quote_ident(k)}' for k in key)})"
+
+    # column names travel as bound parameters where they are values (the jsonb keys)
+    params = {"v": version, "target": target_name}
+    params.update({f"c{n}": c for n, c in enumerate(others)})
+    name = {c: f"%(c{n})s" for n, c in enumerate(others)}
+
+    def stored_version(c: str) -> str:
+        # a null stored value has no version (any non-null value fills it); a value stored
+        # before column versions were kept counts with its key's version
+        return (
+            f"CASE WHEN t.{quote_ident(c)} IS NULL THEN -1 "
+            f"ELSE coalesce((cv.versions ->> {name[c]})::bigint, kv.version, -1) END"
+        )
+
+    def wins(c: str) -> str:
+        # a non-null incoming value at least as new as the stored one's
+        return f"(s.{quote_ident(c)} IS NOT NULL AND {stored_version(c)} <= %(v)s)"
+
+    merged = ", ".join(
+        f"CASE WHEN {wins(c)} THEN s.{quote_ident(c)} ELSE t.{quote_ident(c)} END AS {quote_ident(c)}"
+        for c in others
+    )
+    versions = ", ".join(
+        f"{name[c]}::text, CASE WHEN {wins(c)} THEN %(v)s "
+        f"WHEN t.{quote_ident(c)} IS NULL THEN NULL ELSE {stored_version(c)} END"
+        for c in others
+    )
+    cur.execute("DROP TABLE IF EXISTS pg_temp._tm_coalesce")
+    cur.execute(
+        "CREATE TEMP TABLE _tm_coalesce ON COMMIT DROP AS "
+        f"SELECT {', '.join(f's.{quote_ident(k)}' for k in key)}, {merged}, "
+        f"{key_json} AS _tm_key, jsonb_strip_nulls(jsonb_build_object({versions})) AS _tm_versions "
+        f"FROM ({source}) AS s LEFT JOIN {target} AS t ON {joined} "
+        f"LEFT JOIN {KEY_VERSIONS} AS kv ON kv.target = %(target)s AND kv.key = {key_json} "
+        f"LEFT JOIN {COLUMN_VERSIONS} AS cv ON cv.target = %(target)s AND cv.key = {key_json}",
+        params,
+    )
+    columns = [*key, *others]
+    quoted = ", ".join(quote_ident(c) for c in columns)
+    assignments = ", ".join(f"{quote_ident(c)} = EXCLUDED.{quote_ident(c)}" for c in others)
+    stored = ", ".join(f"t.{quote_ident(c)}" for c in others)
+    excluded = ", ".join(f"EXCLUDED.{quote_ident(c)}" for c in others)
+    cur.execute(
+        f"INSERT INTO {target} AS t ({quoted}) SELECT {quoted} FROM _tm_coalesce "
+        f"ON CONFLICT ({keys}) DO UPDATE SET {assignments} "
+        # unchanged rows are left alone: a rerun writes nothing
+        f"WHERE ROW({stored}) IS DISTINCT FROM ROW({excluded})"
+    )
+    changed = cur.rowcount
+    cur.execute(
+        f"INSERT INTO {COLUMN_VERSIONS} AS cv (target, key, versions) "
+        "SELECT %s, _tm_key, _tm_versions FROM _tm_coalesce "
+        "ON CONFLICT (target, key) DO UPDATE SET versions = EXCLUDED.versions "
+        "WHERE cv.versions IS DISTINCT FROM EXCLUDED.versions",
+        [target_name],
+    )
+    cur.execute(
+        f"INSERT INTO {KEY_VERSIONS} AS kv (target, key, version) "
+        "SELECT %s, _tm_key, %s FROM _tm_coalesce "
+        "ON CONFLICT (target, key) DO UPDATE SET version = EXCLUDED.version "
+        "WHERE EXCLUDED.version > kv.version",
+        [target_name, version],
+    )
+    cur.execute("DROP TABLE pg_temp._tm_coalesce")
+    return changed

@@ -46,6 +46,8 @@ BOOKKEEPING_SCHEMA = "tidemark_sink"
 LEDGER = f'"{BOOKKEEPING_SCHEMA}"."ledger"'
 # (target, key) -> the source version of the stored row, when no version column is declared
 KEY_VERSIONS = f'"{BOOKKEEPING_SCHEMA}"."key_versions"'
+# (target, key) -> {column: the source version of its stored non-null value} (coalesce)
+COLUMN_VERSIONS = f'"{BOOKKEEPING_SCHEMA}"."column_versions"'
 
 
 def ensure_target(
@@ -89,7 +91,10 @@ def ensure_target(
     # Tidemark's own bookkeeping lives in a schema of its own, beside the user's tables. Created
     # once: batches writing to different tables (other locks above) may get here at the same time,
     # so the creation holds one lock of its own; once the tables exist nobody takes it.
-    cur.execute("SELECT to_regclass(%s) IS NULL OR to_regclass(%s) IS NULL", [LEDGER, KEY_VERSIONS])
+    cur.execute(
+        "SELECT to_regclass(%s) IS NULL OR to_regclass(%s) IS NULL OR to_regclass(%s) IS NULL",
+        [LEDGER, KEY_VERSIONS, COLUMN_VERSIONS],
+    )
     if cur.fetchone()[0]:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["tidemark.sink:bookkeeping"])
         cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(BOOKKEEPING_SCHEMA)}")
@@ -102,6 +107,11 @@ def ensure_target(
         cur.execute(
             f"CREATE TABLE IF NOT EXISTS {KEY_VERSIONS} ("
             "target text NOT NULL, key jsonb NOT NULL, version bigint NOT NULL, "
+            "PRIMARY KEY (target, key))"
+        )
+        cur.execute(
+            f"CREATE TABLE IF NOT EXISTS {COLUMN_VERSIONS} ("
+            "target text NOT NULL, key jsonb NOT NULL, versions jsonb NOT NULL, "
             "PRIMARY KEY (target, key))"
         )
 
