@@ -49,7 +49,8 @@ def cpu_hog(request):
     """N processes spinning on the CPU for the whole session, at the suite's own priority, so
     the scenarios prove they wait on facts rather than on a quiet machine. At the end the hog's
     CPU time and the load average are printed, and the run fails if the hog did not really burn
-    CPU (at least a quarter of a core each, on average) while the scenarios ran."""
+    CPU while the scenarios ran (at least 5% of a core each, on average: at load 38 on 2 cores
+    each still got 17%)."""
     count = int(os.environ.get("CHAOS_CPU_HOG", "0") or 0)
     if count <= 0:
         yield []
@@ -77,7 +78,7 @@ def cpu_hog(request):
         if reporter is not None:
             reporter.write_line(summary)
         assert len(burnt) == count, f"a hog process died early: {summary}"
-        assert all(b >= 0.25 * wall for b in burnt), f"the hog did not burn CPU: {summary}"
+        assert all(b >= 0.05 * wall for b in burnt), f"the hog did not burn CPU: {summary}"
 
 
 def progress():

@@ -220,7 +220,14 @@ def test_a_broker_redelivery_while_the_batch_runs_takes_nothing(tmp_path, chaos_
     workers = [chaos_worker(name="redeliver-a", env=short)]
     gate = tmp_path / "gates" / "open"
     job, expected, sink, gates = chaos_job(
-        tmp_path, "redeliver", rows=10, lease_seconds=5, params={"gate": str(gate)}
+        # a lease long enough that no heartbeat misses it on a machine at load 40: the batch must
+        # still be attempt 1's when the redelivered nudge comes (with 5 s it once expired and the
+        # redelivery legitimately took the batch over)
+        tmp_path,
+        "redeliver",
+        rows=10,
+        lease_seconds=60,
+        params={"gate": str(gate)},
     )
     (batch_id,) = dispatch.job_run(job=job).planned
     chaos_wait(lambda: (gates / f"started-{batch_id}-1").exists(), timeout=90, message="start")
