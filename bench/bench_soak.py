@@ -338,6 +338,8 @@ def soak(
         run.redeliveries_seen = redeliveries_seen(pool.logs())
         for worker in pool.workers:
             worker.stop()
+        for source in sources:
+            source.close()
     run.faults["crash_before_commit"] = sum(1 for m in jobs if (work / f"crashed-{m}").exists())
 
     sink_dsn = os.environ[sink_env]

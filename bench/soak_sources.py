@@ -27,6 +27,7 @@ carries `row_id`, `key`, `value`, `note`; its checksum is the checker's (bench/s
 
 import io
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -156,7 +157,7 @@ class Source:
         return None
 
     def close(self) -> None:
-        pass
+        """After the run: let go of clients (the checker needs only what was recorded)."""
 
 
 class FilesSource(Source):
@@ -196,6 +197,8 @@ class S3Source(Source):
     def setup(self):
         from inventory.services.connectors import connector_create
 
+        # a line per look (every step of the driver) says nothing the checker does not
+        logging.getLogger("inventory.sources.object_store").setLevel(logging.WARNING)
         self.client = self.server.client()
         self.client.create_bucket(Bucket=self.bucket)
         self.connector = connector_create(
@@ -366,3 +369,6 @@ class KafkaSource(Source):
 
     def item_values(self) -> dict[int, dict]:
         return {pk: {str(partition): end} for pk, partition, _start, end in self._slices()}
+
+    def close(self) -> None:
+        self.producer = None  # its client goes with it: no reconnecting to a stopped broker
