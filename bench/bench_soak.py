@@ -4,12 +4,15 @@
     .venv/bin/pytest -m soak tests/test_soak.py # the small one (SOAK_FILES=40: 200 batches)
     python bench/bench_soak.py --files 2000     # the same as `make soak`
 
-Real parts, all of them: Parquet files land in a directory one by one (written aside, renamed in)
-while the real discovery (`files.directory_discover`) registers them; five jobs read that connector,
-one batch per file, through real Celery prefork workers running real PySpark (warm sessions), into
-each sink kind: files (JSON), Delta, PostgreSQL `append`, `upsert` and `coalesce`. Every fourth file
-updates keys of an earlier one (new value, and a null `note` on odd rows: a partial update that
-coalesce must not blank). The driver runs beat's steps itself (reaper, requeue, job runs, pacing).
+Real parts, all of them: units land in each source while the real discovery of its kind
+registers them (bench/soak_sources.py): Parquet files renamed into a directory, Parquet objects
+put into a bucket of the S3 test server, rows inserted into a table of another PostgreSQL
+database, messages produced to a topic of the Kafka test broker. Jobs read those connectors, one
+batch per item, through real Celery prefork workers running real PySpark (warm sessions): the
+files source feeds one job per sink kind (files (JSON), Delta, PostgreSQL `append`, `upsert` and
+`coalesce`), each other source at least one. Every fourth unit updates keys of an earlier one (new
+value, and a null `note` on odd rows: a partial update that coalesce must not blank). The driver
+runs beat's steps itself (reaper, requeue, job runs, pacing).
 
 Faults, while files land and batches run:
 - sigkill: the pool process running a batch is killed; the reaper or the next acquire fails the
@@ -24,7 +27,8 @@ Faults, while files land and batches run:
 
 Then bench/soak_checker.py reads each sink as a reader would and compares it with every source
 row's checksum: lost, duplicated, unexpected, altered, stale; and each job's watermark with its
-contiguous committed prefix. Any of them fails the run.
+contiguous committed prefix (for the Kafka job, its per-partition offsets too). Any of them fails
+the run.
 """
 
 import argparse
@@ -44,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if not __package__:  # run as a script: `bench` is a folder of the repository root
     sys.path.insert(0, str(ROOT))
 from bench import soak_checker as sc  # noqa: E402
+from bench import soak_sources as ss  # noqa: E402
 
 MODES = ("files", "delta", "append", "upsert", "coalesce")
 FAULT_KINDS = ("sigkill", "sigstop", "redelivery")
@@ -59,6 +64,7 @@ class Settings:
     visibility_timeout: int = 12
     faults_per_kind: int = 2
     timeout: float = 3600
+    every: int = 4  # the sources other than files land one unit every `every` files
 
 
 @dataclass
@@ -70,97 +76,62 @@ class Run:
     seconds: float = 0.0
 
 
-# ---- source -------------------------------------------------------------------------------------
-
-
-def file_rows(n: int, rows: int) -> list[dict]:
-    """The rows of landing file `n`: new keys, or (every fourth file) updates of file n - 3's."""
-    updates = n % 4 == 3
-    out = []
-    for r in range(rows):
-        key = f"k{n - 3:05d}-{r}" if updates else f"k{n:05d}-{r}"
-        out.append(
-            {
-                "row_id": f"f{n:05d}-{r}",
-                "key": key,
-                "value": f"v{n}-{r}",
-                "note": None if updates and r % 2 else f"note {n}-{r}",
-            }
-        )
-    return out
-
-
-def land(landing: Path, n: int, rows: int) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.Table.from_pylist(
-        file_rows(n, rows),
-        schema=pa.schema([(c, pa.string()) for c in ("row_id", "key", "value", "note")]),
-    )
-    aside = landing / f".f-{n:05d}.parquet.tmp"  # discovery skips names starting with "."
-    pq.write_table(table, aside)
-    os.rename(aside, landing / f"f-{n:05d}.parquet")
-
-
-def expected_rows(mode: str, files: int, rows: int, asset_of: dict[int, int]) -> list:
-    """What a reader of a `mode` sink must see: each source row (files, append), or per key the
-    latest version (upsert) or the latest non-null value of each column (coalesce)."""
-    if mode in ("files", "delta", "append"):
-        return [
-            sc.SourceRow(r["row_id"], sc.checksum(*r.values()), asset_of[n])
-            for n in range(files)
-            for r in file_rows(n, rows)
-        ]
-    merged: dict[str, tuple[dict, int]] = {}
-    for n in range(files):
-        for r in file_rows(n, rows):
-            before = merged.get(r["key"], ({}, 0))[0]
-            if mode == "coalesce":
-                r = {c: (v if v is not None else before.get(c)) for c, v in r.items()}
-            merged[r["key"]] = (r, asset_of[n])
-    return [sc.SourceRow(k, sc.checksum(*r.values()), item) for k, (r, item) in merged.items()]
-
-
 # ---- setup --------------------------------------------------------------------------------------
 
 
-def setup(work: Path, *, sink_env: str, tag: str, lease_seconds: int):
-    """A files connector over `work/landing` and one job per sink kind."""
-    from inventory.services.connectors import connector_create
+def setup(work: Path, sources, *, sink_env: str, tag: str, lease_seconds: int):
+    """Each source's connector and one job per sink mode it feeds: ({label: job}, {label: source});
+    the files source's jobs are labelled by their mode, the others' `<source>-<mode>`."""
     from inventory.services.jobs import job_create
 
-    landing = work / "landing"
-    landing.mkdir(parents=True)
-    connector = connector_create(name=f"{tag}-src", kind="files", config={"path": str(landing)})
-    jobs = {}
-    for mode in MODES:
-        if mode == "files":
-            sink = {"kind": "files", "path": str(work / "sink-files"), "format": "json"}
-        elif mode == "delta":
-            sink = {"kind": "delta", "path": str(work / "sink-delta"), "mode": "append"}
-        else:
-            sink = {
-                "kind": "postgres",
-                "dsn_env": sink_env,
-                "table": f"{tag}_{mode}",
-                "mode": mode,
-                **({} if mode == "append" else {"key": ["key"]}),
-            }
-        jobs[mode] = job_create(
-            name=f"{tag}-{mode}",
-            connector=connector,
-            batch_weight=10**12,
-            max_items=1,
-            processor="soak_tag",
-            params={"crash_before_commit": str(work / f"crashed-{mode}")},
-            sink=sink,
-            lease_seconds=lease_seconds,
-            retry_backoff_seconds=0,
-            max_attempts=20,
-            max_concurrency=2,
+    jobs, source_of = {}, {}
+    for source in sources:
+        connector = source.setup()
+        for mode in source.modes:
+            label = mode if source.name == "files" else f"{source.name}-{mode}"
+            if mode == "files":
+                sink = {"kind": "files", "path": str(work / f"sink-{label}"), "format": "json"}
+            elif mode == "delta":
+                sink = {"kind": "delta", "path": str(work / f"sink-{label}"), "mode": "append"}
+            else:
+                sink = {
+                    "kind": "postgres",
+                    "dsn_env": sink_env,
+                    "table": f"{tag}_{label}".replace("-", "_"),
+                    "mode": mode,
+                    **({} if mode == "append" else {"key": ["key"]}),
+                }
+            source_of[label] = source
+            jobs[label] = job_create(
+                name=f"{tag}-{label}",
+                connector=connector,
+                batch_weight=10**12,
+                max_items=1,
+                watermark_type=source.watermark_type,
+                processor=source.processor,
+                params={"crash_before_commit": str(work / f"crashed-{label}")},
+                sink=sink,
+                lease_seconds=lease_seconds,
+                retry_backoff_seconds=0,
+                max_attempts=20,
+                max_concurrency=2,
+            )
+    return jobs, source_of
+
+
+def read_sink(label: str, job, source, *, work: Path, sink_dsn: str) -> list:
+    """What a reader of the job's sink sees (identity: row_id, or the upserted key)."""
+    mode = job.sink["mode"] if job.sink["kind"] == "postgres" else job.sink["kind"]
+    identity = "key" if mode in ("upsert", "coalesce") else "row_id"
+    if mode == "files":
+        return sc.read_json_lines_sink(
+            work / f"sink-{label}", identity=identity, content=source.content
         )
-    return connector, jobs, landing
+    if mode == "delta":
+        return sc.read_delta_sink(work / f"sink-{label}", identity=identity, content=source.content)
+    return sc.read_postgres_sink(
+        sink_dsn, job.sink["table"], identity=identity, content=source.content
+    )
 
 
 # ---- faults -------------------------------------------------------------------------------------
@@ -309,13 +280,21 @@ def redeliveries_seen(logs: list[str]) -> int:
 # ---- the run ------------------------------------------------------------------------------------
 
 
-def done(jobs, connector, files: int) -> bool:
+def done(jobs, sources) -> bool:
+    """Every landed unit is registered, and every job committed all its connector's items."""
     from inventory.models import Asset, Batch, BatchStatus, Watermark
 
-    if Asset.objects.filter(connector=connector).count() < files:
+    if not all(source.discovered() for source in sources):
         return False
-    last = Asset.objects.filter(connector=connector).order_by("-id").values_list("id", flat=True)[0]
     for job in jobs.values():
+        last = (
+            Asset.objects.filter(connector_id=job.connector_id)
+            .order_by("-id")
+            .values_list("id", flat=True)
+            .first()
+        )
+        if last is None:
+            return False
         if Batch.objects.filter(job=job).exclude(status=BatchStatus.SUCCEEDED).exists():
             return False
         if Watermark.objects.get(job=job).position != last + 1:
@@ -323,14 +302,25 @@ def done(jobs, connector, files: int) -> bool:
     return True
 
 
-def soak(*, work: Path, start_worker, sink_env: str, tag: str, settings: Settings, progress=None):
-    """Run the soak; returns (Run, Report, figures)."""
+def soak(
+    *,
+    work: Path,
+    start_worker,
+    sink_env: str,
+    tag: str,
+    settings: Settings,
+    sources=None,
+    progress=None,
+):
+    """Run the soak over `sources` (bench/soak_sources.py; default: the files source alone,
+    feeding every sink kind); returns (Run, Report, figures)."""
     from inventory.models import Asset, Batch, BatchAttempt, Watermark
     from inventory.services import dispatch, scheduling
-    from inventory.sources.files import directory_discover
 
-    connector, jobs, landing = setup(
-        work, sink_env=sink_env, tag=tag, lease_seconds=settings.lease_seconds
+    if sources is None:
+        sources = [ss.FilesSource(work=work, tag=tag, rows=settings.rows, modes=MODES)]
+    jobs, source_of = setup(
+        work, sources, sink_env=sink_env, tag=tag, lease_seconds=settings.lease_seconds
     )
     run = Run()
     pool = Pool(start_worker, settings.workers)
@@ -339,18 +329,20 @@ def soak(*, work: Path, start_worker, sink_env: str, tag: str, settings: Setting
     landed = 0
     try:
         while True:
-            if landed < settings.files or (faults.due() and done(jobs, connector, landed)):
+            if landed < settings.files or (faults.due() and done(jobs, sources)):
                 # files land while batches run; when every batch is done before every fault has
                 # landed (faults need a running batch), one more file gives them one
-                land(landing, landed, settings.rows)
+                for source in sources:
+                    source.tick(landed)
                 landed += 1
-            directory_discover(connector=connector)
+            for source in sources:
+                source.discover()
             scheduling.leases_reap()
             dispatch.backfills_pace()
             for job in jobs.values():
                 dispatch.job_run(job=job)
             faults.step()
-            if landed >= settings.files and not faults.due() and done(jobs, connector, landed):
+            if landed >= settings.files and not faults.due() and done(jobs, sources):
                 break
             if time.monotonic() - started > settings.timeout:
                 raise RuntimeError(f"soak not done after {settings.timeout:.0f} s")
@@ -363,45 +355,55 @@ def soak(*, work: Path, start_worker, sink_env: str, tag: str, settings: Setting
         run.redeliveries_seen = redeliveries_seen(pool.logs())
         for worker in pool.workers:
             worker.stop()
-    run.faults["crash_before_commit"] = sum(1 for m in MODES if (work / f"crashed-{m}").exists())
+        for source in sources:
+            source.close()
+    run.faults["crash_before_commit"] = sum(1 for m in jobs if (work / f"crashed-{m}").exists())
 
-    asset_of = {
-        int(location.rsplit("f-", 1)[1].split(".")[0]): pk
-        for pk, location in Asset.objects.filter(connector=connector).values_list("id", "location")
-    }
     sink_dsn = os.environ[sink_env]
-    sources, facts, sinks = {}, {}, {}
-    for mode, job in jobs.items():
-        sources[mode] = expected_rows(mode, landed, settings.rows, asset_of)
-        facts[mode] = sc.JobFacts(
+    expected, facts, sinks = {}, {}, {}
+    for label, job in jobs.items():
+        source = source_of[label]
+        mode = job.sink.get("mode") if job.sink["kind"] == "postgres" else job.sink["kind"]
+        expected[label] = source.expected(mode)
+        watermark = Watermark.objects.get(job=job)
+        facts[label] = sc.JobFacts(
             name=job.name,
             start=job.start_position,
-            watermark=Watermark.objects.get(job=job).position,
+            watermark=watermark.position,
             batches=[
                 sc.BatchFact(b.id, b.span.lower, b.span.upper, b.status, b.attempt)
                 for b in Batch.objects.filter(job=job)
             ],
+            value=watermark.value if source.watermark_type == "key_value" else None,
+            item_values=source.item_values(),
         )
-        if mode == "files":
-            rows = sc.read_json_lines_sink(work / "sink-files", identity="row_id")
-        elif mode == "delta":
-            rows = sc.read_delta_sink(work / "sink-delta", identity="row_id")
-        else:
-            identity = "row_id" if mode == "append" else "key"
-            rows = sc.read_postgres_sink(sink_dsn, f"{tag}_{mode}", identity=identity)
-        sinks[mode] = (mode, rows)
-    report = sc.check(sources=sources, jobs=facts, sinks=sinks)
+        sinks[label] = (label, read_sink(label, job, source, work=work, sink_dsn=sink_dsn))
+    report = sc.check(sources=expected, jobs=facts, sinks=sinks)
     attempts = BatchAttempt.objects.filter(batch__job__in=jobs.values())
+    summary = report.summary()
     figures = {
         "batches": Batch.objects.filter(job__in=jobs.values(), status="succeeded").count(),
         "files": landed,
-        "source_rows": landed * settings.rows,
+        "source_rows": sum(s.landed * s.rows for s in sources),
+        "sources": {
+            s.name: {
+                "units": s.landed,
+                "rows": s.landed * s.rows,
+                "items": Asset.objects.filter(connector=s.connector).count(),
+                "rows_seen": {
+                    label: summary["sinks"][label]["rows_seen"]
+                    for label in jobs
+                    if source_of[label] is s
+                },
+            }
+            for s in sources
+        },
         "attempts": attempts.count(),
         "failed_attempts": attempts.filter(outcome="failed").count(),
         "faults": dict(run.faults),
         "redeliveries_seen": run.redeliveries_seen,
         "seconds": round(run.seconds, 1),
-        "check": report.summary(),
+        "check": summary,
     }
     return run, report, figures
 

@@ -13,8 +13,10 @@ reports, per sink:
   late write, an uncommitted batch's output, a row under another batch's name);
 
 and, per job: committed batches that overlap, and a watermark that differs from the end of the
-contiguous committed prefix (invariant 3). Any of these fails the run: `Report.ok` is False and the
-command line exits 1.
+contiguous committed prefix (invariant 3); for a job with a key_value watermark (a Kafka topic's:
+{partition: end offset}) given each item's value, also a value other than the per-key maximum over
+the items of that prefix. Any of these fails the run: `Report.ok` is False and the command line
+exits 1.
 
 No Django and no Spark: the inputs are plain data, so the checker's own tests plant each kind of
 error on purpose-built runs (tests/test_soak_checker.py). `read_json_lines_sink`,
@@ -73,6 +75,10 @@ class JobFacts:
     start: int  # the job's first position (the watermark before any commit)
     watermark: int | None  # the watermark's position after the run
     batches: list[BatchFact]
+    # key_value watermarks only: the watermark's value after the run, and each item's own value
+    # ({key: int}, e.g. a Kafka slice's {partition: end}); None: no value to check
+    value: dict | None = None
+    item_values: dict[int, dict] | None = None
 
 
 @dataclass
@@ -94,10 +100,16 @@ class JobVerdict:
     overlaps: list[tuple[int, int]] = field(default_factory=list)
     watermark: int | None = None
     committed_prefix_end: int | None = None
+    value: dict | None = None
+    prefix_value: dict | None = None  # None: the job's value is not checked
 
     @property
     def ok(self) -> bool:
-        return not self.overlaps and self.watermark == self.committed_prefix_end
+        return (
+            not self.overlaps
+            and self.watermark == self.committed_prefix_end
+            and self.value == self.prefix_value
+        )
 
 
 @dataclass
@@ -124,6 +136,11 @@ class Report:
                 lines.append(
                     f"job {name}: watermark {v.watermark} is not the end of the contiguous "
                     f"committed prefix ({v.committed_prefix_end})"
+                )
+            if v.value != v.prefix_value:
+                lines.append(
+                    f"job {name}: watermark value {v.value} is not the per-key maximum over the "
+                    f"contiguous committed prefix ({v.prefix_value})"
                 )
         return lines
 
@@ -155,6 +172,17 @@ def committed_prefix_end(job: JobFacts) -> int:
     return end
 
 
+def prefix_value(job: JobFacts, end: int) -> dict:
+    """A key_value watermark's value over the committed prefix [start, end): per key, the maximum
+    of the items' own values (a key no item there names is absent)."""
+    value: dict = {}
+    for item, own in job.item_values.items():
+        if job.start <= item < end:
+            for key, n in own.items():
+                value[str(key)] = max(value.get(str(key), n), n)
+    return value
+
+
 def check_job(job: JobFacts) -> JobVerdict:
     committed = sorted((b for b in job.batches if b.status in COMMITTED), key=lambda b: b.lo)
     overlaps = [
@@ -162,9 +190,12 @@ def check_job(job: JobFacts) -> JobVerdict:
         for a, b in zip(committed, committed[1:], strict=False)
         if b.lo < a.hi  # sorted by lo: the next one starts inside this one
     ]
-    return JobVerdict(
-        overlaps=overlaps, watermark=job.watermark, committed_prefix_end=committed_prefix_end(job)
-    )
+    end = committed_prefix_end(job)
+    verdict = JobVerdict(overlaps=overlaps, watermark=job.watermark, committed_prefix_end=end)
+    if job.item_values is not None:
+        verdict.value = {str(k): v for k, v in (job.value or {}).items()}
+        verdict.prefix_value = prefix_value(job, end)
+    return verdict
 
 
 def check_sink(sources: Iterable[SourceRow], rows: Iterable[SinkRow], job: JobFacts) -> SinkVerdict:
@@ -281,8 +312,9 @@ def read_delta_sink(path, *, identity: str = "row_id", **columns) -> list[SinkRo
 
 def load(document: dict) -> tuple[dict, dict, dict]:
     """The JSON form: {"sources": {job: [[key, checksum, item], ...]}, "jobs": {job: {"start",
-    "watermark", "batches": [[id, lo, hi, status, attempt], ...]}}, "sinks": {name: {"job",
-    "rows": [[key, checksum, batch_id, attempt], ...]}}}."""
+    "watermark", "batches": [[id, lo, hi, status, attempt], ...], optional "value" and
+    "item_values": {item: {key: int}}}}, "sinks": {name: {"job", "rows": [[key, checksum, batch_id,
+    attempt], ...]}}}."""
     sources = {j: [SourceRow(*r) for r in rows] for j, rows in document["sources"].items()}
     jobs = {
         j: JobFacts(
@@ -290,6 +322,10 @@ def load(document: dict) -> tuple[dict, dict, dict]:
             start=f["start"],
             watermark=f["watermark"],
             batches=[BatchFact(*b) for b in f["batches"]],
+            value=f.get("value"),
+            item_values=(
+                {int(i): v for i, v in f["item_values"].items()} if "item_values" in f else None
+            ),
         )
         for j, f in document["jobs"].items()
     }

@@ -2,10 +2,12 @@
 checker that cannot pass a wrong run (bench/soak_checker.py, its own tests in
 tests/test_soak_checker.py). `make soak` runs the large one (SOAK_FILES=2000).
 
-Real discovery of files landing in a directory, real Celery prefork workers on warm
-SparkSessions, real sinks (files, Delta, PostgreSQL append/upsert/coalesce), faults from
-bench/bench_soak.py. Sizes from the environment: SOAK_FILES (batches = 5 x files),
-SOAK_FAULTS_PER_KIND.
+Real discovery of every source kind (bench/soak_sources.py: files landing in a directory, objects
+in the S3 test server, rows in a table of another PostgreSQL database, messages in the Kafka test
+broker), real Celery prefork workers on warm SparkSessions, real sinks (files, Delta, PostgreSQL
+append/upsert/coalesce), faults from bench/bench_soak.py. Sizes from the environment: SOAK_FILES
+(the files source feeds 5 jobs, one batch per file each; the other sources land one unit every 4
+files, each into its own job), SOAK_FAULTS_PER_KIND.
 """
 
 import json
@@ -13,10 +15,14 @@ import os
 import uuid
 
 import pytest
+from django.db import connection
 
 import bench.soak_processors  # noqa: F401 - registers soak_tag here too (job validation)
 import tests.chaos.processors  # noqa: F401 - the crash-before-commit hook's processors
 from bench import bench_soak
+from bench import soak_sources as ss
+from inventory.services.outputs import control_plane_dsn
+from tests.s3_fixtures import KEY_ENV, SECRET_ENV
 from tests.sink_database import sink_database_dsn
 from tests.worker_fixtures import WORKER_SINK_ENV, WorkerProcess
 
@@ -26,11 +32,34 @@ pytestmark = [
     pytest.mark.timeout(int(os.environ.get("SOAK_TIMEOUT", "3600"))),
 ]
 
+SOURCE_ENV = "TM_TEST_SOAK_SOURCE_DSN"
+# which sinks each source feeds: the files source every sink kind, the others one each
+FEEDS = {"files": bench_soak.MODES, "s3": ("upsert",), "table": ("append",), "kafka": ("files",)}
+
+
+@pytest.fixture
+def source_dsn():
+    """A database of its own on the test server (never Tidemark's), for the table source."""
+    name = f"tm_soak_{uuid.uuid4().hex[:10]}"
+    with connection.cursor() as cursor:
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    yield control_plane_dsn(dbname=name)
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
 
 def test_the_soak_loses_duplicates_alters_and_leaves_stale_nothing(
-    tmp_path, worker_env, private_queue, worker_log_dir, monkeypatch
+    tmp_path,
+    worker_env,
+    private_queue,
+    worker_log_dir,
+    monkeypatch,
+    s3_server,
+    kafka_broker,
+    source_dsn,
 ):
     monkeypatch.setenv(WORKER_SINK_ENV, sink_database_dsn())
+    monkeypatch.setenv(SOURCE_ENV, source_dsn)
     settings = bench_soak.Settings(
         files=int(os.environ.get("SOAK_FILES", "40")),
         faults_per_kind=int(os.environ.get("SOAK_FAULTS_PER_KIND", "2")),
@@ -38,6 +67,7 @@ def test_the_soak_loses_duplicates_alters_and_leaves_stale_nothing(
     )
     env = {
         **worker_env,
+        SOURCE_ENV: source_dsn,
         "CELERY_QUEUE": private_queue,
         "TIDEMARK_PROCESSOR_MODULES": bench_soak.PROCESSOR_MODULES,
         "TIDEMARK_CHAOS_HOOKS": "1",
@@ -52,12 +82,29 @@ def test_the_soak_loses_duplicates_alters_and_leaves_stale_nothing(
         )
         return worker.start(wait_for_spark=wait_for_spark)
 
+    tag = f"soak_{uuid.uuid4().hex[:6]}"
+    common = {"work": tmp_path, "tag": tag, "rows": settings.rows}
+    others = {**common, "every": settings.every}
+    sources = [
+        ss.FilesSource(**common, modes=FEEDS["files"]),
+        ss.S3Source(
+            **others,
+            modes=FEEDS["s3"],
+            server=s3_server,
+            bucket=tag.replace("_", "-"),
+            key_env=KEY_ENV,
+            secret_env=SECRET_ENV,
+        ),
+        ss.TableSource(**others, modes=FEEDS["table"], dsn=source_dsn, dsn_env=SOURCE_ENV),
+        ss.KafkaSource(**others, modes=FEEDS["kafka"], broker=kafka_broker),
+    ]
     run, report, figures = bench_soak.soak(
         work=tmp_path,
         start_worker=start_worker,
         sink_env=WORKER_SINK_ENV,
-        tag=f"soak_{uuid.uuid4().hex[:6]}",
+        tag=tag,
         settings=settings,
+        sources=sources,
     )
     print("\nSOAK " + json.dumps(figures))
 
@@ -67,5 +114,19 @@ def test_the_soak_loses_duplicates_alters_and_leaves_stale_nothing(
         assert run.faults[kind] >= 1, f"no {kind} fault landed: {dict(run.faults)}"
     assert run.redeliveries_seen >= 1, "no message was delivered twice"
     assert figures["files"] >= settings.files
-    assert figures["batches"] == len(bench_soak.MODES) * figures["files"]
+    # every source delivered rows into every sink it feeds, one batch per item and job
+    per_source = figures["sources"]
+    assert set(per_source) == set(FEEDS)
+    for name, feeds in FEEDS.items():
+        delivered = per_source[name]
+        assert delivered["units"] >= settings.files // settings.every, name
+        assert delivered["items"] >= 1, name
+        assert len(delivered["rows_seen"]) == len(feeds), name
+        assert all(seen > 0 for seen in delivered["rows_seen"].values()), (name, delivered)
+    assert figures["batches"] == sum(
+        len(FEEDS[name]) * delivered["items"] for name, delivered in per_source.items()
+    )
     assert figures["failed_attempts"] >= run.faults["sigkill"]
+    # the Kafka job's key_value watermark was checked: per partition, the end of what it read
+    kafka_job = figures["check"]["jobs"]["kafka-files"]
+    assert kafka_job["prefix_value"] and kafka_job["value"] == kafka_job["prefix_value"]

@@ -219,3 +219,77 @@ def test_the_delta_reader_sees_the_latest_version_only(tmp_path):
     write_deltalake(str(tmp_path), table("edited"), mode="append")
     verdict = sc.check_sink(sources, sc.read_delta_sink(tmp_path), job)
     assert (verdict.duplicated, verdict.altered) == (["r10"], ["r10"])
+
+
+# ---- a key_value watermark (a Kafka topic's {partition: end offset}) ----------------------------
+
+# the six items are offset slices of two partitions: 10, 12, 14 of partition 0, the others of 1
+SLICES = {10: {"0": 4}, 11: {"1": 3}, 12: {"0": 8}, 13: {"1": 6}, 14: {"0": 9}, 15: {"1": 7}}
+
+
+def _check_value(value, *, batches=None, watermark=16):
+    job = sc.JobFacts(
+        "soak",
+        START,
+        watermark,
+        BATCHES if batches is None else batches,
+        value=value,
+        item_values=SLICES,
+    )
+    return sc.check_job(job)
+
+
+def test_a_key_value_watermark_at_the_prefixs_per_partition_maximum_passes():
+    verdict = _check_value({"0": 9, "1": 7})
+    assert verdict.ok and verdict.prefix_value == {"0": 9, "1": 7}
+    # behind a dead batch, the prefix ends at 12: only the first batch's slices count
+    dead = [BATCHES[0], replace(BATCHES[1], status="dead"), BATCHES[2]]
+    assert _check_value({"0": 4, "1": 3}, batches=dead, watermark=12).ok
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"0": 8, "1": 7},  # a partition behind: its last slice's messages would be read again
+        {"0": 9, "1": 7, "2": 1},  # a partition no committed slice read
+        {"0": 9},  # a partition forgotten
+        None,  # no value at all
+    ],
+)
+def test_a_key_value_watermark_other_than_the_prefixs_maximum_is_named(value):
+    job = sc.JobFacts("soak", START, 16, BATCHES, value=value, item_values=SLICES)
+    report = sc.check(sources={"soak": SOURCES}, jobs={"soak": job}, sinks={})
+    assert not report.ok
+    assert report.failures() == [
+        f"job soak: watermark value {value or {}} is not the per-key maximum over the contiguous "
+        "committed prefix ({'0': 9, '1': 7})"
+    ]
+
+
+def test_a_key_value_watermark_past_an_uncommitted_batch_is_named():
+    """The last batch failed: its slices' offsets must not be in the value (they were not read)."""
+    failed = [*BATCHES[:2], replace(BATCHES[2], status="failed")]
+    verdict = _check_value({"0": 9, "1": 7}, batches=failed, watermark=14)
+    assert not verdict.ok and verdict.prefix_value == {"0": 8, "1": 6}
+
+
+def test_the_command_line_checks_a_key_value_watermark(tmp_path):
+    document = {
+        "sources": {"soak": []},
+        "jobs": {
+            "soak": {
+                "start": START,
+                "watermark": 16,
+                "batches": [[b.id, b.lo, b.hi, b.status, b.attempt] for b in BATCHES],
+                "value": {"0": 9, "1": 6},
+                "item_values": {str(i): v for i, v in SLICES.items()},
+            }
+        },
+        "sinks": {},
+    }
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(document))
+    assert sc.main([str(run)]) == 1
+    document["jobs"]["soak"]["value"] = {"0": 9, "1": 7}
+    run.write_text(json.dumps(document))
+    assert sc.main([str(run)]) == 0
