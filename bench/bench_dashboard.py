@@ -94,7 +94,7 @@ SELECT j, j / %(per_connector)s AS c, (CASE WHEN j = 0 THEN %(big)s ELSE 1 END) 
 FROM generate_series(0, %(jobs)s - 1) AS j;
 
 CREATE TABLE bench_connector_size AS
-SELECT c, max(span + lag) AS n FROM bench_shape GROUP BY c;
+SELECT c, max(span + lag) AS size FROM bench_shape GROUP BY c;
 
 INSERT INTO inventory_connector (name, kind, labels, config, cursor, state, start_after, created_at,
     updated_at)
@@ -102,7 +102,7 @@ SELECT 'src-' || c, 'files', '[]', '{}', '{}', CASE WHEN mod(c, 250) = 7 THEN 'w
        CASE WHEN mod(c, 250) = 7 THEN 'src-1' ELSE '' END, now(), now()
 FROM bench_connector_size ORDER BY c;
 
--- assets: bench_connector_size.n per connector, with their
+-- assets: bench_connector_size.size per connector, with their
 -- prefix sums (what assets_register writes) in closed form: weight 100 + mod(n, 50)
 ALTER TABLE inventory_asset DISABLE TRIGGER tidemark_asset_prefix_insert;
 
@@ -125,7 +125,7 @@ SELECT c.id, 's3://bench/' || c.name || '/' || n, 100 + mod(n, 50), now(), '{}',
        100 * (n + 1) + 1225 * ((n + 1) / 50) + mod(n + 1, 50) * (mod(n + 1, 50) - 1) / 2
 FROM inventory_connector AS c
 JOIN bench_connector_size AS s ON s.c = substr(c.name, 5)::int
-CROSS JOIN LATERAL generate_series(0, s.n - 1) AS n
+CROSS JOIN LATERAL generate_series(0, s.size - 1) AS n
 ORDER BY c.id, n;
 
 ALTER TABLE inventory_asset ENABLE TRIGGER tidemark_asset_prefix_insert;
@@ -140,13 +140,14 @@ ALTER TABLE inventory_asset ADD CONSTRAINT asset_connector_fk FOREIGN KEY (conne
 
 INSERT INTO inventory_job (name, connector_id, processor, params, sink, watermark_type, batch_weight,
     max_items, max_attempts, retry_backoff_seconds, lease_seconds, schedule_seconds, schedule_cron,
-    max_concurrency, executor, start_position, lookback, paused, created_at, updated_at)
+    max_concurrency, executor, start_position, lookback, paused, created_at, updated_at,
+    restatements)
 SELECT 'job-' || s.j, c.id, 'passthrough', '{}', '{}', 'int', 1000000, 1000, 3, 30, 120,
-       300, '', 2, 'warm', 0, 0, false, now(), now()
+       300, '', 2, 'warm', 0, 0, false, now(), now(), 'automatic'
 FROM bench_shape AS s JOIN inventory_connector AS c ON c.name = 'src-' || s.c ORDER BY s.j;
 
 CREATE TEMP TABLE job_items AS
-SELECT j.id AS job_id, j.connector_id, first.id + n.n - s.span - s.lag AS first_id, s.per_batch
+SELECT j.id AS job_id, j.connector_id, first.id + n.size - s.span - s.lag AS first_id, s.per_batch
 FROM bench_shape AS s
 JOIN inventory_job AS j ON j.name = 'job-' || s.j
 JOIN bench_connector_size AS n ON n.c = s.c
