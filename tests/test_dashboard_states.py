@@ -131,3 +131,21 @@ def test_the_alerts_api_pages_the_critical_first(role_users, settings):
         ] == seen[2:4]
     finally:
         api_settings.reload()
+
+
+def test_metrics_reuse_their_exposition_for_the_configured_seconds(settings):
+    from inventory.api import metrics
+
+    settings.METRICS_TOKEN = "scrape-me"
+    client = Client()
+
+    def scrape() -> str:
+        return client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+
+    settings.METRICS_CACHE_SECONDS = 3600
+    metrics._cache["at"] = float("-inf")  # whatever an earlier test left
+    scrape()
+    _job("m-new")
+    assert 'job="m-new"' not in scrape()  # the same exposition, rendered before the job existed
+    settings.METRICS_CACHE_SECONDS = 0
+    assert 'job="m-new"' in scrape()
