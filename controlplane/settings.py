@@ -244,6 +244,8 @@ SPECTACULAR_SETTINGS = {
 }
 # /metrics accepts `Authorization: Bearer <METRICS_TOKEN>` (for Prometheus) or a logged-in user.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+# a process serves the same exposition for this many seconds (0: render on every scrape)
+METRICS_CACHE_SECONDS = env_int("TIDEMARK_METRICS_CACHE_SECONDS", 5, minimum=0)
 
 # --- Celery ------------------------------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL

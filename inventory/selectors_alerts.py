@@ -7,19 +7,15 @@ batches (the overview, /api/v1/alerts/ and /metrics call them on every refresh).
 
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import partial
 
 from django.db import connection
 from django.urls import reverse
 
-from inventory import selectors
+from inventory import selectors, selectors_health
 from inventory.links import link
-from inventory.models import (
-    Backfill,
-    Connector,
-    ConnectorState,
-)
-from inventory.selectors_health import JobRow, job_rows
+from inventory.models import Backfill
+from inventory.selectors_health import BatchRef
+from inventory.sql import dashboard_query
 from inventory.templatetags.human import duration
 
 STALLED_AFTER = timedelta(minutes=10)  # a running backfill with nothing finished for this long
@@ -79,69 +75,130 @@ def stalled_backfills() -> list[tuple[Backfill, str]]:
     return [(found[pk], reason) for pk, reason in sorted(reasons.items()) if pk in found]
 
 
-def alerts(jobs: list[JobRow] | None = None) -> list[Alert]:
-    """Everything that needs a person now. `jobs` may be the rows already read (job_rows)."""
-    jobs = job_rows() if jobs is None else jobs
-    # alerts name up to two URLs per job: one reverse per URL name (inventory/links.py)
-    job_url = partial(link, "dashboard:job")
-    batch_url = partial(link, "dashboard:batch")
-    found: list[Alert] = []
-    for job in jobs:
-        if job.n_dead:
-            held = job.blocker is not None and job.blocker.status == "dead"
-            found.append(
-                Alert(
-                    "dead_batches",
-                    job.name,
-                    f"{job.name}: {job.n_dead} dead batch(es)"
-                    + (f"; the watermark waits for batch {job.blocker.id}" if held else ""),
-                    batch_url(job.blocker.id) if held else job_url(job.name),
-                    severity="critical",
-                )
-            )
-        if job.late:
-            found.append(
-                Alert(
-                    "watermark_late",
-                    job.name,
-                    f"{job.name}: watermark has not moved for {duration(job.late)} "
-                    f"(schedule every {job.schedule_seconds} s) with {job.lag.items} items waiting",
-                    job_url(job.name),
-                )
-            )
-    for connector in Connector.objects.filter(state=ConnectorState.WAITING).order_by("name"):
-        found.append(
-            Alert(
-                "connector_waiting",
-                connector.name,
-                f"connector {connector.name} waits for {connector.start_after or '?'} to complete",
-                reverse("dashboard:connectors"),
-                severity="info",
-            )
-        )
+@dataclass
+class AlertsPage:
+    count: int  # every active alert
+    by_kind: dict[str, int]  # every active alert by kind, in the order alerts come
+    alerts: list[Alert]  # the slice asked for
+
+
+def _dead_alert(name: str, n_dead: int, blocker: BatchRef | None) -> Alert:
+    held = blocker is not None and blocker.status == "dead"
+    return Alert(
+        "dead_batches",
+        name,
+        f"{name}: {n_dead} dead batch(es)"
+        + (f"; the watermark waits for batch {blocker.id}" if held else ""),
+        link("dashboard:batch", blocker.id) if held else link("dashboard:job", name),
+        severity="critical",
+    )
+
+
+def _late_alert(name: str, late, schedule_seconds: int, items: int) -> Alert:
+    return Alert(
+        "watermark_late",
+        name,
+        f"{name}: watermark has not moved for {duration(late)} "
+        f"(schedule every {schedule_seconds} s) with {items} items waiting",
+        link("dashboard:job", name),
+    )
+
+
+def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=None) -> AlertsPage:
+    """Everything that needs a person now, the critical first (jobs with dead batches by name,
+    the overdue reaper), then the warnings (late watermarks by job name, stalled backfills), then
+    the connectors waiting on another: the slice [offset, offset + limit) (all when limit is
+    None), with the count of every alert by kind.
+
+    The job alerts come from aggregates and slices of dashboard.sql's job_health (the same rule
+    as the overview's states): only the alerts of the slice are built. `rows`: every job's row
+    already read (Health.rows, by name, with blockers), to build the job alerts from."""
+    health = health or selectors_health.Health()
+    if rows is not None:
+        dead_rows = [row for row in rows if row.n_dead]
+        late_rows = [row for row in rows if row.late is not None]
+        n_dead, n_late = len(dead_rows), len(late_rows)
+    else:
+        n_dead, n_late = health.fetch("health_alert_counts")[0]
     reaper = selectors.reaper_status()
-    if reaper.overdue:
-        found.append(
-            Alert(
-                "reaper_overdue",
-                "",
-                "the lease reaper has never run"
-                if reaper.last_run_at is None
-                else f"the lease reaper last ran {int(reaper.age_seconds)} s ago",
-                reverse("dashboard:overview"),
-                severity="critical",
-            )
+    stalled = stalled_backfills()
+    with connection.cursor() as cursor:
+        cursor.execute(dashboard_query("waiting_connectors_count"))
+        n_waiting = cursor.fetchone()[0]
+
+    def dead(lim, off):
+        if rows is not None:
+            return [_dead_alert(r.name, r.n_dead, r.blocker) for r in dead_rows[off : off + lim]]
+        found = health.fetch("health_dead_alerts", limit=lim, offset=off)
+        blockers = selectors_health.blockers_of([pk for pk, _, _ in found])
+        return [_dead_alert(name, n, blockers.get(pk)) for pk, name, n in found]
+
+    def late(lim, off):
+        if rows is not None:
+            return [
+                _late_alert(r.name, r.late, r.schedule_seconds, r.lag.items)
+                for r in late_rows[off : off + lim]
+            ]
+        found = health.fetch("health_late_alerts", limit=lim, offset=off)
+        return [_late_alert(*row[1:]) for row in found]
+
+    def reaper_alert(lim, off):
+        message = (
+            "the lease reaper has never run"
+            if reaper.last_run_at is None
+            else f"the lease reaper last ran {int(reaper.age_seconds)} s ago"
         )
-    for backfill, reason in stalled_backfills():
-        found.append(
+        alert = Alert("reaper_overdue", "", message, reverse("dashboard:overview"), "critical")
+        return [alert][off : off + lim]
+
+    def stalled_alerts(lim, off):
+        return [
             Alert(
                 "backfill_stalled",
                 str(backfill.pk),
                 f"backfill {backfill.pk} of {backfill.job.name}: {reason}",
                 reverse("dashboard:backfills") + f"#backfill-{backfill.pk}",
             )
-        )
-    return found
+            for backfill, reason in stalled[off : off + lim]
+        ]
+
+    def waiting(lim, off):
+        with connection.cursor() as cursor:
+            cursor.execute(dashboard_query("waiting_connectors"), {"limit": lim, "offset": off})
+            rows = cursor.fetchall()
+        return [
+            Alert(
+                "connector_waiting",
+                name,
+                f"connector {name} waits for {start_after or '?'} to complete",
+                reverse("dashboard:connectors"),
+                severity="info",
+            )
+            for name, start_after in rows
+        ]
+
+    segments = (
+        ("dead_batches", n_dead, dead),
+        ("reaper_overdue", int(reaper.overdue), reaper_alert),
+        ("watermark_late", n_late, late),
+        ("backfill_stalled", len(stalled), stalled_alerts),
+        ("connector_waiting", n_waiting, waiting),
+    )
+    total = sum(n for _, n, _ in segments)
+    end = total if limit is None else min(offset + limit, total)
+    found: list[Alert] = []
+    first = 0  # where the segment starts in the whole list
+    for _, n, read in segments:
+        lo, hi = max(offset, first), min(end, first + n)
+        if lo < hi:
+            found.extend(read(hi - lo, lo - first))
+        first += n
+    return AlertsPage(total, {kind: n for kind, n, _ in segments}, found)
+
+
+def alerts() -> list[Alert]:
+    """Every active alert, in alerts_page's order."""
+    return alerts_page().alerts
 
 
 def attempt_counts() -> list[tuple[int, str, int]]:

@@ -1,8 +1,7 @@
-"""Reads for "is my data current, and if not, why": last batches, last-day rates, ETAs (alerts:
-selectors_alerts.py).
+"""Reads for "is my data current, and if not, why": jobs' states and lags (Health, from
+dashboard.sql: job_health), last batches, last-day rates, ETAs (alerts: selectors_alerts.py).
 
-Every function here runs a fixed number of set-based queries whatever the number of jobs or
-batches (the overview, /api/v1/alerts/ and /metrics call them on every refresh).
+A page builds rows only for the jobs it shows; the counts by state are one aggregate statement.
 """
 
 from dataclasses import dataclass, field
@@ -13,12 +12,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from inventory import selectors
-from inventory.models import (
-    ConnectorState,
-    Job,
-    WatermarkType,
-    weight_unit,
-)
+from inventory.models import WatermarkType, weight_unit
+from inventory.sql import dashboard_query
 
 HOURS = 24  # the sparklines' window, one bucket per hour
 # a watermark may sit still for this many schedule intervals (plus a lease) before it is late
@@ -149,9 +144,8 @@ class ConnectorRef:
 
 @dataclass(slots=True)
 class JobRow:
-    """One job as the overview, the alerts and /metrics read it: plain values from SQL rows,
-    no model instances (building 1,000 Job, Connector, Watermark and Batch objects per request
-    cost more than every query of the page together)."""
+    """One job as the overview, the alerts and /metrics read it: plain values from one SQL row
+    (dashboard.sql: job_health), no model instances."""
 
     id: int
     name: str
@@ -166,10 +160,12 @@ class JobRow:
     n_failed: int = 0
     n_dead: int = 0
     lag: selectors.Lag | None = None
+    late: timedelta | None = None
+    # what the overview says about the job: job_health's rule, worst first in STATES
+    state: str = ""
     blocker: BatchRef | None = None
     time_lag: timedelta | None = None
-    late: timedelta | None = None
-    # the page's rows only (see overview_page)
+    # the page's rows only (see rows_detail)
     last_batch: LastBatch | None = None
     rates: JobRates | None = None
     eta: timedelta | None = None
@@ -178,27 +174,8 @@ class JobRow:
     def pk(self) -> int:
         return self.id
 
-    @property
-    def state(self) -> str:
-        """What the overview says about the job, worst first in STATES."""
-        if self.paused:
-            return "paused"
-        if self.connector.state != ConnectorState.ACTIVE:
-            return "connector"
-        if self.n_dead:
-            return "blocked"
-        if self.late:
-            return "late"
-        if self.n_failed:
-            return "failing"
-        if self.lag is None:
-            return "unreadable"
-        if self.lag.items:
-            return "catching_up"
-        return "current"
 
-
-# the overview's order: the jobs that need a person first
+# the overview's order: the jobs that need a person first (job_health's state_rank)
 STATES = (
     "blocked",
     "late",
@@ -211,85 +188,119 @@ STATES = (
 )
 
 
-def job_rows() -> list[JobRow]:
-    """Every job with its connector, watermark, open batch counts, lag, blocker, time lag and
-    lateness, ordered by name, in a fixed number of queries (plus one lag query per job reading
-    an external meta table: each reads its own table)."""
-    fields = (
-        "id",
-        "name",
-        "paused",
-        "schedule_seconds",
-        "lease_seconds",
-        "watermark_type",
-        "connector__name",
-        "connector__state",
-        "connector__kind",
-        "connector__config",
-        "watermark__type",
-        "watermark__value",
-        "watermark__position",
-        "watermark__updated_at",
+class Health:
+    """Reads of dashboard.sql's job_health, the one rule for a job's state: each statement costs
+    two index probes per job for the lag and builds rows only for what it returns.
+
+    The jobs reading a local meta table in place or another job's commits have no prefix sums:
+    their lag is counted once per Health, in their own tables (selectors.jobs_lag_by_id), and
+    handed to the statements."""
+
+    def __init__(self):
+        self._params = None
+
+    def params(self, **extra) -> dict:
+        if self._params is None:
+            with connection.cursor() as cursor:
+                cursor.execute(dashboard_query("outside_jobs"))
+                outside = [row[0] for row in cursor.fetchall()]
+            lags = selectors.jobs_lag_by_id(outside)
+            self._params = {
+                "ext_ids": outside,
+                "ext_items": [lags[pk].items if lags.get(pk) else None for pk in outside],
+                "ext_weights": [lags[pk].weight if lags.get(pk) else None for pk in outside],
+                "stale": STALE_INTERVALS,
+                "states": list(STATES),
+            }
+        return {**self._params, **extra}
+
+    def fetch(self, name: str, **extra) -> list[tuple]:
+        with connection.cursor() as cursor:
+            cursor.execute(dashboard_query(name), self.params(**extra))
+            return cursor.fetchall()
+
+    def counts(self, query: str = "") -> tuple[dict[str, int], dict[str, int]]:
+        """(jobs by state, jobs by state whose job or connector name contains `query`), in
+        STATES order, states without jobs left out."""
+        found = {state: (n, m) for state, n, m in self.fetch("health_counts", q=_needle(query))}
+        everyone = {s: found[s][0] for s in STATES if s in found}
+        matching = {s: found[s][1] for s in STATES if s in found and found[s][1]}
+        return everyone, matching
+
+    def page(self, *, query: str = "", state: str = "", limit: int, offset: int) -> list[JobRow]:
+        """The jobs whose job or connector name contains `query`, of `state` (any when empty),
+        those that need a person first (STATES order), then by name: [offset, offset + limit)."""
+        rows = self.fetch("health_page", q=_needle(query), state=state, limit=limit, offset=offset)
+        return [_job_row(values) for values in rows]
+
+    def rows(self) -> list[JobRow]:
+        """Every job, by name, with its blocker when it has dead batches (/metrics)."""
+        rows = [_job_row(values) for values in self.fetch("health_all")]
+        add_blockers([row for row in rows if row.n_dead])
+        return rows
+
+
+def _needle(query: str) -> str:
+    return query.strip().lower()
+
+
+def _job_row(values) -> JobRow:
+    (pk, name, paused, every, lease, wm_type_job, c_name, c_state, c_kind, c_config) = values[:10]
+    (wm_type, wm_value, wm_position, wm_updated, queued, running, failed, dead) = values[10:18]
+    lag_items, lag_weight, late, state = values[18:]
+    row = JobRow(
+        pk,
+        name,
+        paused,
+        every,
+        lease,
+        wm_type_job,
+        ConnectorRef(c_name, c_state, weight_unit(c_kind, c_config)),
+        WatermarkRow(wm_type, wm_value, wm_position, wm_updated),
+        n_queued=queued,
+        n_running=running,
+        n_failed=failed,
+        n_dead=dead,
+        lag=None if lag_items is None else selectors.Lag(int(lag_items), int(lag_weight or 0)),
+        late=late,
+        state=state,
     )
-    rows = []
-    for values in Job.objects.order_by("name").values_list(*fields):
-        (pk, name, paused, every, lease, wm_type, c_name, c_state, c_kind, c_config, *wm) = values
-        rows.append(
-            JobRow(
-                pk,
-                name,
-                paused,
-                every,
-                lease,
-                wm_type,
-                ConnectorRef(c_name, c_state, weight_unit(c_kind, c_config)),
-                WatermarkRow(*wm),
-            )
-        )
-    counts = selectors.open_batch_counts()
-    lags = selectors.jobs_lag_by_id([row.id for row in rows])
-    blockers = selectors.jobs_blockers()
+    row.time_lag = time_lag(row)
+    return row
+
+
+def blockers_of(job_ids: list[int]) -> dict[int, BatchRef]:
+    """Job id -> the batch its watermark waits for (see selectors.job_blocker), of these jobs."""
+    if not job_ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(dashboard_query("jobs_blockers_of"), {"ids": list(job_ids)})
+        return {job: BatchRef(batch, status) for job, batch, status in cursor.fetchall()}
+
+
+def add_blockers(rows: list[JobRow]) -> None:
+    """Set the batch each row's watermark waits for, for these rows."""
+    found = blockers_of([row.id for row in rows])
     for row in rows:
-        row.n_queued = counts.get((row.id, "queued"), 0)
-        row.n_running = counts.get((row.id, "running"), 0)
-        row.n_failed = counts.get((row.id, "failed"), 0)
-        row.n_dead = counts.get((row.id, "dead"), 0)
-        row.lag = lags.get(row.id)
-        blocker = blockers.get(row.id)
-        row.blocker = BatchRef(*blocker) if blocker else None
-        row.time_lag = time_lag(row)
-        row.late = watermark_late(row)
-    return rows
+        row.blocker = found.get(row.id)
 
 
-def rows_filter(rows: list[JobRow], *, query: str = "", state: str = "") -> list[JobRow]:
-    """The rows whose job or connector name contains `query` and whose state is `state` (any
-    when empty), jobs that need a person first (STATES order), then by name."""
-    query = query.strip().lower()
-    if query:
-        rows = [r for r in rows if query in r.name.lower() or query in r.connector.name.lower()]
-    if state:
-        rows = [r for r in rows if r.state == state]
-    rank = {name: i for i, name in enumerate(STATES)}
-    return sorted(rows, key=lambda r: rank[r.state])  # stable: by name within a state
+def job_rows() -> list[JobRow]:
+    """Every job with its connector, watermark, open batch counts, lag, state, lateness and (when
+    it has dead batches) blocker, ordered by name."""
+    return Health().rows()
 
 
 def rows_detail(rows: list[JobRow]) -> None:
-    """Add the last batch, the last day's rates and the ETA to the rows shown on one page."""
+    """Add the blocker, the last batch, the last day's rates and the ETA to one page's rows."""
     ids = [row.id for row in rows]
+    add_blockers(rows)
     last = last_batches(ids)
     rates = jobs_rates(job_ids=ids)
     for row in rows:
         row.last_batch = last.get(row.id)
         row.rates = rates.get(row.id) or JobRates()
         row.eta = eta(row.lag.items if row.lag else None, rates.get(row.id))
-
-
-def state_counts(rows: list[JobRow]) -> dict[str, int]:
-    counts = dict.fromkeys(STATES, 0)
-    for row in rows:
-        counts[row.state] += 1
-    return {state: n for state, n in counts.items() if n}
 
 
 def time_lag(job) -> timedelta | None:
@@ -312,17 +323,3 @@ def eta(lag_items: int | None, rates: JobRates | None) -> timedelta | None:
     if rates is None or rates.items_per_second <= 0:
         return None
     return timedelta(seconds=round(lag_items / rates.items_per_second))
-
-
-def watermark_late(job) -> timedelta | None:
-    """How long the watermark has sat still beyond what its schedule allows, when items wait.
-
-    A job on an interval schedule should move at least every few intervals while it has lag; a
-    job without a schedule (or on a cron schedule) or with nothing to do is never late."""
-    if job.paused or not job.schedule_seconds or not job.lag or not job.lag.items:
-        return None
-    if job.connector.state != ConnectorState.ACTIVE:
-        return None
-    allowed = timedelta(seconds=STALE_INTERVALS * job.schedule_seconds + job.lease_seconds)
-    still = timezone.now() - job.watermark.updated_at
-    return still if still > allowed else None

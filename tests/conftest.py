@@ -101,6 +101,16 @@ def cache_of_this_session():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def metrics_rendered_on_every_scrape():
+    """/metrics reuses its exposition for a few seconds (api/metrics.py); tests change the data
+    between scrapes, here and in the web server processes they start."""
+    from django.conf import settings
+
+    os.environ["TIDEMARK_METRICS_CACHE_SECONDS"] = "0"
+    settings.METRICS_CACHE_SECONDS = 0
+
+
+@pytest.fixture(scope="session", autouse=True)
 def static_root(tmp_path_factory):
     """Static files collected once, as a deployment does: the manifest storage needs them to
     render any page, and WhiteNoise serves them (also to the web server subprocesses)."""

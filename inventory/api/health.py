@@ -5,6 +5,8 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
+from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from inventory import selectors_alerts, selectors_backfills
@@ -25,8 +27,11 @@ class AlertSerializer(serializers.Serializer):
 
 
 class AlertsSerializer(serializers.Serializer):
-    count = serializers.IntegerField()
-    alerts = AlertSerializer(many=True)
+    count = serializers.IntegerField(help_text="every active alert")
+    by_kind = serializers.DictField(child=serializers.IntegerField(), help_text="every one by kind")
+    next = serializers.CharField(allow_null=True, help_text="the next page's URL")
+    previous = serializers.CharField(allow_null=True, help_text="the previous page's URL")
+    alerts = AlertSerializer(many=True, help_text="this page's, the critical first")
 
 
 class GapSerializer(serializers.Serializer):
@@ -109,13 +114,31 @@ class AlertsView(APIView):
         description="Dead batches, watermarks that have not moved for longer than their schedule "
         "allows while items wait, connectors waiting on another, an overdue lease reaper, "
         "stalled backfills. The same list as the dashboard's alert strip and /metrics' "
-        "`tidemark_alert`.",
+        "`tidemark_alert`, paged (the API's page size): the critical first, then the warnings, "
+        "then the connectors waiting.",
+        parameters=[OpenApiParameter("page", OpenApiTypes.INT, description="from 1")],
         responses={200: AlertsSerializer},
     )
     def get(self, request):
-        _range_params(request, allowed=())
-        found = [alert.as_dict() for alert in selectors_alerts.alerts()]
-        return Response(AlertsSerializer({"count": len(found), "alerts": found}).data)
+        number = _range_params(request, allowed=("page",)).get("page", 1)
+        if number < 1:
+            raise ValidationError({"page": ["pages are numbered from 1"]})
+        size = api_settings.PAGE_SIZE
+        found = selectors_alerts.alerts_page(limit=size, offset=(number - 1) * size)
+        if number > 1 and not found.alerts:
+            raise NotFound("there is no such page")
+
+        def page_url(n: int) -> str:
+            return replace_query_param(request.build_absolute_uri(), "page", n)
+
+        data = {
+            "count": found.count,
+            "by_kind": found.by_kind,
+            "next": page_url(number + 1) if number * size < found.count else None,
+            "previous": page_url(number - 1) if number > 1 else None,
+            "alerts": [alert.as_dict() for alert in found.alerts],
+        }
+        return Response(AlertsSerializer(data).data)
 
 
 class JobGapsView(APIView):

@@ -5,6 +5,8 @@ process's memory, so every web, worker and beat process contributes and a restar
 """
 
 import hmac
+import threading
+import time
 
 from django.conf import settings
 from django.http import HttpResponse
@@ -22,7 +24,8 @@ class InventoryCollector:
     lag query per job reading an external meta table)."""
 
     def collect(self):
-        jobs = selectors_health.job_rows()
+        health = selectors_health.Health()
+        jobs = health.rows()
         names = {job.pk: job.name for job in jobs}
 
         batches = GaugeMetricFamily(
@@ -110,7 +113,7 @@ class InventoryCollector:
             value=int(reaper.overdue),
         )
 
-        alerts = selectors_alerts.alerts(jobs)
+        alerts = selectors_alerts.alerts_page(health=health, rows=jobs).alerts
         active = GaugeMetricFamily(
             "tidemark_alert",
             "1 for each active alert (the dashboard's alert strip, GET /api/v1/alerts/): "
@@ -131,6 +134,22 @@ class InventoryCollector:
 
 _registry = CollectorRegistry(auto_describe=False)
 _registry.register(InventoryCollector())
+
+# The exposition is reused for METRICS_CACHE_SECONDS (settings; 0: render on every scrape) by the
+# scrapes of one process: Prometheus scrapes every 15-60 s, so a few seconds old is what it would
+# have read had it come a moment earlier, and several scrapers (an HA pair, a person with curl)
+# share one render. One render at a time: the others wait for it rather than render too.
+_cache = {"at": float("-inf"), "body": b""}
+_cache_lock = threading.Lock()
+
+
+def exposition() -> bytes:
+    ttl = settings.METRICS_CACHE_SECONDS
+    with _cache_lock:
+        if ttl <= 0 or time.monotonic() - _cache["at"] >= ttl:
+            _cache["body"] = generate_latest(_registry)
+            _cache["at"] = time.monotonic()
+        return _cache["body"]
 
 
 def _authorized(request) -> bool:
@@ -161,4 +180,4 @@ def metrics_view(request):
         response = HttpResponse("authentication required\n", status=401, content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="tidemark metrics"'
         return response
-    return HttpResponse(generate_latest(_registry), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(exposition(), content_type=CONTENT_TYPE_LATEST)

@@ -6,6 +6,8 @@
   the numbered changes after it, applied by Django migrations through
   `migrations_utils.RunSQLFile`; never edited once a migration applies them.
 - `queries.sql`: the statements the services send, each under `-- name: <name>`, read with `query()`.
+- `dashboard.sql`: the overview's, alerts' and /metrics' reads, around one definition of a job's
+  state, read with `dashboard_query()`.
 - `source_table.sql`: statements sent to a `table` connector's own database (templates whose
   `{table}`/`{column}` are filled with checked, quoted identifiers), read with `source_query()`.
 """
@@ -53,6 +55,14 @@ def query(name: str) -> str:
     """The statement named `name` in queries.sql (a KeyError names a missing one at import time
     of the module that asks for it)."""
     return _queries()[name]
+
+
+def dashboard_query(name: str) -> str:
+    """The statement named `name` in dashboard.sql (the overview's, alerts' and /metrics' reads);
+    those named `health_*` read `health` and are sent after `job_health` (its WITH list)."""
+    statements = _queries("dashboard.sql")
+    body = statements[name]
+    return f"{statements['job_health']}\n{body}" if name.startswith("health_") else body
 
 
 def source_query(name: str) -> str:

@@ -1,4 +1,7 @@
-"""The overview: jobs with their state and lag, the alerts on top."""
+"""The overview: jobs with their state and lag, the alerts on top.
+
+Paged in SQL (selectors_health.Health): only the page's jobs get rows; the counts by state and the
+alert strip are aggregates and slices, so the page costs its rows whatever the number of jobs."""
 
 from django.core.paginator import Paginator
 from django.shortcuts import render
@@ -10,33 +13,55 @@ from inventory.views.base import is_htmx, page_context, role_required
 
 OVERVIEW_PAGE = 50  # job rows per overview page
 ALERT_STRIP = 10  # alerts shown at the top; the rest are counted by kind
-SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+class _HealthPages:
+    """What a Paginator pages: the matching jobs' count, and a slice of them built from SQL."""
+
+    def __init__(self, health, *, query: str, state: str, count: int):
+        self.health, self.query, self.state, self._count = health, query, state, count
+
+    def count(self) -> int:
+        return self._count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, key: slice) -> list:
+        start, stop = key.start or 0, key.stop if key.stop is not None else self._count
+        rows = self.health.page(
+            query=self.query, state=self.state, limit=max(stop - start, 0), offset=start
+        )
+        selectors_health.rows_detail(rows)
+        return rows
 
 
 @require_GET
 @role_required(VIEWER)
 def overview(request):
-    rows = selectors_health.job_rows()
+    health = selectors_health.Health()
     query = request.GET.get("q", "")[:100]
     state = request.GET.get("state", "")
     state = state if state in selectors_health.STATES else ""
-    shown = selectors_health.rows_filter(rows, query=query, state=state)
-    page = Paginator(shown, OVERVIEW_PAGE).get_page(request.GET.get("page"))
-    selectors_health.rows_detail(page.object_list)
-    alerts = sorted(selectors_alerts.alerts(rows), key=lambda a: SEVERITY_ORDER[a.severity])
+    states, matching = health.counts(query)
+    shown = matching.get(state, 0) if state else sum(matching.values())
+    pages = _HealthPages(health, query=query, state=state, count=shown)
+    page = Paginator(pages, OVERVIEW_PAGE).get_page(request.GET.get("page"))
+    strip = selectors_alerts.alerts_page(limit=ALERT_STRIP, health=health)
     kinds: dict[str, int] = {}
-    for alert in alerts[ALERT_STRIP:]:
-        label = alert.kind.replace("_", " ")
-        kinds[label] = kinds.get(label, 0) + 1
+    for kind, n in strip.by_kind.items():
+        n -= sum(1 for alert in strip.alerts if alert.kind == kind)
+        if n > 0:
+            kinds[kind.replace("_", " ")] = n
     context = {
         "jobs": page,
-        "total_jobs": len(rows),
+        "total_jobs": sum(states.values()),
         "query": query,
         "state_filter": state,
-        "states": selectors_health.state_counts(rows),
-        "alerts": alerts,
-        "alerts_shown": alerts[:ALERT_STRIP],
-        "alerts_more": max(len(alerts) - ALERT_STRIP, 0),
+        "states": states,
+        "alerts": strip.alerts,
+        "alerts_shown": strip.alerts,
+        "alerts_more": max(strip.count - len(strip.alerts), 0),
         "alert_kinds": kinds,
         "refresh_url": request.get_full_path(),
         "reaper": selectors.reaper_status(),
