@@ -4,7 +4,15 @@
 it (`src_batch`, `src_attempt`), so that the checker (bench/soak_checker.py) can tell the
 committed attempt's output from a stale one's. The attempt is read from the inventory when the
 processor starts: this process's own attempt (the chaos suite's processors do the same).
+
+With SOAK_CLOCK_PROBE set (a worker whose clock may jump), it also writes the wall clock it reads
+to that file: the clock_jump fault counts when the file's content and its real mtime differ by
+the jump.
 """
+
+import os
+import time
+from pathlib import Path
 
 from pyspark.sql import functions as F
 
@@ -16,6 +24,9 @@ def tag(df, ctx: ProcessorContext):
     from inventory.models import Batch
 
     attempt = Batch.objects.values_list("attempt", flat=True).get(pk=ctx.batch_id)
+    probe = os.environ.get("SOAK_CLOCK_PROBE")
+    if probe:
+        Path(probe).write_text(repr(time.time()))
     return df.withColumn("src_batch", F.lit(ctx.batch_id).cast("long")).withColumn(
         "src_attempt", F.lit(attempt).cast("long")
     )
