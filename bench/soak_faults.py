@@ -113,6 +113,7 @@ class Faults:
         self.work, self.beat_proc = work, beat
         self.turn = 0
         self.next_at = 0.0
+        self.resume_after = 0
         self.frozen: dict[int, threading.Timer] = {}
         self.pending = None  # (kind, check, give_up_at)
         self.pg_dir, self.redis_dir = embedded_dirs()
@@ -138,6 +139,20 @@ class Faults:
             self.run.faults[k] < self.settings.faults_per_kind for k in self.kinds()
         )
 
+    def _committed(self) -> int:
+        from inventory.models import Batch, BatchStatus
+
+        return Batch.objects.filter(
+            job__in=self.jobs.values(), status=BatchStatus.SUCCEEDED
+        ).count()
+
+    def _spaced(self, now: float) -> None:
+        """The next fault waits a lease and as many commits as there are workers: faults never
+        come faster than the work they disturb (a killed pool process's new JVM takes minutes on
+        a loaded machine)."""
+        self.next_at = now + self.settings.lease_seconds
+        self.resume_after = self._committed() + self.settings.workers
+
     def step(self) -> None:
         """Settle a pending fault; else the next kind still short of its count, if it can land
         now; else the one after."""
@@ -149,15 +164,17 @@ class Faults:
                 self.pending = None
                 self.run.faults[kind] += bool(landed)
                 self.run.gave_up[kind] += not landed
-                self.next_at = now + self.settings.lease_seconds
+                self._spaced(now)
             return
         kinds = self.kinds()
         if now < self.next_at or not self.due() or not kinds:
             return
+        if self._committed() < self.resume_after:
+            return
         kind = kinds[self.turn % len(kinds)]
         self.turn += 1
         if self.run.faults[kind] < self.settings.faults_per_kind and getattr(self, kind)():
-            self.next_at = now + self.settings.lease_seconds * 2
+            self._spaced(now)
 
     def _count(self, kind: str) -> bool:
         self.run.faults[kind] += 1

@@ -67,6 +67,7 @@ def faketime_env(work: Path, name: str) -> dict:
         "FAKETIME_TIMESTAMP_FILE": str(clock),
         "FAKETIME_NO_CACHE": "1",  # a jump shows at once (0.9.10 caches the file 10 s)
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_DISABLE_SHM": "1",  # no semaphore shared across the forked pool processes
         "PYTHONPATH": os.pathsep.join(
             filter(None, [str(ROOT / "bench" / "faketime_site"), os.environ.get("PYTHONPATH")])
         ),
