@@ -9,18 +9,15 @@ while the real discovery (`files.directory_discover`) registers them; five jobs 
 one batch per file, through real Celery prefork workers running real PySpark (warm sessions), into
 each sink kind: files (JSON), Delta, PostgreSQL `append`, `upsert` and `coalesce`. Every fourth file
 updates keys of an earlier one (new value, and a null `note` on odd rows: a partial update that
-coalesce must not blank). The driver runs beat's steps itself (reaper, requeue, job runs, pacing).
+coalesce must not blank). A real `celery beat` runs the reaper, retry requeue and pacing; the
+driver lands files, runs discovery, plans and injects faults (without `beat_env` it runs beat's
+steps itself).
 
-Faults, while files land and batches run:
-- sigkill: the pool process running a batch is killed; the reaper or the next acquire fails the
-  attempt and a new one runs;
-- sigstop: a whole worker is stopped past its lease, then continued: its late commit and publish
-  must be refused (fencing by attempt);
-- redelivery: a new worker starts consuming (an old one retires): Redis restores the messages
-  whose visibility timeout passed, so running batches' messages are delivered again; counted only
-  when seen (the same task id received by two workers);
-- crash_before_commit: a pool process dies after its sink write, before its commit (the chaos
-  suite's hook, once per job).
+Faults, while files land and batches run (bench/soak_faults.py, each counted only when it landed):
+sigkill and sigstop of workers, a real broker redelivery, Redis and PostgreSQL restarts (the
+embedded ones), a full disk under the files sink (a tmpfs), a worker's wall clock jumping
+(libfaketime), beat killed and started again; and crash_before_commit (the chaos suite's hook,
+once per job).
 
 Then bench/soak_checker.py reads each sink as a reader would and compares it with every source
 row's checksum: lost, duplicated, unexpected, altered, stale; and each job's watermark with its
