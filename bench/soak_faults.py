@@ -67,7 +67,10 @@ class Pool:
         self.clocks = work is not None and FAKETIME_LIB.exists()
         self.serial = 0
         self.retired = []
-        self.workers = [self._start() for _ in range(count)]
+        # started side by side, then warmed: each JVM starts while the others do
+        self.workers = [self._start(wait_for_spark=False) for _ in range(count)]
+        for worker in self.workers:
+            worker.wait_for_spark(sessions=1)
 
     def _start(self, wait_for_spark: bool = True):
         name = f"soak-{self.serial}"
