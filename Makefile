@@ -26,6 +26,10 @@ test: $(VENV)/.installed /usr/bin/chromium
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/pytest
 
+# the soak's clock_jump fault moves a worker's wall clock with Debian's libfaketime
+/usr/bin/faketime:
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime
+
 # faults through real workers, Redis and Spark (tests/chaos/, a few minutes); not part of `make test`.
 # CHAOS_CPU_HOG=N runs N busy processes beside the whole suite (.ci/run uses 2: the suite waits on
 # facts, not clocks, so it must pass on a busy machine)
@@ -33,7 +37,7 @@ chaos: $(VENV)/.installed
 	$(VENV)/bin/pytest -m chaos tests/chaos
 
 # the large soak: 10,000 batches through real workers and sinks under faults (bench/bench_soak.py)
-soak: $(VENV)/.installed
+soak: $(VENV)/.installed /usr/bin/faketime
 	SOAK_FILES=$${SOAK_FILES:-2000} SOAK_FAULTS_PER_KIND=$${SOAK_FAULTS_PER_KIND:-100} SOAK_TIMEOUT=$${SOAK_TIMEOUT:-14400} $(VENV)/bin/pytest -m soak -s tests/test_soak.py
 
 bench: $(VENV)/.installed

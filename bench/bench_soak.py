@@ -11,19 +11,15 @@ database, messages produced to a topic of the Kafka test broker. Jobs read those
 batch per item, through real Celery prefork workers running real PySpark (warm sessions): the
 files source feeds one job per sink kind (files (JSON), Delta, PostgreSQL `append`, `upsert` and
 `coalesce`), each other source at least one. Every fourth unit updates keys of an earlier one (new
-value, and a null `note` on odd rows: a partial update that coalesce must not blank). The driver
-runs beat's steps itself (reaper, requeue, job runs, pacing).
+value, and a null `note` on odd rows: a partial update that coalesce must not blank). A real
+`celery beat` runs the reaper, retry requeue and pacing; the driver lands units, runs discovery,
+plans and injects faults (without `beat_env` it runs beat's steps itself).
 
-Faults, while files land and batches run:
-- sigkill: the pool process running a batch is killed; the reaper or the next acquire fails the
-  attempt and a new one runs;
-- sigstop: a whole worker is stopped past its lease, then continued: its late commit and publish
-  must be refused (fencing by attempt);
-- redelivery: a new worker starts consuming (an old one retires): Redis restores the messages
-  whose visibility timeout passed, so running batches' messages are delivered again; counted only
-  when seen (the same task id received by two workers);
-- crash_before_commit: a pool process dies after its sink write, before its commit (the chaos
-  suite's hook, once per job).
+Faults, while files land and batches run (bench/soak_faults.py, each counted only when it landed):
+sigkill and sigstop of workers, a real broker redelivery, Redis and PostgreSQL restarts (the
+embedded ones), a full disk under the files sink (a tmpfs), a worker's wall clock jumping
+(libfaketime), beat killed and started again; and crash_before_commit (the chaos suite's hook,
+once per job).
 
 Then bench/soak_checker.py reads each sink as a reader would and compares it with every source
 row's checksum: lost, duplicated, unexpected, altered, stale; and each job's watermark with its
@@ -33,12 +29,9 @@ the run.
 
 import argparse
 import os
-import random
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -49,9 +42,11 @@ if not __package__:  # run as a script: `bench` is a folder of the repository ro
     sys.path.insert(0, str(ROOT))
 from bench import soak_checker as sc  # noqa: E402
 from bench import soak_sources as ss  # noqa: E402
+from bench.soak_faults import FAULT_KINDS, Faults, Pool  # noqa: E402
+from bench.soak_machine import Beat, tmpfs_mount, tmpfs_unmount  # noqa: E402
 
 MODES = ("files", "delta", "append", "upsert", "coalesce")
-FAULT_KINDS = ("sigkill", "sigstop", "redelivery")
+__all__ = ["FAULT_KINDS", "Settings", "Run", "soak"]
 PROCESSOR_MODULES = "tests.worker_processors,tests.chaos.processors,bench.soak_processors"
 
 
@@ -72,6 +67,8 @@ class Run:
     """What happened, as measured."""
 
     faults: Counter = field(default_factory=Counter)
+    gave_up: Counter = field(default_factory=Counter)  # injected, never seen landing
+    not_possible: dict = field(default_factory=dict)  # kind -> why it cannot land here
     redeliveries_seen: int = 0
     seconds: float = 0.0
 
@@ -134,136 +131,7 @@ def read_sink(label: str, job, source, *, work: Path, sink_dsn: str) -> list:
     )
 
 
-# ---- faults -------------------------------------------------------------------------------------
-
-
-def _parent_pid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-class Faults:
-    """Injects one driver-side fault at a time, round robin, each only where it can land (a batch
-    running in a process of ours, a worker left to do the work), and counts those that did."""
-
-    def __init__(self, *, pool, jobs, settings: Settings, run: Run):
-        self.pool, self.jobs, self.settings, self.run = pool, jobs, settings, run
-        self.turn = 0
-        self.next_at = 0.0
-        self.frozen: dict[int, threading.Timer] = {}
-        # faults are spread over the run by progress, not by the clock: the next one waits until
-        # `spacing` more batches have committed, so a slow machine (every killed pool process
-        # starts a cold SparkSession) still commits between faults instead of only recovering
-        total = settings.faults_per_kind * len(FAULT_KINDS)
-        self.spacing = max(1, settings.files * len(jobs) // (total + 1))
-        self.next_after = self.spacing
-
-    def due(self) -> bool:
-        return any(self.run.faults[k] < self.settings.faults_per_kind for k in FAULT_KINDS)
-
-    def step(self) -> None:
-        """The next kind still short of its count, if it can land now; else the one after."""
-        now = time.monotonic()
-        if now < self.next_at or not self.due():
-            return
-        committed = self._committed()
-        if committed < self.next_after:
-            return
-        kind = FAULT_KINDS[self.turn % len(FAULT_KINDS)]
-        self.turn += 1
-        if self.run.faults[kind] < self.settings.faults_per_kind and getattr(self, kind)():
-            self.next_at = now + self.settings.lease_seconds * 2
-            self.next_after = committed + self.spacing
-
-    def _committed(self) -> int:
-        from inventory.models import Batch, BatchStatus
-
-        return Batch.objects.filter(
-            job__in=self.jobs.values(), status=BatchStatus.SUCCEEDED
-        ).count()
-
-    def _running_batch(self):
-        from inventory.models import Batch, BatchStatus
-
-        return (
-            Batch.objects.filter(job__in=self.jobs.values(), status=BatchStatus.RUNNING)
-            .order_by("?")
-            .values_list("id", "worker")
-            .first()
-        )
-
-    def sigkill(self) -> bool:
-        running = self._running_batch()
-        if running is None:
-            return False
-        pid = int(running[1].rsplit(":", 1)[1])
-        if _parent_pid(pid) not in {w.proc.pid for w in self.pool.live()}:
-            return False
-        os.kill(pid, signal.SIGKILL)
-        self.run.faults["sigkill"] += 1
-        return True
-
-    def sigstop(self) -> bool:
-        candidates = [w for w in self.pool.live() if w.proc.pid not in self.frozen]
-        if len(candidates) < 2 or self._running_batch() is None:
-            return False  # someone must go on working
-        worker = random.choice(candidates)
-        os.killpg(worker.proc.pid, signal.SIGSTOP)
-        # continued by a timer: a process stopped inside a transaction holds its row locks, and
-        # this driver's own queries may wait for them until it is continued
-        timer = threading.Timer(self.settings.lease_seconds + 3, self._thaw, [worker.proc.pid])
-        timer.daemon = True
-        self.frozen[worker.proc.pid] = timer
-        timer.start()
-        self.run.faults["sigstop"] += 1
-        return True
-
-    def _thaw(self, pid: int) -> None:
-        try:
-            os.killpg(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
-        self.frozen.pop(pid, None)
-
-    def redelivery(self) -> bool:
-        if self._running_batch() is None or self.frozen:
-            return False
-        self.pool.rotate()
-        self.run.faults["redelivery"] += 1
-        return True
-
-    def release(self) -> None:
-        for pid, timer in list(self.frozen.items()):
-            timer.cancel()
-            self._thaw(pid)
-
-
-class Pool:
-    """The soak's workers. `start` is the caller's worker factory (tests/worker_fixtures.py's
-    WorkerProcess, started); `rotate` starts a new worker, then retires the oldest one."""
-
-    def __init__(self, start, count: int):
-        self.start = start
-        self.workers = [start(f"soak-{n}") for n in range(count)]
-        self.retired = []
-        self.serial = count
-
-    def live(self):
-        return [w for w in self.workers if w.proc.poll() is None]
-
-    def rotate(self) -> None:
-        fresh = self.start(f"soak-{self.serial}", wait_for_spark=False)
-        self.serial += 1
-        oldest = self.workers.pop(0)
-        self.workers.append(fresh)
-        self.retired.append(oldest)
-        threading.Thread(target=oldest.stop, daemon=True).start()
-
-    def logs(self) -> list[str]:
-        return [w.log() for w in self.workers + self.retired]
+# ---- faults (bench/soak_faults.py) --------------------------------------------------------------
 
 
 RECEIVED = re.compile(r"Task tidemark\.run_job\[([0-9a-f-]+)\] received")
@@ -310,10 +178,26 @@ def soak(
     tag: str,
     settings: Settings,
     sources=None,
+    beat_env: dict | None = None,
     progress=None,
 ):
     """Run the soak over `sources` (bench/soak_sources.py; default: the files source alone,
-    feeding every sink kind); returns (Run, Report, figures)."""
+    feeding every sink kind); returns (Run, Report, figures). With `beat_env`, a real `celery
+    beat` runs the reaper, retry requeue and pacing (and is a fault's target); the driver lands
+    units, runs discovery and plans, and injects faults."""
+    run = Run()
+    # the files sink on a small disk of its own, for full_disk
+    why = tmpfs_mount(work / "sink-files")
+    if why:
+        run.not_possible["full_disk"] = why
+    try:
+        return _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progress, run)
+    finally:
+        if not why:
+            tmpfs_unmount(work / "sink-files")
+
+
+def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progress, run):
     from inventory.models import Asset, Batch, BatchAttempt, Watermark
     from inventory.services import dispatch, scheduling
 
@@ -322,9 +206,13 @@ def soak(
     jobs, source_of = setup(
         work, sources, sink_env=sink_env, tag=tag, lease_seconds=settings.lease_seconds
     )
-    run = Run()
-    pool = Pool(start_worker, settings.workers)
-    faults = Faults(pool=pool, jobs=jobs, settings=settings, run=run)
+    pool = Pool(start_worker, settings.workers, work=work)
+    beat = None
+    if beat_env is not None:
+        (work / "beat").mkdir()
+        beat = Beat(env=beat_env, log_dir=work / "beat")
+        beat.start()
+    faults = Faults(pool=pool, jobs=jobs, settings=settings, run=run, work=work, beat=beat)
     started = time.monotonic()
     landed = 0
     try:
@@ -337,8 +225,9 @@ def soak(
                 landed += 1
             for source in sources:
                 source.discover()
-            scheduling.leases_reap()
-            dispatch.backfills_pace()
+            if beat is None:
+                scheduling.leases_reap()
+                dispatch.backfills_pace()
             for job in jobs.values():
                 dispatch.job_run(job=job)
             faults.step()
@@ -353,6 +242,8 @@ def soak(
     finally:
         faults.release()
         run.redeliveries_seen = redeliveries_seen(pool.logs())
+        if beat is not None:
+            beat.stop()
         for worker in pool.workers:
             worker.stop()
         for source in sources:
@@ -401,6 +292,8 @@ def soak(
         "attempts": attempts.count(),
         "failed_attempts": attempts.filter(outcome="failed").count(),
         "faults": dict(run.faults),
+        "gave_up": dict(run.gave_up),
+        "not_possible": run.not_possible,
         "redeliveries_seen": run.redeliveries_seen,
         "seconds": round(run.seconds, 1),
         "check": summary,

@@ -8,7 +8,15 @@ processor starts: this process's own attempt (the chaos suite's processors do th
 `soak_kafka` does the same for the Kafka source's messages, whose value is a row as JSON
 (bench/soak_sources.py): it unpacks the row's columns and keeps the message's `partition` and
 `offset`, which the checker counts in the row's checksum.
+
+With SOAK_CLOCK_PROBE set (a worker whose clock may jump), it also writes the wall clock it reads
+to that file: the clock_jump fault counts when the file's content and its real mtime differ by
+the jump.
 """
+
+import os
+import time
+from pathlib import Path
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
@@ -23,6 +31,9 @@ def tag(df, ctx: ProcessorContext):
     from inventory.models import Batch
 
     attempt = Batch.objects.values_list("attempt", flat=True).get(pk=ctx.batch_id)
+    probe = os.environ.get("SOAK_CLOCK_PROBE")
+    if probe:
+        Path(probe).write_text(repr(time.time()))
     return df.withColumn("src_batch", F.lit(ctx.batch_id).cast("long")).withColumn(
         "src_attempt", F.lit(attempt).cast("long")
     )
