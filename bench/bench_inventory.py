@@ -1079,7 +1079,7 @@ def render(ctx: dict) -> str:
         f"- Runs: clients are separate processes started together (a barrier), each timing its own "
         f"calls after {WARM_PAIRS} untimed acquire + succeed pairs that warm its session (the same "
         "for Tidemark and SQL; a worker keeps its session, and PostgreSQL plans a cached statement "
-        "anew for its first 5 runs). Tidemark and SQL run {SECONDS} s per backlog and client count, cut in {ROUNDS} "
+        f"anew for its first 5 runs). Tidemark and SQL run {SECONDS} s per backlog and client count, cut in {ROUNDS} "
         f"slices of {SECONDS / ROUNDS:g} s taken round-robin (Tidemark 1M, SQL 1M, Tidemark 10k, SQL "
         "10k, again), so every system and backlog sees the same machine load (the 'slices' column "
         f"shows the spread); pybatchintory runs once per configuration, capped at {PEER_SECONDS} s, "
