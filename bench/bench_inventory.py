@@ -52,6 +52,7 @@ SYSTEMS = ("tidemark", "sql", "pybatchintory", "pybatchintory_nocap")
 PEER_SMALL_JOBS = 40  # jobs for pybatchintory's 10k-backlog run (2,000 batches at most)
 PROFILE_BATCHES = 100 if common.QUICK else 300
 CLIENT_COUNTS = (1, 4)
+WARM_PAIRS = 8  # untimed acquire + succeed pairs per client session before its slice starts
 
 META = "bench_meta"
 SQL_BATCHES = "bench_sql_batch"
@@ -243,6 +244,12 @@ def client_loop(index, spec, barrier, counters, queue, warm_up, acquire, succeed
     acquire_s, succeed_s, errors = [], [], {}
     conflicts = done = 0
     try:
+        _warm_session(state, spec, counters, acquire, succeed, f"bench-client-{index}")
+    except Exception:
+        barrier.abort()
+        queue.put({"index": index, "fatal": traceback.format_exc()})
+        return
+    try:
         barrier.wait()
     except threading.BrokenBarrierError:  # another client failed to start
         queue.put({"index": index, "fatal": "another client failed before the start"})
@@ -290,6 +297,29 @@ def client_loop(index, spec, barrier, counters, queue, warm_up, acquire, succeed
             "errors": errors,
         }
     )
+
+
+def _warm_session(state, spec, counters, acquire, succeed, worker) -> None:
+    """WARM_PAIRS untimed pairs before the start, the same for every system: a worker keeps its
+    database session, so its statements are compiled and their plans cached (PostgreSQL plans a
+    cached statement anew for its first 5 runs); a 1 s slice in a fresh process would otherwise
+    time session start-up rather than the calls. They take batches from the same jobs and quotas
+    (the checks count them), and a conflict is retried as in the timed loop."""
+    warmed = 0
+    for job_index, job in enumerate(spec["jobs"]):
+        while warmed < WARM_PAIRS and _claim(counters, job_index, spec["quota"]):
+            try:
+                batch = acquire(state, job, worker)
+            except Conflicted:
+                _unclaim(counters, job_index, spec["quota"])
+                continue
+            if batch is None:
+                _unclaim(counters, job_index, spec["quota"])
+                break
+            succeed(state, batch)
+            warmed += 1
+        if warmed >= WARM_PAIRS:
+            return
 
 
 class Conflicted(Exception):
@@ -1047,7 +1077,9 @@ def render(ctx: dict) -> str:
         "succeed, psycopg2 in autocommit; concurrent acquirers are kept apart by `UNIQUE (job, lo)` "
         "and retry on a violation (counted as conflicts).",
         f"- Runs: clients are separate processes started together (a barrier), each timing its own "
-        f"calls. Tidemark and SQL run {SECONDS} s per backlog and client count, cut in {ROUNDS} "
+        f"calls after {WARM_PAIRS} untimed acquire + succeed pairs that warm its session (the same "
+        "for Tidemark and SQL; a worker keeps its session, and PostgreSQL plans a cached statement "
+        f"anew for its first 5 runs). Tidemark and SQL run {SECONDS} s per backlog and client count, cut in {ROUNDS} "
         f"slices of {SECONDS / ROUNDS:g} s taken round-robin (Tidemark 1M, SQL 1M, Tidemark 10k, SQL "
         "10k, again), so every system and backlog sees the same machine load (the 'slices' column "
         f"shows the spread); pybatchintory runs once per configuration, capped at {PEER_SECONDS} s, "
@@ -1101,14 +1133,15 @@ def render(ctx: dict) -> str:
                     verdict(pn == 0 and t1 > 0 or (pn > 0 and t1 / pn >= 100)),
                 ],
                 [
-                    "Tidemark >= 0.5x hand-written SQL, 1 client",
+                    f"Tidemark >= 1.0x hand-written SQL, batches/s at {big:,} backlog, 1 client "
+                    "(issue 20)",
                     f"{t1:,.1f} vs {s1:,.1f} batches/s = {ratio_text(t1, s1)}",
-                    verdict(s1 > 0 and t1 / s1 >= 0.5),
+                    verdict(s1 > 0 and t1 / s1 >= 1.0),
                 ],
                 [
                     "the same with 4 clients",
                     f"{t4:,.1f} vs {s4:,.1f} batches/s = {ratio_text(t4, s4)}",
-                    verdict(s4 > 0 and t4 / s4 >= 0.5),
+                    verdict(s4 > 0 and t4 / s4 >= 1.0),
                 ],
                 [
                     f"cost per acquire + succeed does not grow with the backlog ({big:,} vs {small:,}; "

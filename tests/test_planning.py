@@ -167,3 +167,28 @@ def test_a_batch_keeps_a_snapshot_of_the_config_it_was_planned_with():
     job.save(update_fields=["params"])
     assert Batch.objects.get(pk=batch.id).config_snapshot["params"] == {"mode": "a"}
     assert Batch.objects.get(pk=batch.id).config_snapshot["batch_weight"] == 1
+
+
+@pytest.mark.django_db
+def test_a_plan_step_prepares_its_statement_once_and_again_after_a_deallocate():
+    from django.db import connection
+
+    connector = ConnectorFactory()
+    ids = [a.id for a in make_assets(connector, [5, 5, 5])]
+    source = assets_source(connector.pk)
+
+    def step():
+        return plan_step(source=source, lower=ids[0], upper=None, budget=10, max_items=5)
+
+    first = step()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'tidemark_%'")
+        (prepared,) = cursor.fetchone()
+    assert prepared >= 1
+    assert step() == first  # the same statement, not one more
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'tidemark_%'")
+        assert cursor.fetchone()[0] == prepared
+        cursor.execute("DEALLOCATE ALL")  # what a pooler's DISCARD ALL does to the session
+    assert step() == first
+    assert (first.lower, first.upper, first.item_count, first.weight) == (ids[0], ids[1] + 1, 2, 10)

@@ -261,6 +261,8 @@ def unique_uids(source: ItemSource) -> ItemSource:
     with one probe of the uid (its index), and a duplicate stops every planner (incremental,
     acquire, backfill, preview) with a message naming it (tidemark_refuse), never a batch. The
     check counts the whole table, filters aside: uids name rows of the table, not of a filter.
+    A table with a valid unique index on the uid column alone cannot hold a duplicate: the probe
+    is skipped then (one catalog lookup per read, so dropping that index brings the probe back).
     """
     relation, uid = source.relation, source.uid
     # relation and uid are validated, double-quoted identifiers: safe inside a literal
@@ -272,7 +274,17 @@ def unique_uids(source: ItemSource) -> ItemSource:
     duplicated = (
         f"(SELECT count(*) FROM {relation} AS tm_same WHERE tm_same.{uid} = {relation}.{uid}) > 1"
     )
-    settled = f"(CASE WHEN {duplicated} THEN tidemark_refuse({message}) ELSE {source.settled} END)"
+    unique = (
+        "(SELECT EXISTS (SELECT 1 FROM pg_index AS tm_i JOIN pg_attribute AS tm_a "
+        "ON tm_a.attrelid = tm_i.indrelid AND tm_a.attnum = tm_i.indkey[0] "
+        f"WHERE tm_i.indrelid = to_regclass('{relation}') AND tm_i.indisunique "
+        "AND tm_i.indisvalid AND tm_i.indnkeyatts = 1 AND tm_i.indpred IS NULL "
+        f"AND tm_i.indexprs IS NULL AND tm_a.attname = '{uid.strip(chr(34))}'))"
+    )
+    settled = (
+        f"(CASE WHEN {unique} THEN {source.settled} "
+        f"WHEN {duplicated} THEN tidemark_refuse({message}) ELSE {source.settled} END)"
+    )
     return replace(source, settled=settled)
 
 

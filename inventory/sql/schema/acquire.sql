@@ -141,11 +141,15 @@ DECLARE
     b record;
     v_error jsonb;
     v_now timestamptz := clock_timestamp();
+    -- a variable lower bound: the cached (generic) plan then searches the small index of running
+    -- leases (batch_running_lease_idx) rather than walking every batch the job ever had
+    v_oldest timestamptz := '-infinity';
 BEGIN
     FOR b IN
         SELECT x.id, x.worker, x.lease_expires_at
         FROM inventory_batch AS x
-        WHERE x.job_id = p_job AND x.status = 'running' AND x.lease_expires_at < v_now
+        WHERE x.job_id = p_job AND x.status = 'running'
+          AND x.lease_expires_at < v_now AND x.lease_expires_at > v_oldest
         ORDER BY x.id
         FOR UPDATE OF x SKIP LOCKED
     LOOP
@@ -180,6 +184,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     j inventory_job%ROWTYPE;
     blocked text;
+    has_backfill boolean;
     claimed bigint;
     planned inventory_batch%ROWTYPE;
     started inventory_batch%ROWTYPE;
@@ -193,13 +198,21 @@ BEGIN
         RAISE EXCEPTION '%', blocked USING ERRCODE = 'TM409';
     END IF;
 
-    claimed := tidemark_claim_backfill(p_job, true);
+    -- most jobs run no backfill: one probe instead of two claims that find nothing
+    has_backfill := EXISTS (
+        SELECT 1 FROM inventory_backfill WHERE job_id = p_job AND status = 'running'
+    );
+    IF has_backfill THEN
+        claimed := tidemark_claim_backfill(p_job, true);
+    END IF;
     IF claimed IS NULL AND p_limit IS NOT NULL AND (
         SELECT count(*) FROM inventory_batch
         WHERE job_id = p_job AND backfill_id IS NULL AND status = 'running'
     ) >= p_limit THEN
         -- the incremental lane is full: only another backfill's batch may start
-        claimed := tidemark_claim_backfill(p_job, false);
+        IF has_backfill THEN
+            claimed := tidemark_claim_backfill(p_job, false);
+        END IF;
         IF claimed IS NULL THEN
             PERFORM tidemark_reap_expired(p_job);
             RETURN;
@@ -219,7 +232,9 @@ BEGIN
             RETURN NEXT planned;
             RETURN;
         END IF;
-        claimed := tidemark_claim_backfill(p_job, false);
+        IF has_backfill THEN
+            claimed := tidemark_claim_backfill(p_job, false);
+        END IF;
         IF claimed IS NULL THEN
             PERFORM tidemark_reap_expired(p_job);
             RETURN;

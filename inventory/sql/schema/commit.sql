@@ -41,6 +41,7 @@ DECLARE
     new_position bigint;
     new_value jsonb;
     committed record;
+    top bigint := tidemark_top_position();
 BEGIN
     -- the caller holds this row's lock
     SELECT * INTO wm FROM inventory_watermark WHERE id = p_watermark;
@@ -52,7 +53,7 @@ BEGIN
             FROM inventory_batch
             WHERE job_id = wm.job_id AND backfill_id IS NULL
               AND status = ANY(tidemark_holding_statuses())
-              AND upper(span) > wm.position
+              AND upper(span) > wm.position AND upper(span) <= top  -- the index search
         ), stop AS (
             SELECT coalesce(min(lo), 9223372036854775807) AS lo FROM held
             WHERE NOT (status = ANY(tidemark_committed_statuses())) OR lo > prev_hi

@@ -4,6 +4,81 @@
 -- from uid $1 on; its text comes from psycopg2's own parameter binding over validated, quoted
 -- identifiers. The functions add the end bound and the limit and read only the rows they cut.
 
+-- The name of a prepared statement of this session for `p_sql` with parameter types `p_types`,
+-- prepared now when missing. Planning a dynamic item query costs more than running it (a window
+-- over an index scan, the source's checks); a prepared statement is planned once per session and
+-- replanned by PostgreSQL itself when a table it reads changes. Not transactional: it survives a
+-- rollback, and DISCARD ALL (a pooler) only makes the next call prepare it again.
+CREATE OR REPLACE FUNCTION tidemark_prepared(p_sql text, p_types text)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_name text := 'tidemark_' || md5(p_types || ':' || p_sql);
+BEGIN
+    PERFORM 1 FROM pg_prepared_statements AS s WHERE s.name = v_name;
+    IF NOT FOUND THEN
+        EXECUTE format('PREPARE %I(%s) AS %s', v_name, p_types, p_sql);
+    END IF;
+    RETURN v_name;
+END
+$$;
+
+-- The first batch of tidemark_plan_batches (max_batches 1) by the same greedy rule, found by one
+-- statement instead of a per-row loop: a running sum and count over the item rows in uid order,
+-- read lazily (the window stops where the outer query stops), and the first row that ends the
+-- batch (the first unsettled row, the first that would exceed the budget or the cap, the first
+-- with a bad weight, raised as the loop raises) or else the last row (the stretch is exhausted).
+-- The statement is prepared once per session (tidemark_prepared).
+CREATE OR REPLACE FUNCTION tidemark_plan_one(
+    items_sql text, first_id bigint, end_id bigint, budget bigint, cap integer
+) RETURNS TABLE(lower bigint, upper bigint, item_count integer, weight bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    rows_sql text := items_sql;
+    stop record;
+BEGIN
+    IF end_id IS NOT NULL THEN
+        rows_sql := 'SELECT uid, weight, settled FROM (' || rows_sql
+                    || ') AS items WHERE uid < $2 ORDER BY uid';
+    END IF;
+    EXECUTE format(
+        'EXECUTE %I(%L, %L, %L, %L)',
+        tidemark_prepared(
+            'SELECT uid, weight, settled, n, prev_uid, prev_w, next_uid IS NULL AS last FROM ('
+            || 'SELECT uid, weight, settled, row_number() OVER w AS n, lag(uid) OVER w AS prev_uid, '
+            || 'lead(uid) OVER w AS next_uid, '
+            || 'sum(weight) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_w '
+            || 'FROM (SELECT uid::bigint AS uid, weight::bigint AS weight, settled FROM ('
+            || rows_sql || ' LIMIT $4 + 1) AS c) AS r WINDOW w AS (ORDER BY uid)) AS s '
+            || 'WHERE NOT settled OR weight IS NULL OR weight < 0 '
+            || 'OR (n > 1 AND (prev_w + weight > $3 OR n > $4)) OR next_uid IS NULL LIMIT 1',
+            'bigint, bigint, bigint, integer'
+        ),
+        first_id, end_id, budget, cap
+    ) INTO stop;
+    IF stop.n IS NULL THEN
+        RETURN;  -- no item
+    END IF;
+    IF NOT stop.settled OR coalesce(
+        stop.n > 1 AND (stop.prev_w + stop.weight > budget OR stop.n > cap), false
+    ) THEN
+        IF stop.n > 1 THEN  -- the rows before it: nothing when the first row is unsettled
+            lower := first_id; upper := stop.prev_uid + 1;
+            item_count := stop.n - 1; weight := stop.prev_w;
+            RETURN NEXT;
+        END IF;
+        RETURN;
+    END IF;
+    IF stop.weight IS NULL OR stop.weight < 0 THEN
+        RAISE EXCEPTION 'item % has weight %; weights must be non-negative', stop.uid, stop.weight
+            USING ERRCODE = '22023';
+    END IF;
+    -- the last row, and every row before it fits: the stretch is exhausted
+    lower := first_id; upper := coalesce(end_id, stop.uid + 1);
+    item_count := stop.n; weight := coalesce(stop.prev_w, 0) + stop.weight;
+    RETURN NEXT;
+END
+$$;
+
 -- The greedy, exact planner: continuous ranges whose weight stays within the budget (always at
 -- least one item) and whose count stays within the cap. It stops at the visibility horizon:
 -- `settled` is false for a row that may have committed before rows with smaller ids still in
@@ -24,6 +99,11 @@ DECLARE
     emitted integer := 0;
     query text := items_sql;
 BEGIN
+    IF max_batches = 1 THEN
+        -- one batch (acquire, a plan step): the same rule as one statement, no per-row loop
+        RETURN QUERY SELECT * FROM tidemark_plan_one(items_sql, first_id, end_id, budget, cap);
+        RETURN;
+    END IF;
     IF end_id IS NOT NULL THEN
         -- bounded only when asked: a two-sided range estimate can steer PostgreSQL away from
         -- the index when the table has no statistics yet
@@ -61,12 +141,22 @@ BEGIN
 END
 $$;
 
+-- The largest position: the upper bound a search of "batches ending after position P" adds, as
+-- a variable, so the plan PL/pgSQL caches for it (a generic plan, which knows neither value) sees
+-- a narrow range and searches batch_incremental_upper_idx instead of walking all of the job's
+-- batches (a cost that grew with every batch the job ever had).
+CREATE OR REPLACE FUNCTION tidemark_top_position() RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT 9223372036854775807::bigint
+$$;
+
 -- Where the next incremental batch starts: after the last batch holding its range, or at the
 -- first hole above the watermark (a cancelled batch's range), with the hole's end as the bound.
 CREATE OR REPLACE FUNCTION tidemark_incremental_start(p_job bigint, OUT lo bigint, OUT hi bigint)
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     wm_position bigint;
+    top bigint := tidemark_top_position();
 BEGIN
     SELECT position INTO wm_position FROM inventory_watermark WHERE job_id = p_job;
     -- after the last batch holding its range, or the first hole above the watermark
@@ -74,7 +164,7 @@ BEGIN
         SELECT lower(span) AS b_lo, upper(span) AS b_hi FROM inventory_batch
         WHERE job_id = p_job AND backfill_id IS NULL
           AND status = ANY(tidemark_holding_statuses())
-          AND upper(span) > wm_position
+          AND upper(span) > wm_position AND upper(span) <= top
     ), ordered AS (
         SELECT b_lo, b_hi, lag(b_hi, 1, wm_position) OVER (ORDER BY b_lo) AS prev_hi FROM held
     ), hole AS (
