@@ -226,10 +226,22 @@ def _verdict(f: dict) -> str:
         return (
             f"A warm scan with 100 new files is {outside}x a names-only scandir outside the "
             f"recheck window and {inside}x inside it: the 1.5x target is met in both cases."
-        )
+        ) + _noise(f)
     return (
         f"A warm scan with 100 new files is {outside}x a names-only scandir outside the "
-        f"recheck window and {inside}x inside it: the 1.5x target is **missed** where above 1.5x."
+        f"recheck window and {inside}x inside it: the 1.5x target is **MISSED** where above 1.5x."
+        + _noise(f)
+    )
+
+
+def _noise(f: dict) -> str:
+    if max(f["load"]) <= 4:
+        return ""
+    return (
+        f" This run saw a load average of up to {max(f['load'])} on 2 cores, so every figure is "
+        "far above a quiet machine's and the ratios are noisy: the same names-only scandir "
+        f"measured {f['bare_ms']} ms in the first rounds and {f['bare_recent_ms']} ms in the "
+        "recheck-window rounds."
     )
 
 
@@ -241,7 +253,7 @@ def write(f: dict) -> None:
         [
             f"Tidemark `directory_discover`, {f['new']} new (warm process)",
             f"{f['warm_ms']} ms",
-            f"{f['ratio_bare']}x (target <= 1.5x: {'met' if met else '**missed**'})",
+            f"{f['ratio_bare']}x (target <= 1.5x: {'met' if met else '**MISSED**'})",
         ],
         ["Tidemark, nothing new", f"{f['none_ms']} ms", ""],
         [
@@ -259,7 +271,7 @@ def write(f: dict) -> None:
             "(a slice of 1,000 rechecked per scan)",
             f"{f['recent_ms']} ms",
             f"{f['ratio_recent']}x (target <= 1.5x: "
-            f"{'met' if f['ratio_recent'] <= 1.5 else '**missed**'})",
+            f"{'met' if f['ratio_recent'] <= 1.5 else '**MISSED**'})",
         ],
     ]
     rate_met = f["files_per_hour"] >= 1_000_000
@@ -276,7 +288,7 @@ def write(f: dict) -> None:
         + common.table(["measure", "median", "vs bare scandir"], rows)
         + f"\n\nAgainst the issue's baseline, a bare scandir + stat of the directory (what it "
         f"measured as 0.24 s against 1.6 s, 6.6x): {f['ratio_bare_stat']}x, "
-        f"{'met' if f['ratio_bare_stat'] <= 1.5 else '**missed**'}. "
+        f"{'met' if f['ratio_bare_stat'] <= 1.5 else '**MISSED**'}. "
         + _verdict(f)
         + " The walk (`confinement.walk`) lists each directory with `os.listdir` and looks "
         "only at the names this process does not know yet (one `lstat` each; confinement is "
@@ -296,7 +308,7 @@ def write(f: dict) -> None:
         f"Registration rate: {f['registered']:,} new files landing in batches of "
         f"{f['reg_batch']:,}, one scan each, on top of the known ones: "
         f"{f['files_per_hour']:,} files/hour "
-        f"(target >= 1,000,000: {'met' if rate_met else '**missed**'}).\n\n"
+        f"(target >= 1,000,000: {'met' if rate_met else '**MISSED**'}).\n\n"
         f"Samples (ms): {json.dumps(f['samples_ms'])}\n"
     )
     common.write_section("discovery", markdown, f)
