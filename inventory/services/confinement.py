@@ -15,7 +15,9 @@ symlink loops cannot tie up a worker.
 """
 
 import os
-from collections.abc import Iterator
+import stat
+from collections.abc import Iterator, Mapping, Set
+from itertools import filterfalse
 from urllib.parse import urlparse
 
 from django.conf import settings
@@ -70,46 +72,68 @@ class WalkBudgetExceeded(InvalidInput):
     """A directory walk went past its depth or entry budget."""
 
 
-def walk(root: str, *, field: str = "config.path") -> Iterator[tuple[str, list[str]]]:
+def walk(
+    root: str, *, field: str = "config.path", known: Mapping[str, Set[str]] | None = None
+) -> Iterator[tuple[str, list[str]]]:
     """(directory, names of the files in it) for `root` and every directory below it that
-    resolves inside `root`, each directory once. One `os.scandir` per directory."""
+    resolves inside `root`, each directory once.
+
+    One `os.listdir` per directory; only the names not in `known[directory]` (the files a
+    discovery registered there before) are looked at, one `lstat` each, and yielded: a scan of a
+    directory of known files costs its listing and a set lookup per name. A known name is taken
+    for the file it was (a directory that later takes a registered file's name is not walked).
+    Confinement is decided per directory: a directory reached without a symlink lies at its
+    parent's resolved path plus its name; only a symlink is resolved (`os.path.realpath`)."""
     real_root = os.path.realpath(root)
     max_depth = settings.TIDEMARK_WALK_MAX_DEPTH
     max_entries = settings.TIDEMARK_WALK_MAX_ENTRIES
+    known = known or {}
     seen = {real_root}
     entries_seen = 0
-    pending = [(root, 0)]
+    pending = [(root, real_root, 0)]
     while pending:
-        directory, depth = pending.pop()
-        names = []
+        directory, real_directory, depth = pending.pop()
         try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    entries_seen += 1
-                    if entries_seen > max_entries:
-                        raise WalkBudgetExceeded(
-                            field,
-                            f"{root} holds more than {max_entries} entries; the walk stopped "
-                            "(setting TIDEMARK_WALK_MAX_ENTRIES)",
-                        )
-                    if entry.is_dir():
-                        real = os.path.realpath(entry.path)
-                        if not _under(real, real_root) or real in seen:
-                            continue  # a symlink out of the root, or back to a walked directory
-                        if depth + 1 > max_depth:
-                            raise WalkBudgetExceeded(
-                                field,
-                                f"{root} is nested deeper than {max_depth} directories; the walk "
-                                "stopped (setting TIDEMARK_WALK_MAX_DEPTH)",
-                            )
-                        seen.add(real)
-                        pending.append((entry.path, depth + 1))
-                    elif entry.is_symlink() and not _under(os.path.realpath(entry.path), real_root):
-                        continue  # a file symlink out of the root is never read
-                    else:
-                        names.append(entry.name)
+            listing = os.listdir(directory)
         except OSError:
             if directory == root:
                 raise
             continue  # a subdirectory that vanished or is unreadable: nothing of it to register
+        entries_seen += len(listing)
+        if entries_seen > max_entries:
+            raise WalkBudgetExceeded(
+                field,
+                f"{root} holds more than {max_entries} entries; the walk stopped "
+                "(setting TIDEMARK_WALK_MAX_ENTRIES)",
+            )
+        names = []
+        skip = known.get(directory)
+        for name in filterfalse(skip.__contains__, listing) if skip else listing:
+            path = os.path.join(directory, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue  # gone since the listing
+            if stat.S_ISLNK(mode):
+                real = os.path.realpath(path)
+                if not _under(real, real_root):
+                    continue  # a symlink out of the root is never followed nor read
+                if not os.path.isdir(real):
+                    names.append(name)
+                    continue
+            elif stat.S_ISDIR(mode):
+                real = os.path.join(real_directory, name)
+            else:
+                names.append(name)
+                continue
+            if real in seen:
+                continue  # a symlink back to a walked directory (an ancestor included)
+            if depth + 1 > max_depth:
+                raise WalkBudgetExceeded(
+                    field,
+                    f"{root} is nested deeper than {max_depth} directories; the walk "
+                    "stopped (setting TIDEMARK_WALK_MAX_DEPTH)",
+                )
+            seen.add(real)
+            pending.append((path, real, depth + 1))
         yield directory, names

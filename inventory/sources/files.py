@@ -186,8 +186,8 @@ def directory_discover(*, connector: Connector) -> int:
 
     The scan costs one directory listing plus work for what changed: files already registered
     are recognised by name against this process's copy of the connector's registered locations
-    (kept current by a query bounded by what was registered since the last look), so they are
-    neither stat-ed nor sent to the database again. Only new names are matched against the
+    (kept current by a query bounded by what was registered since the last look), so the walk
+    (confinement.walk) neither stats them nor sends them to the database again. Only new names are matched against the
     patterns, stat-ed and checked for completeness.
 
     A registered file that has changed since (size or modification time) is not registered
@@ -212,8 +212,7 @@ def directory_discover(*, connector: Connector) -> int:
     known = _known_files(connector, recheck_seconds=recheck)
     wanted = _Patterns(config.get("patterns"))
     found = {}
-    for directory, names in _walk(path):
-        unseen = set(names).difference(known.by_directory.get(directory, ()))
+    for directory, unseen in walk(path, field="config.path", known=known.by_directory):
         for name in unseen:
             location = os.path.join(directory, name)
             if wanted.match(os.path.relpath(location, path), name):

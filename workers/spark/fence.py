@@ -20,6 +20,7 @@ control plane). The Delta sink writes it as its application-transaction version.
 """
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
@@ -60,26 +61,21 @@ def database_publish(*, dsn: str, batch_id: int, attempt: int) -> Publish:
     def publish() -> Iterator[Replaced]:
         import psycopg2
 
+        conn, kept = _connection(dsn)
         try:
-            conn = psycopg2.connect(dsn)
-        except psycopg2.Error as exc:
-            raise SinkError(
-                f"cannot reach the control-plane database to publish: {str(exc).strip()[:200]}"
-            ) from None
-        try:
-            with conn.cursor() as cur:
+            try:
+                ids = _begin(conn, batch_id, attempt)
+            except psycopg2.Error as exc:
+                if not (kept and conn.closed):
+                    raise _begin_error(exc) from None
+                # the kept connection had died meanwhile (server restart, terminated backend):
+                # nothing ran, so the fence starts again on a new one
+                conn, kept = _connection(dsn, fresh=True)
                 try:
-                    cur.execute(
-                        "SELECT batch_id FROM tidemark_publish_begin(%s, %s)", [batch_id, attempt]
-                    )
+                    ids = _begin(conn, batch_id, attempt)
                 except psycopg2.Error as exc:
-                    message = (exc.diag.message_primary or str(exc)).strip()
-                    if exc.pgcode == "TM409":
-                        raise FencedOut(message) from None
-                    if exc.pgcode == "TM422":
-                        raise OutputConflict(message) from None
-                    raise SinkError(f"publish fence failed: {message}") from None
-                ids = [row[0] for row in cur.fetchall()]
+                    raise _begin_error(exc) from None
+            with conn.cursor() as cur:
                 cur.execute("SELECT tidemark_publish_token()")
                 replaced = Replaced(ids, token=cur.fetchone()[0])
                 yield replaced
@@ -88,11 +84,69 @@ def database_publish(*, dsn: str, batch_id: int, attempt: int) -> Publish:
                     [batch_id, attempt, list(replaced)],
                 )
             conn.commit()
-        finally:
-            # on any error the transaction rolls back: nothing is recorded as published
-            conn.close()
+        except BaseException:
+            # the transaction rolls back with the connection: nothing is recorded as published
+            _discard(dsn, conn)
+            raise
+        _keep(dsn, conn)
 
     return publish
+
+
+# One connection per thread and database, kept between publishes: a worker thread publishes
+# batch after batch, and a new connection (a server backend started, authenticated) costs more
+# than the fence's two statements. Each publish is still one transaction of its own; a connection
+# leaves the cache on any error, and a process forked after it was made opens its own.
+_kept = threading.local()
+# how the fence's connections show in pg_stat_activity
+FENCE_APPLICATION = "tidemark-fence"
+
+
+def _connection(dsn: str, *, fresh: bool = False):
+    """(connection, whether it was kept from an earlier publish)."""
+    import psycopg2
+
+    cache = getattr(_kept, "connections", None)
+    if cache is None:
+        cache = _kept.connections = {}
+    found = cache.pop(dsn, None)
+    if found is not None and not fresh:
+        pid, conn = found
+        if pid == os.getpid() and not conn.closed:
+            return conn, True
+    try:
+        return psycopg2.connect(dsn, application_name=FENCE_APPLICATION), False
+    except psycopg2.Error as exc:
+        raise SinkError(
+            f"cannot reach the control-plane database to publish: {str(exc).strip()[:200]}"
+        ) from None
+
+
+def _keep(dsn: str, conn) -> None:
+    _kept.connections[dsn] = (os.getpid(), conn)
+
+
+def _discard(dsn: str, conn) -> None:
+    getattr(_kept, "connections", {}).pop(dsn, None)
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - a broken connection is dropped either way
+        pass
+
+
+def _begin(conn, batch_id: int, attempt: int) -> list[int]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT batch_id FROM tidemark_publish_begin(%s, %s)", [batch_id, attempt])
+        return [row[0] for row in cur.fetchall()]
+
+
+def _begin_error(exc) -> SinkError:
+    message = ((exc.diag.message_primary if exc.diag else None) or str(exc)).strip()
+    if exc.pgcode == "TM409":
+        return FencedOut(message)
+    if exc.pgcode == "TM422":
+        return OutputConflict(message)
+    return SinkError(f"publish fence failed: {message}")
 
 
 def publish_from_spec(spec: dict) -> Publish:

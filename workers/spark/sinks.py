@@ -27,6 +27,7 @@ from workers.spark.delta_sink import check_delta, write_delta
 from workers.spark.errors import SinkError, spark_error_summary
 from workers.spark.fence import Publish, static_publish
 from workers.spark.pgsink import check_postgres, write_postgres
+from workers.spark.sink_files import local_path, sink_files
 
 FILE_FORMATS = ("parquet", "json", "csv", "orc")
 SINK_KINDS = "files, postgres, delta"
@@ -125,20 +126,18 @@ def write_files(
         raise SinkError(f"sink 'partition_by' names columns {unknown} that the output lacks")
     publish = publish or static_publish()
 
-    spark = df.sparkSession
-    hadoop_path = spark._jvm.org.apache.hadoop.fs.Path
-    fs = hadoop_path(path).getFileSystem(spark._jsc.hadoopConfiguration())
+    files = sink_files(df.sparkSession, path)
     token = uuid.uuid4().hex[:12]
     staging = f"{path}/_staging/batch_id={batch_id}-a{int(attempt)}-{token}"
 
     # a failed first write leaves no empty sink directory behind (a reader would see a sink)
-    fresh = not fs.exists(hadoop_path(path))
+    fresh = not files.exists(path)
     if not fresh:
-        _drop_earlier_attempts(fs, hadoop_path, path, batch_id=batch_id, attempt=attempt)
+        _drop_earlier_attempts(files, path, batch_id=batch_id, attempt=attempt)
 
     # rows and bytes come from the write itself: the footers of local Parquet files, otherwise an
     # observation counting the rows as they are written (no Spark job of its own either way)
-    local_staging = _local_path(staging)
+    local_staging = local_path(staging)
     from_footers = fmt == "parquet" and local_staging is not None and _pyarrow_parquet() is not None
     observation = None
     if not from_footers:
@@ -158,10 +157,10 @@ def write_files(
         else:
             rows_out, written_bytes = int(observation.get["rows"]), None
     except Exception as exc:
-        fs.delete(hadoop_path(staging), True)
+        files.delete(staging)
         if fresh:
             for created in (f"{path}/_staging", path):
-                _delete_if_empty(fs, hadoop_path(created))
+                files.delete_if_empty(created)
         raise SinkError(
             f"writing {fmt} files to {path} failed: {spark_error_summary(exc)}"
         ) from exc
@@ -170,90 +169,67 @@ def write_files(
     retired = None
     try:
         with publish() as replaced:
-            retired = _swap_in(fs, hadoop_path, path, staging, final, replaced, token=token)
+            retired = _swap_in(files, path, staging, final, replaced, token=token)
     except BaseException:
         if retired is not None:
             # swapped in, but the fence did not commit: the replaced outputs are still the
             # committed ones, so they go back and this attempt's output leaves
-            fs.delete(hadoop_path(final), True)
+            files.delete(final)
             for old, aside in reversed(retired):
-                fs.rename(hadoop_path(aside), hadoop_path(old))
-        fs.delete(hadoop_path(staging), True)
+                files.rename(aside, old)
+        files.delete(staging)
         raise
     # only once the fence committed: the replaced outputs are gone for good
     for _, aside in retired:
-        fs.delete(hadoop_path(aside), True)
+        files.delete(aside)
     return {
         "rows_out": rows_out,
-        "bytes": written_bytes
-        if written_bytes is not None
-        else _data_bytes(fs, hadoop_path, final),
+        "bytes": written_bytes if written_bytes is not None else _data_bytes(files, final),
         "location": final,
     }
 
 
-def _delete_if_empty(fs, directory) -> None:
-    try:
-        if fs.exists(directory) and len(fs.listStatus(directory)) == 0:
-            fs.delete(directory, False)
-    except Exception:  # noqa: BLE001 - another batch's write may have just put something there
-        pass
-
-
-def _drop_earlier_attempts(fs, hadoop_path, path: str, *, batch_id: int, attempt: int) -> None:
+def _drop_earlier_attempts(files, path: str, *, batch_id: int, attempt: int) -> None:
     """Staging left by this batch's earlier attempts that died; a later attempt's is left alone."""
-    for status in fs.globStatus(hadoop_path(f"{path}/_staging/*batch_id={batch_id}-*")) or []:
-        match = _STAGED.match(status.getPath().getName())
+    for name in files.matching(f"{path}/_staging/*batch_id={batch_id}-*"):
+        match = _STAGED.match(name)
         if match is None or match["batch"] != str(batch_id):
             continue
         earlier = match["attempt"] is None or int(match["attempt"]) < int(attempt)
         if earlier:
-            fs.delete(status.getPath(), True)
+            files.delete(f"{path}/_staging/{name}")
 
 
 _STAGED = re.compile(r"^(?:replaced-)?batch_id=(?P<batch>\d+)-(?:a(?P<attempt>\d+)-)?[0-9a-f]+$")
 
 
-def _swap_in(fs, hadoop_path, path, staging, final, replaced, *, token) -> list:
+def _swap_in(files, path, staging, final, replaced, *, token) -> list:
     """Inside the fence: move the outputs being replaced aside, the staged one into place.
     Returns the (old, aside) pairs; the caller deletes them once the fence has committed."""
     retired = []
     try:
         for old in [final, *(f"{path}/batch_id={int(i)}" for i in replaced)]:
-            if fs.exists(hadoop_path(old)):
+            if files.exists(old):
                 aside = f"{path}/_staging/replaced-{old.rsplit('/', 1)[1]}-{token}"
-                if not fs.rename(hadoop_path(old), hadoop_path(aside)):
+                if not files.rename(old, aside):
                     raise SinkError(f"cannot move the replaced output {old} aside")
                 retired.append((old, aside))
-        if not fs.rename(hadoop_path(staging), hadoop_path(final)):
+        if not files.rename(staging, final):
             raise SinkError(f"cannot move the staged output into {final}")
     except BaseException:
         for old, aside in reversed(retired):
-            fs.rename(hadoop_path(aside), hadoop_path(old))
+            files.rename(aside, old)
         raise
     return retired
 
 
-def _data_bytes(fs, hadoop_path, root: str) -> int:
+def _data_bytes(files, root: str) -> int:
     """Size of the data files under `root`, without checksums and markers."""
-    local = _local_path(root)
+    local = local_path(root)
     if local is not None:
         # a local sink: listed without a round trip to the JVM per file
         return _local_totals(local, footers=False)[1]
-    total = 0
-    files = fs.listFiles(hadoop_path(root), True)
-    while files.hasNext():
-        status = files.next()
-        name = status.getPath().getName()
-        if not name.startswith((".", "_")):
-            total += status.getLen()
-    return total
-
-
-def _local_path(uri: str) -> str | None:
-    if uri.startswith("file:"):
-        return "/" + uri[len("file:") :].lstrip("/")
-    return uri if uri.startswith("/") else None
+    return files.data_bytes(root)
 
 
 def _pyarrow_parquet():
