@@ -90,6 +90,11 @@ def test_the_soak_loses_duplicates_alters_and_leaves_stale_nothing(
     tag = f"soak_{uuid.uuid4().hex[:6]}"
     common = {"work": tmp_path, "tag": tag, "rows": settings.rows}
     others = {**common, "every": settings.every}
+    # SOAK_SOURCES picks the sources (default all four; .ci/run runs the files source alone,
+    # see docs/reliability.md for why)
+    chosen = os.environ.get("SOAK_SOURCES", ",".join(FEEDS)).split(",")
+    unknown = sorted(set(chosen) - set(FEEDS))
+    assert not unknown, f"SOAK_SOURCES names unknown sources {unknown}; known: {sorted(FEEDS)}"
     sources = [
         ss.FilesSource(**common, modes=FEEDS["files"]),
         ss.S3Source(
@@ -103,6 +108,8 @@ def test_the_soak_loses_duplicates_alters_and_leaves_stale_nothing(
         ss.TableSource(**others, modes=FEEDS["table"], dsn=source_dsn, dsn_env=SOURCE_ENV),
         ss.KafkaSource(**others, modes=FEEDS["kafka"], broker=kafka_broker),
     ]
+    sources = [source for source in sources if source.name in chosen]
+    feeds = {name: FEEDS[name] for name in chosen}
     run, report, figures = bench_soak.soak(
         work=tmp_path,
         start_worker=start_worker,
@@ -126,17 +133,18 @@ def test_the_soak_loses_duplicates_alters_and_leaves_stale_nothing(
     assert figures["files"] >= settings.files
     # every source delivered rows into every sink it feeds, one batch per item and job
     per_source = figures["sources"]
-    assert set(per_source) == set(FEEDS)
-    for name, feeds in FEEDS.items():
+    assert set(per_source) == set(feeds)
+    for name, fed in feeds.items():
         delivered = per_source[name]
         assert delivered["units"] >= settings.files // settings.every, name
         assert delivered["items"] >= 1, name
-        assert len(delivered["rows_seen"]) == len(feeds), name
+        assert len(delivered["rows_seen"]) == len(fed), name
         assert all(seen > 0 for seen in delivered["rows_seen"].values()), (name, delivered)
     assert figures["batches"] == sum(
-        len(FEEDS[name]) * delivered["items"] for name, delivered in per_source.items()
+        len(feeds[name]) * delivered["items"] for name, delivered in per_source.items()
     )
     assert figures["failed_attempts"] >= run.faults["sigkill"]
-    # the Kafka job's key_value watermark was checked: per partition, the end of what it read
-    kafka_job = figures["check"]["jobs"]["kafka-files"]
-    assert kafka_job["prefix_value"] and kafka_job["value"] == kafka_job["prefix_value"]
+    if "kafka" in feeds:
+        # the Kafka job's key_value watermark was checked: per partition, the end of what it read
+        kafka_job = figures["check"]["jobs"]["kafka-files"]
+        assert kafka_job["prefix_value"] and kafka_job["value"] == kafka_job["prefix_value"]
