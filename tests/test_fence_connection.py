@@ -14,8 +14,24 @@ from workers.spark.fence import FENCE_APPLICATION
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def fence_backends() -> set[int]:
-    """The server processes of the fence's connections to this database."""
+_EARLIER: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def no_earlier_fence_connection():
+    """Earlier tests in this process leave the fence's kept connection of this thread open: close
+    it, and leave out of the counts any backend that was there before the test began (a closed
+    connection's backend may linger in pg_stat_activity for a moment)."""
+    from workers.spark import fence
+
+    for dsn, (_, conn) in list(getattr(fence._kept, "connections", {}).items()):
+        fence._discard(dsn, conn)
+    _EARLIER.clear()
+    _EARLIER.update(_all_fence_backends())
+    yield
+
+
+def _all_fence_backends() -> set[int]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
@@ -23,6 +39,11 @@ def fence_backends() -> set[int]:
             [FENCE_APPLICATION],
         )
         return {row[0] for row in cursor.fetchall()}
+
+
+def fence_backends() -> set[int]:
+    """The server processes of the fence's connections to this database opened by this test."""
+    return _all_fence_backends() - _EARLIER
 
 
 def files_job(tmp_path, name: str, sink: dict, *, items: int):
