@@ -56,9 +56,16 @@ class Batch(models.Model):
     """One unit of work of one job: the half-open id range `span`, from where the job's previous
     batch ended (or its start position) to its last item + 1; ids may skip inside it."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="batches")
+    # no index of its own on job or backfill: batch_job_status_idx leads with job_id, and
+    # batch_backfill_idx holds only backfill batches (every index is written by every batch)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="batches", db_index=False)
     backfill = models.ForeignKey(
-        Backfill, on_delete=models.CASCADE, null=True, blank=True, related_name="batches"
+        Backfill,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="batches",
+        db_index=False,
     )
     kind = models.CharField(max_length=20, choices=BatchKind.choices)
     status = models.CharField(max_length=20, choices=BatchStatus.choices)
@@ -97,6 +104,7 @@ class Batch(models.Model):
         blank=True,
         related_name="replaced",
         help_text="the batch whose output replaced this one's in the sink",
+        db_index=False,  # batch_replaced_by_idx: only the replaced ones
     )
 
     class Meta:
@@ -185,12 +193,17 @@ class Batch(models.Model):
             ),
             # the overview's last batch per job and the job page's batches filtered by status
             models.Index(fields=["job", "-id"], name="batch_job_recent_idx"),
-            # "batches finished since T" (the last-day sparklines and ETAs read JobHourlyRates
-            # now)
+            # the foreign keys' lookups (a backfill's batches, its due ones by status; deleting a
+            # replacing batch), over the few rows that have one
             models.Index(
-                fields=["finished_at"],
-                name="batch_finished_idx",
-                condition=Q(finished_at__isnull=False),
+                fields=["backfill", "status"],
+                name="batch_backfill_idx",
+                condition=Q(backfill__isnull=False),
+            ),
+            models.Index(
+                fields=["replaced_by"],
+                name="batch_replaced_by_idx",
+                condition=Q(replaced_by__isnull=False),
             ),
             # "succeeded batches of job J, newest first" (selectors_backfills.backfill_duration_estimate;
             # the last-day rates read JobHourlyRates now)
@@ -216,7 +229,10 @@ class Batch(models.Model):
 class BatchAttempt(models.Model):
     """One start of a batch, kept for the batch's history."""
 
-    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="attempts")
+    # its index is attempt_batch_number_unique's (batch, number)
+    batch = models.ForeignKey(
+        Batch, on_delete=models.CASCADE, related_name="attempts", db_index=False
+    )
     number = models.PositiveSmallIntegerField()
     worker = models.CharField(max_length=200, blank=True, default="")
     started_at = models.DateTimeField()
@@ -236,13 +252,6 @@ class BatchAttempt(models.Model):
                 fields=["finished_at"],
                 name="attempt_finished_idx",
                 condition=Q(finished_at__isnull=False),
-            ),
-            # "attempts that did not succeed, finished since T": read by the last-day rates
-            # until they read JobHourlyRates; no reader left (a candidate to drop)
-            models.Index(
-                fields=["finished_at"],
-                name="attempt_failed_finished_idx",
-                condition=~Q(outcome__in=["", "succeeded"]),
             ),
         ]
 

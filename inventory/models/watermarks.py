@@ -39,7 +39,10 @@ class WatermarkSource(models.TextChoices):
 class WatermarkEvent(models.Model):
     """Every change of a watermark, with who and why."""
 
-    watermark = models.ForeignKey(Watermark, on_delete=models.CASCADE, related_name="events")
+    # its index is wm_event_history_idx's (watermark, -id)
+    watermark = models.ForeignKey(
+        Watermark, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     old_position = models.BigIntegerField()
     new_position = models.BigIntegerField()
     old_value = models.JSONField(null=True, blank=True)

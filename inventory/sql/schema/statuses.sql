@@ -37,9 +37,12 @@ $$;
 -- A batch is due (may start now) when it is queued with no backoff pending, or failed with its
 -- backoff over. Judged by the database's clock, as every lease and retry time is written with it.
 -- A STABLE one-expression SQL function: inlined into the queries that call it, indexes included.
+-- Its first conjunct, the status list, is what an index on (job, status) or (backfill, status)
+-- searches by, whatever the statistics say (an OR of two statuses could leave a cached plan
+-- walking every batch of the job).
 CREATE OR REPLACE FUNCTION tidemark_batch_due(p_status text, p_next_attempt_at timestamptz)
 RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT (p_status = 'queued'
-            AND (p_next_attempt_at IS NULL OR p_next_attempt_at <= statement_timestamp()))
-        OR (p_status = 'failed' AND p_next_attempt_at <= statement_timestamp())
+    SELECT p_status = ANY(ARRAY['queued', 'failed'])
+       AND (p_next_attempt_at <= statement_timestamp()
+            OR (p_status = 'queued' AND p_next_attempt_at IS NULL))
 $$;
