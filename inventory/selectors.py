@@ -254,31 +254,11 @@ def jobs_lag_by_id(job_ids: list[int]) -> dict[int, Lag | None]:
     return lags
 
 
-def jobs_blockers() -> dict[int, tuple[int, str]]:
-    """Job id -> the batch its watermark waits for (see job_blocker), for every job at once:
-    the uncommitted incremental batch starting at the watermark (index batch_job_lower_idx), else
-    the cancelled incremental batch whose range holds it (batch_job_status_idx): the batch's
-    id and status."""
-    sql = """
-        SELECT j.id, coalesce(held.id, cancelled.id), coalesce(held.status, 'cancelled')
-        FROM inventory_job AS j JOIN inventory_watermark AS w ON w.job_id = j.id
-        LEFT JOIN LATERAL (
-            SELECT b.id, b.status FROM inventory_batch AS b
-            WHERE b.job_id = j.id AND b.backfill_id IS NULL AND lower(b.span) = w.position
-              AND b.status IN ('queued', 'running', 'succeeded', 'failed', 'dead', 'skipped')
-            LIMIT 1
-        ) AS held ON true
-        LEFT JOIN LATERAL (
-            SELECT b.id FROM inventory_batch AS b
-            WHERE held.id IS NULL AND b.job_id = j.id AND b.status = 'cancelled'
-              AND b.backfill_id IS NULL AND b.span @> w.position
-            ORDER BY b.id DESC LIMIT 1
-        ) AS cancelled ON true
-        WHERE (held.id IS NOT NULL AND held.status NOT IN ('succeeded', 'skipped'))
-           OR cancelled.id IS NOT NULL
-    """
+def jobs_blockers(job_ids: list[int] | None = None) -> dict[int, tuple[int, str]]:
+    """Job id -> (id, status) of the batch its watermark waits for (see job_blocker), of these
+    jobs or, without ids, of every job at once (queries.sql: jobs_blockers)."""
     with connection.cursor() as cursor:
-        cursor.execute(sql)
+        cursor.execute(query("jobs_blockers"), {"ids": None if job_ids is None else list(job_ids)})
         return {job_id: (batch_id, status) for job_id, batch_id, status in cursor.fetchall()}
 
 

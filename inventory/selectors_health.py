@@ -273,9 +273,8 @@ def blockers_of(job_ids: list[int]) -> dict[int, BatchRef]:
     """Job id -> the batch its watermark waits for (see selectors.job_blocker), of these jobs."""
     if not job_ids:
         return {}
-    with connection.cursor() as cursor:
-        cursor.execute(dashboard_query("jobs_blockers_of"), {"ids": list(job_ids)})
-        return {job: BatchRef(batch, status) for job, batch, status in cursor.fetchall()}
+    found = selectors.jobs_blockers(job_ids)
+    return {job: BatchRef(batch, status) for job, (batch, status) in found.items()}
 
 
 def add_blockers(rows: list[JobRow]) -> None:

@@ -2,6 +2,7 @@
 overview's page and filter, the alerts and /metrics read it, and they agree on jobs planted in
 every state; the alerts API pages them, the critical first."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -95,6 +96,19 @@ def test_counts_page_filter_and_alerts_agree_on_a_job_in_every_state(role_users)
     text = viewer.get("/?state=late").content.decode()
     assert 'data-job="s-late"' in text and text.count('data-job="') == 1
     assert "late (1)" in text and "current (1)" in text
+
+    # every row's state tag is its state (failing and unreadable included)
+    text = viewer.get("/").content.decode()
+    cells = re.findall(
+        r'data-job="([^"]+)">.*?<td data-state="([a-z_]+)"><span class="tag[^"]*" '
+        r'title="[^"]*">([^<]+)</span>',
+        text,
+        re.S,
+    )
+    labels = {"catching_up": "catching up", "connector": "connector paused"}
+    assert {name: (state, tag) for name, state, tag in cells} == {
+        name: (state, labels.get(state, state)) for name, state in planted.items()
+    }
 
 
 def test_the_alerts_api_pages_the_critical_first(role_users, settings):

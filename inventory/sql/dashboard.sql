@@ -131,27 +131,6 @@ LIMIT %(limit)s OFFSET %(offset)s;
 SELECT id, name, late, schedule_seconds, lag_items FROM health WHERE late IS NOT NULL
 ORDER BY name LIMIT %(limit)s OFFSET %(offset)s;
 
--- name: jobs_blockers_of
--- selectors.jobs_blockers for the given jobs only: (job, batch, status) of the batch each one's
--- watermark waits for.
-SELECT j.id, coalesce(held.id, cancelled.id), coalesce(held.status, 'cancelled')
-FROM inventory_job AS j JOIN inventory_watermark AS w ON w.job_id = j.id
-LEFT JOIN LATERAL (
-    SELECT b.id, b.status FROM inventory_batch AS b
-    WHERE b.job_id = j.id AND b.backfill_id IS NULL AND lower(b.span) = w.position
-      AND b.status IN ('queued', 'running', 'succeeded', 'failed', 'dead', 'skipped')
-    LIMIT 1
-) AS held ON true
-LEFT JOIN LATERAL (
-    SELECT b.id FROM inventory_batch AS b
-    WHERE held.id IS NULL AND b.job_id = j.id AND b.status = 'cancelled'
-      AND b.backfill_id IS NULL AND b.span @> w.position
-    ORDER BY b.id DESC LIMIT 1
-) AS cancelled ON true
-WHERE j.id = ANY(%(ids)s)
-  AND ((held.id IS NOT NULL AND held.status NOT IN ('succeeded', 'skipped'))
-       OR cancelled.id IS NOT NULL);
-
 -- name: waiting_connectors
 -- A slice of the connectors waiting on another, by name.
 SELECT name, start_after FROM inventory_connector WHERE state = 'waiting'

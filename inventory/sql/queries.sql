@@ -205,6 +205,29 @@ WHERE j.id = ANY(%s) AND c.kind <> 'job_output'
   -- a remote meta table (dsn_env) is read through its mirror, Tidemark's asset table
   AND NOT (coalesce(c.config ? 'meta_table', false) AND NOT coalesce(c.config ? 'dsn_env', false));
 
+-- name: jobs_blockers
+-- (job, batch, status) of the batch each job's watermark waits for (selectors.job_blocker), of the
+-- jobs in %(ids)s, or of every job when it is NULL: the uncommitted incremental batch starting at
+-- the watermark (batch_job_lower_idx), else the cancelled incremental batch whose range holds it
+-- (batch_job_status_idx). Jobs whose watermark waits for nothing are left out.
+SELECT j.id, coalesce(held.id, cancelled.id), coalesce(held.status, 'cancelled')
+FROM inventory_job AS j JOIN inventory_watermark AS w ON w.job_id = j.id
+LEFT JOIN LATERAL (
+    SELECT b.id, b.status FROM inventory_batch AS b
+    WHERE b.job_id = j.id AND b.backfill_id IS NULL AND lower(b.span) = w.position
+      AND b.status IN ('queued', 'running', 'succeeded', 'failed', 'dead', 'skipped')
+    LIMIT 1
+) AS held ON true
+LEFT JOIN LATERAL (
+    SELECT b.id FROM inventory_batch AS b
+    WHERE held.id IS NULL AND b.job_id = j.id AND b.status = 'cancelled'
+      AND b.backfill_id IS NULL AND b.span @> w.position
+    ORDER BY b.id DESC LIMIT 1
+) AS cancelled ON true
+WHERE (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+  AND ((held.id IS NOT NULL AND held.status NOT IN ('succeeded', 'skipped'))
+       OR cancelled.id IS NOT NULL);
+
 -- name: asset_counts_between
 -- (lower, assets of the connector with lower <= id < upper) for each given [lower, upper): the
 -- prefix sums below upper minus those below lower, two probes of asset_connector_id_idx each.

@@ -110,6 +110,7 @@ STATE_MEANINGS = {
     "catching_up": "items wait to be processed; batches are planned as workers free up",
     "current": "every item seen so far is committed",
     "failing": "recent attempts failed and are being retried",
+    "unreadable": "its source cannot be read now: the lag is unknown",
 }
 BACKFILL_MEANINGS = {
     "pending": "created; its batches start when pacing admits them",
