@@ -1,0 +1,143 @@
+"""bench_dashboard.py's data: the bulk load (dashboard_load.sql), the two backlogs over it, and the
+lag of every job by Tidemark's statement and by the old scan."""
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from dashboard_shape import (  # noqa: E402
+    BATCHES_PER_JOB,
+    BENCH_DB,
+    BIG_ITEMS_PER_BATCH,
+    JOBS,
+    LAG_HUGE,
+    LAG_ITEMS,
+    LAG_LONG,
+    PER_CONNECTOR,
+    SECTION,
+    log,
+)
+
+
+def reused_counts() -> dict:
+    """The counts of a database loaded by an earlier run, with that run's load time."""
+    import json
+
+    from django.db import connection
+
+    counts = {}
+    with connection.cursor() as cursor:
+        for table in ("job", "asset", "batch", "batchattempt", "watermarkevent"):
+            cursor.execute(f"SELECT count(*) FROM inventory_{table}")
+            counts[table] = cursor.fetchone()[0]
+    previous = common.OUT_DIR / f"{SECTION}.json"
+    loaded = json.loads(previous.read_text())["counts"] if previous.exists() else {}
+    counts["load_seconds"] = loaded.get("load_seconds", "?")
+    counts["reused"] = True
+    log(f"reusing {BENCH_DB}: {counts}")
+    return counts
+
+
+def load() -> dict:
+    from django.db import connection
+
+    started = time.perf_counter()
+    params = {
+        "jobs": JOBS,
+        "per_connector": PER_CONNECTOR,
+        "per_job": BATCHES_PER_JOB,
+        "big": BIG_ITEMS_PER_BATCH,
+        "lag": LAG_ITEMS,
+        "long": LAG_LONG,
+        "huge": LAG_HUGE,
+    }
+    load_sql = (Path(__file__).resolve().parent / "dashboard_load.sql").read_text()
+    with connection.cursor() as cursor:
+        for statement in load_sql.split(";\n\n"):
+            if statement.strip():
+                step = time.perf_counter()
+                cursor.execute(statement, params)
+                if time.perf_counter() - step > 1:
+                    first = next(
+                        line for line in statement.splitlines() if not line.startswith("--")
+                    )
+                    log(f"  {time.perf_counter() - step:.1f} s: {first.strip()[:70]}")
+    connection.close()
+    with connection.cursor() as cursor:
+        step = time.perf_counter()
+        cursor.execute("VACUUM ANALYZE")
+        log(f"  {time.perf_counter() - step:.1f} s: VACUUM ANALYZE")
+        counts = {}
+        for table in ("job", "asset", "batch", "batchattempt", "watermarkevent"):
+            cursor.execute(f"SELECT count(*) FROM inventory_{table}")
+            counts[table] = cursor.fetchone()[0]
+        cursor.execute(
+            "CREATE TABLE bench_positions AS SELECT w.job_id, w.position AS far, "
+            "max(a.id) + 1 - ceil((max(a.id) + 1 - w.position) / 100.0)::bigint AS near "
+            "FROM inventory_watermark AS w JOIN inventory_job AS j ON j.id = w.job_id "
+            "JOIN inventory_asset AS a ON a.connector_id = j.connector_id "
+            "GROUP BY w.job_id, w.position"
+        )
+    counts["load_seconds"] = round(time.perf_counter() - started, 1)
+    return counts
+
+
+OLD_LAG_SQL = """
+SELECT j.id, p.n, p.w
+FROM inventory_job AS j JOIN inventory_watermark AS w ON w.job_id = j.id
+JOIN inventory_connector AS c ON c.id = j.connector_id
+CROSS JOIN LATERAL (SELECT count(*) AS n, coalesce(sum(a.weight), 0) AS w
+FROM inventory_asset AS a
+WHERE a.connector_id = j.connector_id AND a.id >= w.position) AS p
+WHERE j.id = ANY(%s) AND NOT coalesce(c.config ? 'meta_table', false) AND c.kind <> 'job_output'
+"""
+
+
+def _p95(times: list[float]) -> float:
+    times = sorted(times)
+    return times[max(int(len(times) * 0.95) - 1, 0)]
+
+
+def backlog(scale: str) -> dict:
+    """Move every watermark to its position of `scale` ("100x": far, "1x": near) and describe
+    the backlog: items behind in all, jobs >= 100,000 behind, the largest lag."""
+    from django.db import connection
+
+    from inventory.sql import query
+
+    column = "far" if scale == "100x" else "near"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE inventory_watermark AS w SET position = p.{column} FROM bench_positions AS p "
+            "WHERE p.job_id = w.job_id"
+        )
+        cursor.execute(
+            "SELECT sum(l.n), count(*) FILTER (WHERE l.n >= 100000), max(l.n), count(*) "
+            f"FROM ({query('jobs_lag').rstrip().rstrip(';').replace('%s', 'ARRAY(SELECT id FROM inventory_job)')}) "
+            "AS l(id, n, w)"
+        )
+        total, long_, largest, jobs = cursor.fetchone()
+    return {"items_behind": int(total), "jobs_100k": long_, "largest": int(largest), "jobs": jobs}
+
+
+def lag_statements(repeat: int) -> dict:
+    """The lag of every job, Tidemark's statement and the old scan alternating; same answers."""
+    from django.db import connection
+
+    from inventory.sql import query
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT array_agg(id) FROM inventory_job")
+        ids = cursor.fetchone()[0]
+        times = {"prefix": [], "scan": []}
+        answers = {}
+        for _ in range(repeat):
+            for name, sql in (("prefix", query("jobs_lag")), ("scan", OLD_LAG_SQL)):
+                start = time.perf_counter()
+                cursor.execute(sql, [ids])
+                answers[name] = sorted((a, int(b), int(c)) for a, b, c in cursor.fetchall())
+                times[name].append((time.perf_counter() - start) * 1000)
+    assert answers["prefix"] == answers["scan"], "the two lag statements disagree"
+    return {name: round(_p95(t), 1) for name, t in times.items()}
