@@ -119,7 +119,7 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
         late_rows = [row for row in rows if row.late is not None]
         n_dead, n_late = len(dead_rows), len(late_rows)
     else:
-        n_dead, n_late = health.fetch("health_alert_counts")[0]
+        n_dead, n_late = health.alert_counts()
     reaper = selectors.reaper_status()
     stalled = stalled_backfills()
     with connection.cursor() as cursor:

@@ -198,6 +198,7 @@ class Health:
 
     def __init__(self):
         self._params = None
+        self._alert_counts: tuple[int, int] | None = None
 
     def params(self, **extra) -> dict:
         if self._params is None:
@@ -222,10 +223,19 @@ class Health:
     def counts(self, query: str = "") -> tuple[dict[str, int], dict[str, int]]:
         """(jobs by state, jobs by state whose job or connector name contains `query`), in
         STATES order, states without jobs left out."""
-        found = {state: (n, m) for state, n, m in self.fetch("health_counts", q=_needle(query))}
+        rows = self.fetch("health_counts", q=_needle(query))
+        found = {state: (n, m) for state, n, m, _, _ in rows}
+        self._alert_counts = (sum(row[3] for row in rows), sum(row[4] for row in rows))
         everyone = {s: found[s][0] for s in STATES if s in found}
         matching = {s: found[s][1] for s in STATES if s in found and found[s][1]}
         return everyone, matching
+
+    def alert_counts(self) -> tuple[int, int]:
+        """(jobs with dead batches, jobs with a late watermark), from the same statement as the
+        counts by state (read once per Health)."""
+        if self._alert_counts is None:
+            self.counts()
+        return self._alert_counts
 
     def page(self, *, query: str = "", state: str = "", limit: int, offset: int) -> list[JobRow]:
         """The jobs whose job or connector name contains `query`, of `state` (any when empty),
