@@ -75,10 +75,11 @@ def load() -> dict:
             counts[table] = cursor.fetchone()[0]
         cursor.execute(
             "CREATE TABLE bench_positions AS SELECT w.job_id, w.position AS far, "
-            "max(a.id) + 1 - ceil((max(a.id) + 1 - w.position) / 100.0)::bigint AS near "
+            "m.last + 1 - ceil((m.last + 1 - w.position) / 100.0)::bigint AS near "
             "FROM inventory_watermark AS w JOIN inventory_job AS j ON j.id = w.job_id "
-            "JOIN inventory_asset AS a ON a.connector_id = j.connector_id "
-            "GROUP BY w.job_id, w.position"
+            # the connector's last asset, by index (not a join of every asset with its jobs)
+            "CROSS JOIN LATERAL (SELECT max(a.id) AS last FROM inventory_asset AS a "
+            "WHERE a.connector_id = j.connector_id) AS m"
         )
     counts["load_seconds"] = round(time.perf_counter() - started, 1)
     return counts
