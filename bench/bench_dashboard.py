@@ -61,7 +61,6 @@ def prepare_database() -> dict:
 
     django.setup()
     from django.core.management import call_command
-
     from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
 
