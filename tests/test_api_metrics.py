@@ -89,7 +89,15 @@ def test_the_exposition_is_byte_for_byte_what_prometheus_client_writes():
         gauge = GaugeMetricFamily(
             "t_gauge", 'help with "quotes", \\ and\na newline', labels=["job"]
         )
-        for name, value in (('a"b', 1), ("back\\slash", 0.5), ("new\nline", 12345678901), ("", -3)):
+        for name, value in (
+            ('a"b', 1),
+            ("back\\slash", 0.5),
+            ("new\nline", 12345678901),
+            ("", -3),
+            ("i", 999999),
+            ("k", 1000000),
+            ("n", -1000000),
+        ):
             gauge.add_metric([name], value)
         counter = CounterMetricFamily("t_count", "a counter", labels=["job", "outcome"])
         counter.add_metric(["j", "failed"], 7)
