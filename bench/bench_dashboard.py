@@ -203,7 +203,9 @@ def main() -> int:
         for scale in ("100x", "1x"):
             shape = backlog(scale)
             log(f"{scale}: {shape}")
+            load_before = os.getloadavg()[0]
             rows = measure(urls)
+            shape["load"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
             # after the pages: the old scan reads the whole backlog, which would leave the pages
             # measured after it a colder cache
             statements = lag_statements(SCAN_REPEAT)

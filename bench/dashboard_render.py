@@ -90,6 +90,10 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
         if PER_CONNECTOR > 1
         else " (one connector each)"
     )
+    loads = "; ".join(
+        f"{scale} {' -> '.join(str(x) for x in results[scale]['shape'].get('load', ['?']))}"
+        for scale in ("100x", "1x")
+    )
     markdown = f"""### {counts["job"]:,} jobs
 
 Data: {counts["batch"]:,} batches over {counts["job"]:,} jobs{shared}, with {counts["batchattempt"]:,}
@@ -104,7 +108,8 @@ loaded (`/backfills/` shows its forms and an empty list). Server time through Dj
 (middleware, views, SQL, templates; no network), {REPEAT} requests after two warm-ups per URL and
 backlog; the floor is the cheapest API page (p95 {floor["100x"]} / {floor["1x"]} ms). On
 {machine["nproc"]} CPUs ({machine["cpu"]}, shared with other work: absolute figures move with the
-load, ratios within the run less), revision {revision}, {when}.
+load, ratios within the run less; 1-minute load average before and after the pages: {loads}),
+revision {revision}, {when}.
 
 The lag of every job, by Tidemark's statement (prefix sums: two index lookups per job,
 `queries.sql: jobs_lag`) and by the old one (count and sum of every asset past each watermark),
