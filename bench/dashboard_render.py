@@ -133,6 +133,8 @@ At 1,000 and at 10,000 jobs, each in a database of its own. `/metrics` is measur
 served (a process reuses its exposition for `TIDEMARK_METRICS_CACHE_SECONDS`, 5 s: most of the
 30 requests are served from it) and rendered on every request (the setting at 0: what a scrape
 costs when the exposition is older than that, i.e. every scrape of one Prometheus scraping every
-15-60 s). Both are held to the target.
+15-60 s). Both are held to the target. A rendered exposition has about ten samples per job
+(8.6 MB at 10,000 jobs, where every job has a dead batch and so an alert): its cost grows with the
+number of jobs, not with the backlog.
 
 """
