@@ -77,34 +77,3 @@ def test_metrics_show_when_the_reaper_last_ran_and_whether_it_is_overdue(client)
     )
     late = _samples(client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode())
     assert late[("tidemark_reaper_overdue", ())] == 1
-
-
-def test_the_exposition_is_byte_for_byte_what_prometheus_client_writes():
-    from prometheus_client import generate_latest
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-    from inventory.api.metrics import text_format
-
-    def families():
-        gauge = GaugeMetricFamily(
-            "t_gauge", 'help with "quotes", \\ and\na newline', labels=["job"]
-        )
-        for name, value in (
-            ('a"b', 1),
-            ("back\\slash", 0.5),
-            ("new\nline", 12345678901),
-            ("", -3),
-            ("i", 999999),
-            ("k", 1000000),
-            ("n", -1000000),
-        ):
-            gauge.add_metric([name], value)
-        counter = CounterMetricFamily("t_count", "a counter", labels=["job", "outcome"])
-        counter.add_metric(["j", "failed"], 7)
-        return [gauge, counter, GaugeMetricFamily("t_plain", "no labels", value=float("inf"))]
-
-    class Registry:
-        def collect(self):
-            return iter(families())
-
-    assert text_format(families()) == generate_latest(Registry())

@@ -10,9 +10,8 @@ import time
 
 from django.conf import settings
 from django.http import HttpResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.utils import floatToGoString
 from rest_framework.exceptions import AuthenticationFailed, Throttled
 
 from inventory import selectors, selectors_alerts, selectors_health
@@ -144,44 +143,11 @@ _cache = {"at": float("-inf"), "body": b""}
 _cache_lock = threading.Lock()
 
 
-def _label_value(value: str) -> str:
-    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-
-
-def _value(value) -> str:
-    # floatToGoString's answer for a small int, without the float round trip (most samples)
-    if type(value) is int and -1_000_000 < value < 1_000_000:
-        return f"{value}.0"
-    return floatToGoString(value)
-
-
-def text_format(families) -> bytes:
-    """The text exposition format of these gauge and counter families, byte for byte what
-    prometheus_client.generate_latest writes for them, without its per-sample name checks and
-    escaping of label names (ours are fixed identifiers); a job's label is escaped once."""
-    out = []
-    labels_text: dict[tuple, str] = {}
-    for metric in families:
-        name = f"{metric.name}_total" if metric.type == "counter" else metric.name
-        help_text = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
-        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {metric.type}\n")
-        for sample in metric.samples:
-            if sample.labels:
-                key = tuple(sorted(sample.labels.items()))
-                labels = labels_text.get(key)
-                if labels is None:
-                    labels = labels_text[key] = ",".join(f'{k}="{_label_value(v)}"' for k, v in key)
-                out.append(f"{sample.name}{{{labels}}} {_value(sample.value)}\n")
-            else:
-                out.append(f"{sample.name} {_value(sample.value)}\n")
-    return "".join(out).encode()
-
-
 def exposition() -> bytes:
     ttl = settings.METRICS_CACHE_SECONDS
     with _cache_lock:
         if ttl <= 0 or time.monotonic() - _cache["at"] >= ttl:
-            _cache["body"] = text_format(_registry.collect())
+            _cache["body"] = generate_latest(_registry)
             _cache["at"] = time.monotonic()
         return _cache["body"]
 
