@@ -158,6 +158,15 @@ class Batch(models.Model):
                 name="batch_incremental_upper_idx",
                 condition=Q(backfill__isnull=True),
             ),
+            # the next incremental start: "incremental batches of job J that left the holding
+            # statuses (cancelled, superseded) ending after position P", the only places a hole
+            # can be; tiny, since few batches ever leave
+            models.Index(
+                F("job"),
+                Func(F("span"), function="upper", output_field=models.BigIntegerField()),
+                name="batch_gone_upper_idx",
+                condition=Q(backfill__isnull=True) & ~Q(status__in=HOLDING_STATUSES),
+            ),
             # the reaper: "running batches whose lease expired"
             models.Index(
                 fields=["lease_expires_at"],

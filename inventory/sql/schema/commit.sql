@@ -33,6 +33,10 @@ $$;
 -- Move a locked watermark over the gap-free run of committed batches that starts at its position,
 -- merging what they reported, and record one WatermarkEvent. PL/pgSQL takes a fresh snapshot per
 -- statement, so the advance sees every batch committed before the watermark lock was granted.
+-- It walks from the position one batch at a time (an index search of the job's incremental
+-- batches by their end), so a commit reads only the batches it moves over: a batch that stays
+-- running while later ones commit (they wait behind it, however many) costs each commit one
+-- search, not a read of every waiting batch.
 CREATE OR REPLACE FUNCTION tidemark_advance(
     p_watermark bigint, p_trigger bigint, p_actor text, p_reason text
 ) RETURNS void LANGUAGE plpgsql AS $$
@@ -40,30 +44,30 @@ DECLARE
     wm inventory_watermark%ROWTYPE;
     new_position bigint;
     new_value jsonb;
-    committed record;
+    pos bigint;
+    nxt record;
     top bigint := tidemark_top_position();
 BEGIN
     -- the caller holds this row's lock
     SELECT * INTO wm FROM inventory_watermark WHERE id = p_watermark;
     new_value := wm.value;
-    FOR committed IN
-        WITH held AS (
-            SELECT lower(span) AS lo, upper(span) AS hi, status, watermark_value,
-                   lag(upper(span), 1, wm.position) OVER (ORDER BY lower(span)) AS prev_hi
-            FROM inventory_batch
-            WHERE job_id = wm.job_id AND backfill_id IS NULL
-              AND status = ANY(tidemark_holding_statuses())
-              AND upper(span) > wm.position AND upper(span) <= top  -- the index search
-        ), stop AS (
-            SELECT coalesce(min(lo), 9223372036854775807) AS lo FROM held
-            WHERE NOT (status = ANY(tidemark_committed_statuses())) OR lo > prev_hi
-        )
-        SELECT held.hi, held.watermark_value FROM held, stop
-        WHERE held.lo < stop.lo ORDER BY held.lo
+    pos := wm.position;
     LOOP
-        new_position := committed.hi;
+        -- the next batch holding a range past `pos` (holding batches of the incremental lane
+        -- never overlap: the exclusion constraint), if it starts at `pos` and is committed
+        SELECT lower(span) AS lo, upper(span) AS hi, status, watermark_value INTO nxt
+        FROM inventory_batch
+        WHERE job_id = wm.job_id AND backfill_id IS NULL
+          AND status = ANY(tidemark_holding_statuses())
+          AND upper(span) > pos AND upper(span) <= top  -- the index search
+        ORDER BY upper(span)
+        LIMIT 1;
+        EXIT WHEN NOT FOUND OR nxt.lo > pos
+            OR NOT (nxt.status = ANY(tidemark_committed_statuses()));
+        pos := nxt.hi;
+        new_position := pos;
         IF wm.type <> 'int' THEN
-            new_value := tidemark_merge_watermark(wm.type, new_value, committed.watermark_value);
+            new_value := tidemark_merge_watermark(wm.type, new_value, nxt.watermark_value);
         END IF;
     END LOOP;
     IF new_position IS NULL THEN

@@ -152,28 +152,70 @@ $$;
 
 -- Where the next incremental batch starts: after the last batch holding its range, or at the
 -- first hole above the watermark (a cancelled batch's range), with the hole's end as the bound.
+-- Found by index searches of the job's incremental batches by their end, never by reading every
+-- batch past the watermark (those can be many: a batch that stays running holds the watermark
+-- while later ones commit). Holding batches of the lane never overlap (the exclusion constraint)
+-- and every range below the last one was planned once, so a hole is either at the watermark or
+-- inside the range of a batch that left the holding statuses (cancelled, superseded): only those
+-- few ranges are walked.
 CREATE OR REPLACE FUNCTION tidemark_incremental_start(p_job bigint, OUT lo bigint, OUT hi bigint)
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     wm_position bigint;
     top bigint := tidemark_top_position();
+    first_held record;
+    gone record;
+    nxt record;
+    x bigint;
 BEGIN
     SELECT position INTO wm_position FROM inventory_watermark WHERE job_id = p_job;
-    -- after the last batch holding its range, or the first hole above the watermark
-    WITH held AS (
-        SELECT lower(span) AS b_lo, upper(span) AS b_hi FROM inventory_batch
+    SELECT lower(span) AS b_lo INTO first_held FROM inventory_batch
+    WHERE job_id = p_job AND backfill_id IS NULL
+      AND status = ANY(tidemark_holding_statuses())
+      AND upper(span) > wm_position AND upper(span) <= top
+    ORDER BY upper(span) LIMIT 1;
+    IF NOT FOUND THEN
+        lo := wm_position;  -- nothing holds a range past the watermark
+        RETURN;
+    END IF;
+    IF first_held.b_lo > wm_position THEN
+        lo := wm_position;  -- a hole at the watermark
+        hi := first_held.b_lo;
+        RETURN;
+    END IF;
+    FOR gone IN
+        SELECT lower(span) AS g_lo, upper(span) AS g_hi FROM inventory_batch
         WHERE job_id = p_job AND backfill_id IS NULL
-          AND status = ANY(tidemark_holding_statuses())
+          AND NOT (status = ANY(tidemark_holding_statuses()))
           AND upper(span) > wm_position AND upper(span) <= top
-    ), ordered AS (
-        SELECT b_lo, b_hi, lag(b_hi, 1, wm_position) OVER (ORDER BY b_lo) AS prev_hi FROM held
-    ), hole AS (
-        SELECT prev_hi AS h_lo, b_lo AS h_hi FROM ordered WHERE b_lo > prev_hi
-        ORDER BY b_lo LIMIT 1
-    )
-    SELECT coalesce((SELECT h_lo FROM hole), (SELECT max(b_hi) FROM held), wm_position),
-           (SELECT h_hi FROM hole)
-    INTO lo, hi;
+        ORDER BY lower(span)
+    LOOP
+        x := greatest(gone.g_lo, wm_position);
+        WHILE x < gone.g_hi LOOP
+            SELECT lower(span) AS b_lo, upper(span) AS b_hi INTO nxt FROM inventory_batch
+            WHERE job_id = p_job AND backfill_id IS NULL
+              AND status = ANY(tidemark_holding_statuses())
+              AND upper(span) > x AND upper(span) <= top
+            ORDER BY upper(span) LIMIT 1;
+            EXIT WHEN NOT FOUND;  -- past the last holding batch: not a hole
+            IF nxt.b_lo > x THEN
+                -- a hole up to nxt, from the end of the holding batch before it
+                SELECT greatest(coalesce(max(upper(span)), wm_position), wm_position) INTO lo
+                FROM inventory_batch
+                WHERE job_id = p_job AND backfill_id IS NULL
+                  AND status = ANY(tidemark_holding_statuses())
+                  AND upper(span) <= x AND upper(span) > wm_position;
+                hi := nxt.b_lo;
+                RETURN;
+            END IF;
+            x := nxt.b_hi;
+        END LOOP;
+    END LOOP;
+    SELECT upper(span) INTO lo FROM inventory_batch  -- after the last holding batch
+    WHERE job_id = p_job AND backfill_id IS NULL
+      AND status = ANY(tidemark_holding_statuses())
+      AND upper(span) > wm_position AND upper(span) <= top
+    ORDER BY upper(span) DESC LIMIT 1;
 END
 $$;
 
