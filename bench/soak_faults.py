@@ -32,7 +32,13 @@ import threading
 import time
 from pathlib import Path
 
-from bench.soak_machine import FAKETIME_LIB, Beat, embedded_dirs, faketime_env, wait_gone
+from bench.soak_machine import (
+    Beat,
+    embedded_dirs,
+    faked_clocks_missing,
+    faketime_env,
+    wait_gone,
+)
 
 FAULT_KINDS = (
     "sigkill",
@@ -64,7 +70,8 @@ class Pool:
 
     def __init__(self, start, count: int, *, work: Path | None = None):
         self.start_worker, self.work = start, work
-        self.clocks = work is not None and FAKETIME_LIB.exists()
+        self.clocks_missing = faked_clocks_missing() if work is not None else "no work directory"
+        self.clocks = not self.clocks_missing
         self.serial = 0
         self.retired = []
         # started side by side, then warmed: each JVM starts while the others do
@@ -130,7 +137,7 @@ class Faults:
         if self.pg_dir is None:
             why["postgres_restart"] = "PostgreSQL is given in DATABASE_URL, not the embedded one"
         if not self.pool.clocks:
-            why["clock_jump"] = f"no libfaketime at {FAKETIME_LIB} (apt-get install faketime)"
+            why["clock_jump"] = self.pool.clocks_missing
         if self.beat_proc is None:
             why["beat"] = "no beat process"
 
