@@ -12,7 +12,8 @@ in a process of ours, a worker left to do the work), and counted only when it pr
   again by a new process (a new postmaster pid);
 - full_disk: the files sink's tmpfs is filled while a batch of that job runs, and freed once an
   attempt failed with "No space left on device" stored as its error;
-- clock_jump: a worker's wall clock (libfaketime, Python side only) jumps by an hour, counted when
+- clock_jump: a worker's wall clock (libfaketime, Python side only) jumps an hour forward (its next
+  jump back to the real time), counted when
   a batch that worker ran read the jumped clock;
 - beat: the real `celery beat` running the reaper, retry requeue and pacing is SIGKILLed and
   started again (counted when the new beat has sent a task).
@@ -332,9 +333,11 @@ class Faults:
         worker = random.choice(workers)
         clock = self.work / "clocks" / f"{worker.soak_name}.offset"
         probe = self.work / "clocks" / f"{worker.soak_name}.probe"
-        # an hour forward or back, from wherever it is now: each jump shows as a new offset
+        # an hour forward, then back to the real time: a step forward first (the one that made
+        # librdkafka's timed waits last an hour under libfaketime alone, cnd_timedwait.c), then
+        # a step back of an hour; each jump shows as a new offset
         now = int(clock.read_text().strip() or 0)
-        offset = -now if now else random.choice((1, -1)) * CLOCK_JUMP_SECONDS
+        offset = 0 if now else CLOCK_JUMP_SECONDS
         clock.write_text(f"{offset:+d}\n")
         jumped_at = time.time()
 
