@@ -90,8 +90,7 @@ def test_the_soak_loses_duplicates_alters_and_leaves_stale_nothing(
     tag = f"soak_{uuid.uuid4().hex[:6]}"
     common = {"work": tmp_path, "tag": tag, "rows": settings.rows}
     others = {**common, "every": settings.every}
-    # SOAK_SOURCES picks the sources (default all four; .ci/run runs the files source alone,
-    # see docs/reliability.md for why)
+    # SOAK_SOURCES picks the sources (default all four, as .ci/run runs them)
     chosen = os.environ.get("SOAK_SOURCES", ",".join(FEEDS)).split(",")
     unknown = sorted(set(chosen) - set(FEEDS))
     assert not unknown, f"SOAK_SOURCES names unknown sources {unknown}; known: {sorted(FEEDS)}"
