@@ -262,7 +262,9 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
             start=job.start_position,
             watermark=watermark.position,
             batches=[
-                sc.BatchFact(b.id, b.span.lower, b.span.upper, b.status, b.attempt)
+                sc.BatchFact(
+                    b.id, b.span.lower, b.span.upper, b.status, b.attempt, b.replaced_by_id
+                )
                 for b in Batch.objects.filter(job=job)
             ],
             value=watermark.value if source.watermark_type == "key_value" else None,
