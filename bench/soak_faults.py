@@ -16,7 +16,9 @@ in a process of ours, a worker left to do the work), and counted only when it pr
   jump back to the real time), counted when
   a batch that worker ran read the jumped clock;
 - beat: the real `celery beat` running the reaper, retry requeue and pacing is SIGKILLed and
-  started again (counted when the new beat has sent a task).
+  started again (counted when the new beat has sent a task);
+- web_kill, web_stop: the gunicorn worker serving the REST API, through which backfills over
+  committed ranges are asked, is SIGKILLed or SIGSTOPped and continued (bench/soak_web.py).
 
 Kinds that cannot land on this machine (no mount, no libfaketime, a Redis or PostgreSQL that is
 not this checkout's embedded one) are named in `Run.not_possible` with the reason, never skipped
@@ -50,6 +52,8 @@ FAULT_KINDS = (
     "full_disk",
     "clock_jump",
     "beat",
+    "web_kill",
+    "web_stop",
 )
 ROOT = Path(__file__).resolve().parent.parent
 CLOCK_JUMP_SECONDS = 3600
@@ -119,9 +123,11 @@ class Faults:
     A fault whose landing shows later (full_disk, clock_jump, beat) stays `pending` until it
     does or gives up; no other fault starts meanwhile."""
 
-    def __init__(self, *, pool, jobs, settings, run, work: Path, beat: Beat | None = None):
+    def __init__(
+        self, *, pool, jobs, settings, run, work: Path, beat: Beat | None = None, web=None
+    ):
         self.pool, self.jobs, self.settings, self.run = pool, jobs, settings, run
-        self.work, self.beat_proc = work, beat
+        self.work, self.beat_proc, self.web = work, beat, web
         self.turn = 0
         self.next_at = 0.0
         self.resume_after = 0
@@ -141,6 +147,8 @@ class Faults:
             why["clock_jump"] = self.pool.clocks_missing
         if self.beat_proc is None:
             why["beat"] = "no beat process"
+        if self.web is None:
+            why["web_kill"] = why["web_stop"] = "no web process"
 
     def kinds(self):
         return [k for k in FAULT_KINDS if k not in self.run.not_possible]
@@ -365,3 +373,15 @@ class Faults:
         self.beat_proc.start()
         self.pending = ("beat", lambda: self.beat_proc.sent() > 0, time.monotonic() + 120)
         return True
+
+    # -- the web process (bench/soak_web.py), while backfills are asked through it
+
+    def web_kill(self) -> bool:
+        landed = self.web.kill()
+        if landed is None:
+            return False
+        self.pending = ("web_kill", landed, time.monotonic() + 120)
+        return True
+
+    def web_stop(self) -> bool:
+        return self.web.stop() and self._count("web_stop")
