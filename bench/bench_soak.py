@@ -18,8 +18,9 @@ plans and injects faults (without `beat_env` it runs beat's steps itself).
 Faults, while files land and batches run (bench/soak_faults.py, each counted only when it landed):
 sigkill and sigstop of workers, a real broker redelivery, Redis and PostgreSQL restarts (the
 embedded ones), a full disk under the files sink (a tmpfs), a worker's wall clock jumping
-(libfaketime), beat killed and started again; and crash_before_commit (the chaos suite's hook,
-once per job).
+(libfaketime), beat killed and started again, the gunicorn worker serving the REST API killed or
+stopped while the driver asks it for backfills over committed ranges (bench/soak_web.py); and
+crash_before_commit (the chaos suite's hook, once per job).
 
 Then bench/soak_checker.py reads each sink as a reader would and compares it with every source
 row's checksum: lost, duplicated, unexpected, altered, stale; and each job's watermark with its
