@@ -18,8 +18,9 @@ plans and injects faults (without `beat_env` it runs beat's steps itself).
 Faults, while files land and batches run (bench/soak_faults.py, each counted only when it landed):
 sigkill and sigstop of workers, a real broker redelivery, Redis and PostgreSQL restarts (the
 embedded ones), a full disk under the files sink (a tmpfs), a worker's wall clock jumping
-(libfaketime), beat killed and started again; and crash_before_commit (the chaos suite's hook,
-once per job).
+(libfaketime), beat killed and started again, the gunicorn worker serving the REST API killed or
+stopped while the driver asks it for backfills over committed ranges (bench/soak_web.py); and
+crash_before_commit (the chaos suite's hook, once per job).
 
 Then bench/soak_checker.py reads each sink as a reader would and compares it with every source
 row's checksum: lost, duplicated, unexpected, altered, stale; and each job's watermark with its
@@ -44,6 +45,7 @@ from bench import soak_checker as sc  # noqa: E402
 from bench import soak_sources as ss  # noqa: E402
 from bench.soak_faults import FAULT_KINDS, Faults, Pool  # noqa: E402
 from bench.soak_machine import Beat, tmpfs_mount, tmpfs_unmount  # noqa: E402
+from bench.soak_web import Web, WebFaults, operator_token  # noqa: E402
 
 MODES = ("files", "delta", "append", "upsert", "coalesce")
 __all__ = ["FAULT_KINDS", "Settings", "Run", "soak"]
@@ -70,6 +72,8 @@ class Run:
     gave_up: Counter = field(default_factory=Counter)  # injected, never seen landing
     not_possible: dict = field(default_factory=dict)  # kind -> why it cannot land here
     redeliveries_seen: int = 0
+    backfills_asked: int = 0  # through the REST API (bench/soak_web.py)
+    backfills_created: int = 0
     seconds: float = 0.0
 
 
@@ -212,7 +216,21 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
         (work / "beat").mkdir()
         beat = Beat(env=beat_env, log_dir=work / "beat")
         beat.start()
-    faults = Faults(pool=pool, jobs=jobs, settings=settings, run=run, work=work, beat=beat)
+    web = None
+    if beat_env is not None:
+        # the REST API, through which the web faults ask for backfills of the files jobs
+        web = Web(env=beat_env, log_dir=work / "beat", token=operator_token(f"{tag}-operator"))
+        web.start()
+        web_faults = WebFaults(web, [jobs[mode] for mode in MODES if mode in jobs])
+    faults = Faults(
+        pool=pool,
+        jobs=jobs,
+        settings=settings,
+        run=run,
+        work=work,
+        beat=beat,
+        web=web_faults if web is not None else None,
+    )
     started = time.monotonic()
     landed = 0
     try:
@@ -244,6 +262,9 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
         run.redeliveries_seen = redeliveries_seen(pool.logs())
         if beat is not None:
             beat.stop()
+        if web is not None:
+            web.stop()
+            run.backfills_asked, run.backfills_created = web_faults.asked, web_faults.created
         for worker in pool.workers:
             worker.stop()
         for source in sources:
@@ -262,7 +283,9 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
             start=job.start_position,
             watermark=watermark.position,
             batches=[
-                sc.BatchFact(b.id, b.span.lower, b.span.upper, b.status, b.attempt)
+                sc.BatchFact(
+                    b.id, b.span.lower, b.span.upper, b.status, b.attempt, b.replaced_by_id
+                )
                 for b in Batch.objects.filter(job=job)
             ],
             value=watermark.value if source.watermark_type == "key_value" else None,
@@ -273,7 +296,13 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
     attempts = BatchAttempt.objects.filter(batch__job__in=jobs.values())
     summary = report.summary()
     figures = {
-        "batches": Batch.objects.filter(job__in=jobs.values(), status="succeeded").count(),
+        # the batches whose output stands (a backfill's rewrite replaces the batches it covered)
+        "batches": Batch.objects.filter(
+            job__in=jobs.values(), status="succeeded", replaced_by__isnull=True
+        ).count(),
+        "replaced": Batch.objects.filter(job__in=jobs.values(), replaced_by__isnull=False).count(),
+        "backfills_asked": run.backfills_asked,
+        "backfills_created": run.backfills_created,
         "files": landed,
         "source_rows": sum(s.landed * s.rows for s in sources),
         "sources": {

@@ -10,7 +10,8 @@ reports, per sink:
 - unexpected: rows a reader sees that are no source row;
 - altered: rows whose content differs from the source row's (checksum);
 - stale: rows not written by the committed attempt of the batch that covers their item (a zombie's
-  late write, an uncommitted batch's output, a row under another batch's name);
+  late write, an uncommitted batch's output, a row under another batch's name, the output of a
+  batch a backfill or replay rewrote: a committed batch with `replaced_by` covers nothing);
 
 and, per job: committed batches that overlap, and a watermark that differs from the end of the
 contiguous committed prefix (invariant 3); for a job with a key_value watermark (a Kafka topic's:
@@ -67,6 +68,7 @@ class BatchFact:
     hi: int
     status: str
     attempt: int
+    replaced_by: int | None = None  # the batch that rewrote its range (a backfill or replay)
 
 
 @dataclass
@@ -161,11 +163,20 @@ class Report:
         }
 
 
+def live_committed(job: JobFacts) -> list[BatchFact]:
+    """The committed batches whose output stands, by range: a committed batch a backfill or replay
+    rewrote (`replaced_by`) no longer owns its items; its replacement does."""
+    return sorted(
+        (b for b in job.batches if b.status in COMMITTED and b.replaced_by is None),
+        key=lambda b: b.lo,
+    )
+
+
 def committed_prefix_end(job: JobFacts) -> int:
     """Where the watermark must stand: from the job's start, over committed batches each starting
     where the previous one ended, up to the first position no committed batch starts at (a gap,
     or a batch not committed: failed, dead, still running)."""
-    starts = {b.lo: b.hi for b in job.batches if b.status in COMMITTED}
+    starts = {b.lo: b.hi for b in live_committed(job)}
     end = job.start
     while starts.get(end, end) > end:
         end = starts[end]
@@ -184,7 +195,7 @@ def prefix_value(job: JobFacts, end: int) -> dict:
 
 
 def check_job(job: JobFacts) -> JobVerdict:
-    committed = sorted((b for b in job.batches if b.status in COMMITTED), key=lambda b: b.lo)
+    committed = live_committed(job)
     overlaps = [
         (a.id, b.id)
         for a, b in zip(committed, committed[1:], strict=False)
@@ -201,7 +212,7 @@ def check_job(job: JobFacts) -> JobVerdict:
 def check_sink(sources: Iterable[SourceRow], rows: Iterable[SinkRow], job: JobFacts) -> SinkVerdict:
     """What a reader of one sink sees, against the source rows the job read from."""
     expected = {row.key: row for row in sources}
-    committed = sorted((b for b in job.batches if b.status in COMMITTED), key=lambda b: b.lo)
+    committed = live_committed(job)
     lows = [b.lo for b in committed]
 
     def covering(item: int) -> BatchFact | None:

@@ -12,10 +12,13 @@ in a process of ours, a worker left to do the work), and counted only when it pr
   again by a new process (a new postmaster pid);
 - full_disk: the files sink's tmpfs is filled while a batch of that job runs, and freed once an
   attempt failed with "No space left on device" stored as its error;
-- clock_jump: a worker's wall clock (libfaketime, Python side only) jumps by an hour, counted when
+- clock_jump: a worker's wall clock (libfaketime, Python side only) jumps an hour forward (its next
+  jump back to the real time), counted when
   a batch that worker ran read the jumped clock;
 - beat: the real `celery beat` running the reaper, retry requeue and pacing is SIGKILLed and
-  started again (counted when the new beat has sent a task).
+  started again (counted when the new beat has sent a task);
+- web_kill, web_stop: the gunicorn worker serving the REST API, through which backfills over
+  committed ranges are asked, is SIGKILLed or SIGSTOPped and continued (bench/soak_web.py).
 
 Kinds that cannot land on this machine (no mount, no libfaketime, a Redis or PostgreSQL that is
 not this checkout's embedded one) are named in `Run.not_possible` with the reason, never skipped
@@ -32,7 +35,13 @@ import threading
 import time
 from pathlib import Path
 
-from bench.soak_machine import FAKETIME_LIB, Beat, embedded_dirs, faketime_env, wait_gone
+from bench.soak_machine import (
+    Beat,
+    embedded_dirs,
+    faked_clocks_missing,
+    faketime_env,
+    wait_gone,
+)
 
 FAULT_KINDS = (
     "sigkill",
@@ -43,6 +52,8 @@ FAULT_KINDS = (
     "full_disk",
     "clock_jump",
     "beat",
+    "web_kill",
+    "web_stop",
 )
 ROOT = Path(__file__).resolve().parent.parent
 CLOCK_JUMP_SECONDS = 3600
@@ -64,7 +75,8 @@ class Pool:
 
     def __init__(self, start, count: int, *, work: Path | None = None):
         self.start_worker, self.work = start, work
-        self.clocks = work is not None and FAKETIME_LIB.exists()
+        self.clocks_missing = faked_clocks_missing() if work is not None else "no work directory"
+        self.clocks = not self.clocks_missing
         self.serial = 0
         self.retired = []
         # started side by side, then warmed: each JVM starts while the others do
@@ -111,9 +123,11 @@ class Faults:
     A fault whose landing shows later (full_disk, clock_jump, beat) stays `pending` until it
     does or gives up; no other fault starts meanwhile."""
 
-    def __init__(self, *, pool, jobs, settings, run, work: Path, beat: Beat | None = None):
+    def __init__(
+        self, *, pool, jobs, settings, run, work: Path, beat: Beat | None = None, web=None
+    ):
         self.pool, self.jobs, self.settings, self.run = pool, jobs, settings, run
-        self.work, self.beat_proc = work, beat
+        self.work, self.beat_proc, self.web = work, beat, web
         self.turn = 0
         self.next_at = 0.0
         self.resume_after = 0
@@ -130,9 +144,11 @@ class Faults:
         if self.pg_dir is None:
             why["postgres_restart"] = "PostgreSQL is given in DATABASE_URL, not the embedded one"
         if not self.pool.clocks:
-            why["clock_jump"] = f"no libfaketime at {FAKETIME_LIB} (apt-get install faketime)"
+            why["clock_jump"] = self.pool.clocks_missing
         if self.beat_proc is None:
             why["beat"] = "no beat process"
+        if self.web is None:
+            why["web_kill"] = why["web_stop"] = "no web process"
 
     def kinds(self):
         return [k for k in FAULT_KINDS if k not in self.run.not_possible]
@@ -325,9 +341,11 @@ class Faults:
         worker = random.choice(workers)
         clock = self.work / "clocks" / f"{worker.soak_name}.offset"
         probe = self.work / "clocks" / f"{worker.soak_name}.probe"
-        # an hour forward or back, from wherever it is now: each jump shows as a new offset
+        # an hour forward, then back to the real time: a step forward first (the one that made
+        # librdkafka's timed waits last an hour under libfaketime alone, cnd_timedwait.c), then
+        # a step back of an hour; each jump shows as a new offset
         now = int(clock.read_text().strip() or 0)
-        offset = -now if now else random.choice((1, -1)) * CLOCK_JUMP_SECONDS
+        offset = 0 if now else CLOCK_JUMP_SECONDS
         clock.write_text(f"{offset:+d}\n")
         jumped_at = time.time()
 
@@ -355,3 +373,15 @@ class Faults:
         self.beat_proc.start()
         self.pending = ("beat", lambda: self.beat_proc.sent() > 0, time.monotonic() + 120)
         return True
+
+    # -- the web process (bench/soak_web.py), while backfills are asked through it
+
+    def web_kill(self) -> bool:
+        landed = self.web.kill()
+        if landed is None:
+            return False
+        self.pending = ("web_kill", landed, time.monotonic() + 120)
+        return True
+
+    def web_stop(self) -> bool:
+        return self.web.stop() and self._count("web_stop")

@@ -3,6 +3,7 @@ directories, a small tmpfs for a sink, a worker clock that can jump (libfaketime
 `celery beat` process."""
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+CND_SHIM_SOURCE = ROOT / "bench" / "faketime_site" / "cnd_timedwait.c"
 
 
 def wait_gone(pid: int, timeout: float) -> None:
@@ -55,15 +57,42 @@ def tmpfs_unmount(path: Path) -> None:
     subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
+def faked_clocks_missing() -> str:
+    """'' when a worker's clock can jump here, else why not."""
+    if not FAKETIME_LIB.exists():
+        return f"no libfaketime at {FAKETIME_LIB} (apt-get install faketime)"
+    if shutil.which("cc") is None:
+        return f"no C compiler (cc) to build {CND_SHIM_SOURCE.name}, without which librdkafka hangs"
+    return ""
+
+
+def cnd_shim(work: Path) -> Path:
+    """bench/faketime_site/cnd_timedwait.c built once into `work`: libfaketime leaves C11's
+    cnd_timedwait (librdkafka's timed wait) unconverted; the file says why."""
+    shim = work / "clocks" / "cnd_timedwait.so"
+    if not shim.exists():
+        shim.parent.mkdir(parents=True, exist_ok=True)
+        built = shim.with_suffix(".tmp")
+        subprocess.run(
+            ["cc", "-shared", "-fPIC", "-O2", "-o", str(built), str(CND_SHIM_SOURCE)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        built.rename(shim)
+    return shim
+
+
 def faketime_env(work: Path, name: str) -> dict:
     """A worker's environment for a clock of its own: libfaketime preloaded in its Python
     processes only (bench/faketime_site drops LD_PRELOAD before any JVM starts), its offset read
-    from a file the fault rewrites, monotonic clocks left real."""
+    from a file the fault rewrites, monotonic clocks left real; before it, the cnd_timedwait shim
+    so that every timed wait agrees with the faked clock as it would with a real one."""
     clock = work / "clocks" / f"{name}.offset"
     clock.parent.mkdir(parents=True, exist_ok=True)
     clock.write_text("+0\n")
     return {
-        "LD_PRELOAD": str(FAKETIME_LIB),
+        "LD_PRELOAD": f"{cnd_shim(work)} {FAKETIME_LIB}",
         "FAKETIME_TIMESTAMP_FILE": str(clock),
         "FAKETIME_NO_CACHE": "1",  # a jump shows at once (0.9.10 caches the file 10 s)
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",

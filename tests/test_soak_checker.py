@@ -124,6 +124,40 @@ def test_overlapping_committed_batches_are_named():
     assert report.jobs["soak"].overlaps == [(2, 4), (4, 3)]
 
 
+def _backfilled():
+    """Batches 1 and 2 (items 10..13) rewritten by a backfill's batch 4 over the same range."""
+    return [
+        replace(BATCHES[0], replaced_by=4),
+        replace(BATCHES[1], replaced_by=4),
+        BATCHES[2],
+        sc.BatchFact(4, 10, 14, "succeeded", 1),
+    ]
+
+
+def test_a_backfill_over_committed_batches_owns_their_items():
+    rows = [
+        replace(r, batch_id=4, attempt=1) if r.batch_id in (1, 2) else r for r in _correct_rows()
+    ]
+    report = _check(rows, batches=_backfilled())
+    assert report.ok, report.failures()
+    assert report.jobs["soak"].overlaps == []  # the replaced batches cover nothing any more
+    assert report.jobs["soak"].committed_prefix_end == 16
+
+
+def test_the_output_of_a_replaced_batch_is_stale():
+    """A row the backfill should have rewritten still carries the replaced batch's write."""
+    rows = [replace(r, batch_id=4, attempt=1) if r.batch_id == 2 else r for r in _correct_rows()]
+    report = _check(rows, batches=_backfilled())
+    assert (report.ok, report.sinks["files"].stale) == (False, ["k10", "k11"])
+
+
+def test_a_replacement_that_did_not_commit_leaves_its_range_uncovered():
+    batches = [*_backfilled()[:3], replace(_backfilled()[3], status="failed")]
+    report = _check(batches=batches, watermark=10)
+    assert report.jobs["soak"].committed_prefix_end == 10
+    assert report.sinks["files"].stale == ["k10", "k11", "k12", "k13"]
+
+
 def test_the_command_line_exits_non_zero_on_any_failure(tmp_path, capsys):
     def document(rows, watermark=16):
         return {

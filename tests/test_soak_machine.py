@@ -1,6 +1,6 @@
 """The soak's machine parts (bench/soak_machine.py) on their own, marker `soak` (`make soak` installs
 libfaketime first): a worker clock that jumps while sleeps and child programs stay real, and a sink
-disk that fills up."""
+disk that fills up, and a Kafka client whose timed waits keep their timeouts on a jumped clock."""
 
 import errno
 import os
@@ -47,6 +47,47 @@ def test_a_faked_worker_clock_jumps_while_sleep_and_child_programs_stay_real(tmp
     # a program it starts (the Spark JVM) has no libfaketime: its clock is the real one
     assert seen["child_preload"] == "None"
     assert abs(seen["child_skew"]) < 30
+
+
+KAFKA_WAIT = """
+import os, sys, time
+from confluent_kafka import Consumer, KafkaException
+consumer = Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "t",
+                     "log.connection.close": False})
+with open(os.environ["FAKETIME_TIMESTAMP_FILE"], "w") as f:
+    f.write(sys.argv[1] + "\\n")
+started = time.monotonic()
+try:
+    consumer.list_topics(timeout=2)
+except KafkaException:
+    pass
+consumer.close()
+print(time.monotonic() - started)
+"""
+
+
+def _kafka_wait(env, offset: str) -> float:
+    """Seconds a 2 s metadata request to no broker took in a faked process after a jump."""
+    done = subprocess.run(
+        [sys.executable, "-c", KAFKA_WAIT, offset],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=15,
+    )
+    assert done.returncode == 0, done.stderr
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def test_librdkafka_keeps_its_timeouts_on_a_jumped_clock(tmp_path):
+    env = {**os.environ, **faketime_env(tmp_path, "w")}
+    for offset in ("+3600", "-3600"):
+        assert 1.9 < _kafka_wait(env, offset) < 6
+    # why the shim: libfaketime alone leaves librdkafka's cnd_timedwait waiting on the real clock
+    # for a deadline on the faked one, so with the clock 30 s ahead the 2 s wait lasts 30 s more
+    env["LD_PRELOAD"] = env["LD_PRELOAD"].split()[-1]
+    with pytest.raises(subprocess.TimeoutExpired):
+        _kafka_wait(env, "+30")
 
 
 def test_the_sink_tmpfs_fills_up_and_frees(tmp_path):
