@@ -35,6 +35,26 @@ def _findings(f: dict, ratio_serial: float) -> str:
         "(`workers/spark/sink_files.py`). With several batches in flight the worker's one "
         "Python process (GIL) does all batches' driver-side work while the JVM needs the same "
         "two cores, so each batch's Spark time grows with the number in flight."
+        + _concurrency_note(f)
+    )
+
+
+def _concurrency_note(f: dict) -> str:
+    serial = f["serial"]["per_second"]
+    best = max(f["concurrent"], key=lambda r: r["per_second"])
+    if best["per_second"] > serial:
+        return ""
+    loads = ", ".join(str(r["load"]) for r in f["concurrent"])
+    first = f["concurrent"][0]
+    growth = round(first["executor_ms"] / f["serial"]["executor_ms"], 1)
+    return (
+        f" In this run several at once was slower than one at a time (best: limit "
+        f"{best['limit']}, {best['per_second']} vs {serial} batches/s), with the load at "
+        f"{loads} during those runs against {f['serial']['load']} for the serial one; the bare "
+        "session gained little from threads at that load either. Not investigated in this round: "
+        "why the executor time per batch grows faster than the number in flight (limit "
+        f"{first['limit']}: {first['mean_in_flight']} in flight, {growth}x the serial executor "
+        "time)."
     )
 
 
