@@ -5,7 +5,6 @@ the throughput table, what the figures say.
 import json
 
 import common
-from batches_runner import WORKER_WARMUP_BATCHES
 
 
 def _findings(f: dict, ratio_serial: float) -> str:
@@ -55,9 +54,9 @@ def _concurrency_note(f: dict) -> str:
         "session gained little from threads at that load either. Not investigated in this round: "
         "why the executor time per batch grows faster than the number in flight (limit "
         f"{first['limit']}: {first['mean_in_flight']} in flight, {growth}x the serial executor "
-        "time). A suspect, not checked: each limit runs on a new worker JVM warmed by "
-        f"{WORKER_WARMUP_BATCHES} batches, while the serial run's JVM had run (a) before it, and "
-        "(a) showed a JVM's read + write still getting faster after a dozen runs."
+        "time). Not the new JVM's warm-up: three 40-batch runs at limit 2 one after another on "
+        "one worker (after its 12 warm-up batches, load ~5) gave 4.99, 6.65 and 4.39 batches/s, "
+        "no trend; the load is the likelier cause."
     )
 
 
