@@ -5,7 +5,8 @@ one JSON line per batch is appended to that file.
 Steps (seconds, perf_counter): start (the acquire that took the batch: claim or plan, and start),
 spec (building the spec), executor (everything on the Spark side), publish (the fence's
 transaction around the sink's swap), swap (the renames alone), commit (the commit transaction);
-wall-clock times (time.time) of that acquire and of the end of the commit, which the bench
+executor_jvm_cpu (CPU seconds the driver's JVM used during the executor step, from /proc: the
+JVM's own work, whatever the machine's load does to the wall clock); wall-clock times (time.time) of that acquire and of the end of the commit, which the bench
 compares with the moment it made the batch due. (A nudge's next acquire plans the job's next
 work: it is the next batch's start, so there is no separate next_plan step any more.)
 """
@@ -35,6 +36,35 @@ def _timed(step: str, call):
             _record(step, time.perf_counter() - started)
 
     return timed
+
+
+_jvm_pid: dict[int, int] = {}
+
+
+def jvm_cpu_seconds(spark) -> float:
+    """CPU seconds (user + system) the JVM behind `spark` has used so far (Linux /proc)."""
+    key = id(spark)
+    if key not in _jvm_pid:
+        _jvm_pid[key] = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    with open(f"/proc/{_jvm_pid[key]}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _with_jvm_cpu(call):
+    """`call` (the warm executor), also recording the JVM's CPU seconds it took."""
+
+    def measured(spec, cancel):
+        from workers import warm_session
+
+        spark = warm_session.get_warm_session()
+        before = jvm_cpu_seconds(spark)
+        try:
+            return call(spec, cancel)
+        finally:
+            _record("executor_jvm_cpu", jvm_cpu_seconds(spark) - before)
+
+    return measured
 
 
 def _install(path: str) -> None:
@@ -73,7 +103,7 @@ def _install(path: str) -> None:
     execution.lifecycle.batch_acquire = acquire
     execution._run_started = run_started
     execution.batch_spec = _timed("spec", execution.batch_spec)  # the name execution calls
-    executors.run_warm = _timed("executor", executors.run_warm)
+    executors.run_warm = _timed("executor", _with_jvm_cpu(executors.run_warm))
     sinks._swap_in = _timed("swap", sinks._swap_in)
 
     real_commit = execution._commit

@@ -129,3 +129,43 @@ def test_a_lease_lost_while_waiting_for_a_slot_ends_the_wait(spark, tmp_path):
 def test_a_worker_runs_at_least_one_batch_at_a_time(limit):
     with pytest.raises(ValueError):
         BatchSlots(limit)
+
+
+def _pool_of_a_job(spark):
+    """The scheduler pool the Spark job started now on this thread runs in (from its task)."""
+    from pyspark import TaskContext
+
+    rdd = spark.sparkContext.parallelize([0], 1)
+    return rdd.map(lambda _: TaskContext.get().getLocalProperty("spark.scheduler.pool")).first()
+
+
+def test_a_threads_jobs_run_in_its_current_slots_pool(spark):
+    # the pool is set again only when the thread's slot changes: each batch's jobs still run in
+    # the pool of the slot it holds
+    slots = BatchSlots(2)
+    cancel = threading.Event()
+    seen = []
+    for _ in range(2):
+        with slots.slot(spark, tag="tidemark-batch-1-a1", cancel=cancel) as pool:
+            seen.append((pool, _pool_of_a_job(spark)))
+    held, release = threading.Event(), threading.Event()
+
+    def hold_slot():
+        with slots.slot(spark, tag="tidemark-batch-2-a1", cancel=cancel):
+            held.set()
+            release.wait(30)
+
+    other = threading.Thread(target=hold_slot, daemon=True)
+    other.start()
+    assert held.wait(30)
+    try:
+        with slots.slot(spark, tag="tidemark-batch-3-a1", cancel=cancel) as pool:
+            seen.append((pool, _pool_of_a_job(spark)))
+    finally:
+        release.set()
+        other.join(30)
+    assert seen == [
+        ("tidemark-0", "tidemark-0"),
+        ("tidemark-0", "tidemark-0"),
+        ("tidemark-1", "tidemark-1"),
+    ]

@@ -143,15 +143,14 @@ def write_files(
     if not from_footers:
         observation = Observation(f"tm_rows_{token}")
         df = df.observe(observation, F.count(F.lit(1)).alias("rows"))
-    writer = (
-        df.write.mode("errorifexists")
-        .format(fmt)
-        .options(**{k: str(v) for k, v in options.items()})
-    )
+    # the writer's own mode is "error if exists" (the staging directory is new: a clash is a bug);
+    # the format's own method (`parquet`, `json`, ...) saves the `format` call, and each call here is
+    # a round trip to the JVM
+    writer = df.write.options(**{k: str(v) for k, v in options.items()})
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     try:
-        writer.save(staging)
+        getattr(writer, fmt)(staging)
         if from_footers:
             rows_out, written_bytes = _local_totals(local_staging, footers=True)
         else:

@@ -6,7 +6,10 @@ A worker process runs its batches on threads that share the process's SparkSessi
   by their heartbeats);
 - each slot submits to a FAIR scheduler pool of its own (`tidemark-<n>`; the session runs with
   `spark.scheduler.mode=FAIR`), so a large batch does not hold a small one's tasks back: Spark
-  shares its executors between the pools;
+  shares its executors between the pools. The pool is a property of the thread (Spark's local
+  property, kept by the thread's JVM twin): it is set when the thread's batch gets another slot
+  than its last one, not set and cleared around every batch (each is a round trip to the JVM,
+  and a worker thread runs Spark work only in a slot);
 - every Spark job of a batch carries the batch's tag (`tidemark-batch-<id>-a<attempt>`, a
   thread-local property that Spark SQL passes on to the jobs it starts), so a lost lease or the
   time limit cancels that batch's jobs and no other batch's.
@@ -25,6 +28,8 @@ from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
 
 _POOL = "spark.scheduler.pool"
+# the pool this thread last set (per thread, as Spark's local properties are)
+_thread = threading.local()
 
 
 class BatchSlots:
@@ -54,13 +59,15 @@ class BatchSlots:
         sc = spark.sparkContext
         pool = f"tidemark-{number}"
         try:
-            sc.setLocalProperty(_POOL, pool)
+            if getattr(_thread, "pool", None) != (id(sc), pool):
+                _thread.pool = None  # unknown until the call returned
+                sc.setLocalProperty(_POOL, pool)
+                _thread.pool = (id(sc), pool)
             sc.addJobTag(tag)
             yield pool
         finally:
             try:
                 sc.removeJobTag(tag)
-                sc.setLocalProperty(_POOL, None)
             finally:
                 with self._lock:
                     self._free.append(number)
