@@ -14,6 +14,7 @@ exits non-zero.
 
 import json
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -126,6 +127,21 @@ def header(timings: dict) -> str:
     )
 
 
+MARK = "<!-- bench: {} -->"
+
+
+def kept_sections() -> dict[str, str]:
+    """The sections of the current docs/benchmarks.md by benchmark name (each starts with MARK)."""
+    if not DOC.exists():
+        return {}
+    kept = {}
+    for part in re.split(r"(?m)^(?=<!-- bench: )", DOC.read_text())[1:]:
+        name = re.match(r"<!-- bench: (\w+) -->", part)
+        if name:
+            kept[name.group(1)] = part
+    return kept
+
+
 def main(argv: list[str]) -> int:
     scripts = discover()
     unknown = [name for name in argv if name not in scripts]
@@ -139,11 +155,14 @@ def main(argv: list[str]) -> int:
         timings[name] = seconds
         if not ok:
             failed.append(name)
-    sections = [
-        (common.OUT_DIR / f"{name}.md").read_text()
-        for name in scripts
-        if (common.OUT_DIR / f"{name}.md").exists()
-    ]
+    kept = kept_sections()
+    sections = []
+    for name in scripts:
+        out = common.OUT_DIR / f"{name}.md"
+        if out.exists():
+            sections.append(f"{MARK.format(name)}\n{out.read_text()}")
+        elif name in kept:  # not run here (a fresh clone has no bench/out): its last section
+            sections.append(kept[name])
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text(header(timings) + "\n" + "\n\n".join(s.rstrip() for s in sections) + "\n")
     print(
