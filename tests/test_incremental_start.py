@@ -108,3 +108,23 @@ def test_a_hole_behind_a_running_batch_and_its_refill():
     searched, reference = _both(job.pk)
     assert searched == reference == (last.span.upper, None)
     assert first.status == BatchStatus.RUNNING
+
+
+@pytest.mark.django_db
+def test_after_many_cancellations_the_start_is_the_full_reads():
+    """More than 32 batches past the watermark out of the holding statuses (as after a replay or a
+    reset): the function reads the batches past the watermark once, as the reference does, and
+    the answer is the same while the holes are planned again."""
+    connector = ConnectorFactory()
+    make_assets(connector, [1] * 50)
+    job = make_job(connector=connector, batch_weight=1, max_items=1)
+    first = batches.batch_acquire(job=job, worker="w")  # stays running: the watermark stays
+    taken = [batches.batch_acquire(job=job, worker="w") for _ in range(40)]
+    for batch in taken[:36]:
+        batches.batch_cancel(batch_id=batch.pk, actor="test")
+    searched, reference = _both(job.pk)
+    assert searched == reference == (first.span.upper, taken[36].span.lower)
+    for _ in range(5):
+        batches.batch_acquire(job=job, worker="w")
+        searched, reference = _both(job.pk)
+        assert searched == reference

@@ -64,8 +64,33 @@ DECLARE
     gone record;
     nxt record;
     x bigint;
+    gone_count integer;
 BEGIN
     SELECT position INTO wm_position FROM inventory_watermark WHERE job_id = p_job;
+    SELECT count(*) INTO gone_count FROM (
+        SELECT 1 FROM inventory_batch
+        WHERE job_id = p_job AND backfill_id IS NULL
+          AND NOT (status = ANY(tidemark_holding_statuses()))
+          AND upper(span) > wm_position AND upper(span) <= top
+        LIMIT 33
+    ) AS g;
+    IF gone_count > 32 THEN
+        WITH held AS (
+            SELECT lower(span) AS b_lo, upper(span) AS b_hi FROM inventory_batch
+            WHERE job_id = p_job AND backfill_id IS NULL
+              AND status = ANY(tidemark_holding_statuses())
+              AND upper(span) > wm_position AND upper(span) <= top
+        ), ordered AS (
+            SELECT b_lo, b_hi, lag(b_hi, 1, wm_position) OVER (ORDER BY b_lo) AS prev_hi FROM held
+        ), hole AS (
+            SELECT prev_hi AS h_lo, b_lo AS h_hi FROM ordered WHERE b_lo > prev_hi
+            ORDER BY b_lo LIMIT 1
+        )
+        SELECT coalesce((SELECT h_lo FROM hole), (SELECT max(b_hi) FROM held), wm_position),
+               (SELECT h_hi FROM hole)
+        INTO lo, hi;
+        RETURN;
+    END IF;
     SELECT lower(span) AS b_lo INTO first_held FROM inventory_batch
     WHERE job_id = p_job AND backfill_id IS NULL
       AND status = ANY(tidemark_holding_statuses())
@@ -80,6 +105,7 @@ BEGIN
         hi := first_held.b_lo;
         RETURN;
     END IF;
+    <<gones>>
     FOR gone IN
         SELECT lower(span) AS g_lo, upper(span) AS g_hi FROM inventory_batch
         WHERE job_id = p_job AND backfill_id IS NULL
@@ -94,7 +120,9 @@ BEGIN
               AND status = ANY(tidemark_holding_statuses())
               AND upper(span) > x AND upper(span) <= top
             ORDER BY upper(span) LIMIT 1;
-            EXIT WHEN NOT FOUND;  -- past the last holding batch: not a hole
+            -- nothing holds a range past x: no hole at x or after it, and the walks so far
+            -- found none before it
+            EXIT gones WHEN NOT FOUND;
             IF nxt.b_lo > x THEN
                 -- a hole up to nxt, from the end of the holding batch before it
                 SELECT greatest(coalesce(max(upper(span)), wm_position), wm_position) INTO lo
