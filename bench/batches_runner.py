@@ -5,18 +5,14 @@ session's read + write of the same files).
 
 import json
 import os
-import signal
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 
-import common
 from batch_timing_hooks import jvm_cpu_seconds
-from bench_worker import write_orders
+from bench_worker import start_worker, stop_worker, write_orders
 
 WORKER_WARMUP_BATCHES = 12
 # The bench waits for the worker without taking CPU from it (2 cores: a loop that polls every few
@@ -25,55 +21,6 @@ WORKER_WARMUP_BATCHES = 12
 POLL_SECONDS = 0.02
 THROUGHPUT_POLL_SECONDS = 0.2
 FAILURE_CHECK_SECONDS = 1.0
-
-
-def start_worker(env: dict, queue: str, log: Path, limit: int) -> subprocess.Popen:
-    out = open(log, "wb")  # noqa: SIM115 - held by the child
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "controlplane",
-            "worker",
-            "--pool=threads",
-            f"--concurrency={limit}",
-            "-Q",
-            queue,
-            "-n",
-            f"bench-{uuid.uuid4().hex[:6]}@%h",
-            "--without-mingle",
-            "--without-gossip",
-            "--without-heartbeat",
-            "--loglevel=INFO",
-        ],
-        cwd=common.ROOT,
-        env={**env, "TIDEMARK_BATCHES_PER_WORKER": str(limit)},
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    out.close()
-    deadline = time.monotonic() + 180
-    while "warm SparkSession ready" not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the worker did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-    return proc
-
-
-def stop_worker(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 class Bench:
@@ -97,7 +44,13 @@ class Bench:
         if self.worker is not None:
             stop_worker(self.worker)
         env = {**self.env, "BENCH_TIMING_FILE": str(self.timing_file)}
-        self.worker = start_worker(env, self.queue, self.work / f"worker-{limit}.log", limit)
+        self.worker = start_worker(
+            {**env, "TIDEMARK_BATCHES_PER_WORKER": str(limit)},
+            self.queue,
+            self.work / f"worker-{limit}.log",
+            pool="threads",
+            concurrency=limit,
+        )
         # a new JVM's first jobs are slow (class loading, JIT): a dozen batches before measuring
         warm = self.connector(f"warmup-{limit}-{uuid.uuid4().hex[:4]}")
         paths = self.add_files(warm, max(WORKER_WARMUP_BATCHES, 3 * limit))

@@ -134,7 +134,9 @@ class Bench:
             time.sleep(0.01)
 
 
-def start_worker(env: dict, queue: str, log: Path) -> subprocess.Popen:
+def start_worker(
+    env: dict, queue: str, log: Path, *, pool: str = "prefork", concurrency: int = 1
+) -> subprocess.Popen:
     out = open(log, "wb")  # noqa: SIM115 - held by the child
     proc = subprocess.Popen(
         [
@@ -144,8 +146,8 @@ def start_worker(env: dict, queue: str, log: Path) -> subprocess.Popen:
             "-A",
             "controlplane",
             "worker",
-            "--pool=prefork",
-            "--concurrency=1",
+            f"--pool={pool}",
+            f"--concurrency={concurrency}",
             "-Q",
             queue,
             "-n",
