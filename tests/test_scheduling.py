@@ -302,3 +302,35 @@ def test_max_concurrency_below_one_is_refused_on_create_and_on_update():
     assert updated.value.field == "max_concurrency"
     job.refresh_from_db()
     assert job.max_concurrency == 1
+
+
+@pytest.mark.django_db
+def test_a_sync_with_nothing_to_change_reads_the_same_whatever_the_number_of_jobs(tmp_path):
+    """The sync runs every minute (and after every migrate): with nothing to change it reads
+    each table once, rather than once per job, and writes nothing."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    connector = connector_create(name="many", kind="files", config={"path": str(tmp_path)})
+
+    def statements_of_a_quiet_sync() -> int:
+        scheduling.schedules_sync()
+        with CaptureQueriesContext(connection) as captured:
+            report = scheduling.schedules_sync()
+        assert (report.created, report.updated, report.removed) == ([], [], [])
+        return len(captured)
+
+    for i in range(3):
+        make_job(connector=connector, name=f"few-{i}", schedule_seconds=30 + i)
+    few = statements_of_a_quiet_sync()
+    for i in range(30):
+        make_job(connector=connector, name=f"many-{i}", schedule_cron=f"{i} 2 * * *")
+    assert statements_of_a_quiet_sync() == few
+
+    # a changed schedule is still written, and only it
+    job = make_job(connector=connector, name="changes", schedule_seconds=10)
+    scheduling.schedules_sync()
+    job_update(job=job, schedule_seconds=20)
+    report = scheduling.schedules_sync()
+    assert report.updated == ["tidemark:run-job:changes"]
+    assert PeriodicTask.objects.get(name="tidemark:run-job:changes").interval.every == 20

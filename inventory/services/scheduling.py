@@ -8,9 +8,11 @@ jobs created later get their schedule without anyone running a command). Entries
 for jobs or connectors that are gone are removed; entries made by hand are left alone.
 """
 
+import json
 from dataclasses import asdict, dataclass, field
 
 from django.db import transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
@@ -49,100 +51,120 @@ class SyncReport:
         return asdict(self)
 
 
-def _interval(seconds: int) -> IntervalSchedule:
-    schedule, _ = IntervalSchedule.objects.get_or_create(
-        every=seconds, period=IntervalSchedule.SECONDS
-    )
-    return schedule
+def _crontab_key(minute, hour, day_of_month, month_of_year, day_of_week, timezone) -> tuple:
+    return (minute, hour, day_of_month, month_of_year, day_of_week, str(timezone))
 
 
-def _crontab(expression: str) -> CrontabSchedule:
-    fields = parse_cron(expression)
-    schedule, _ = CrontabSchedule.objects.get_or_create(**fields, timezone="UTC")
-    return schedule
+class _Sync:
+    """One sync's reads: every Tidemark entry and schedule is read once, so a sync with nothing
+    to change costs a few statements whatever the number of jobs (it runs every minute), and
+    only the entries that change are written."""
 
+    def __init__(self):
+        self.report = SyncReport()
+        self.entries = {e.name: e for e in PeriodicTask.objects.filter(name__startswith=PREFIX)}
+        self.intervals = {
+            s.every: s
+            for s in IntervalSchedule.objects.filter(period=IntervalSchedule.SECONDS).order_by(
+                "-pk"
+            )
+        }
+        self.crontabs = {
+            _crontab_key(
+                c.minute, c.hour, c.day_of_month, c.month_of_year, c.day_of_week, c.timezone
+            ): c
+            for c in CrontabSchedule.objects.order_by("-pk")
+        }
+        self.wanted: set[str] = set()
 
-def _upsert(report: SyncReport, *, name: str, task: str, args: list, enabled: bool, **schedule):
-    wanted = {
-        "task": task,
-        "args": _json_args(args),
-        "enabled": enabled,
-        "interval": schedule.get("interval"),
-        "crontab": schedule.get("crontab"),
-    }
-    entry = PeriodicTask.objects.filter(name=name).first()
-    if entry is None:
-        PeriodicTask.objects.create(name=name, **wanted)
-        report.created.append(name)
-        return
-    changed = [key for key, value in wanted.items() if getattr(entry, key) != value]
-    if changed:
-        for key in changed:
-            setattr(entry, key, wanted[key])
-        # save() (not update()) so django-celery-beat notices the change and reloads
-        entry.save()
-        report.updated.append(name)
+    def interval(self, seconds: int) -> IntervalSchedule:
+        if seconds not in self.intervals:
+            self.intervals[seconds], _ = IntervalSchedule.objects.get_or_create(
+                every=seconds, period=IntervalSchedule.SECONDS
+            )
+        return self.intervals[seconds]
 
+    def crontab(self, expression: str) -> CrontabSchedule:
+        fields = parse_cron(expression)
+        key = _crontab_key(**fields, timezone="UTC")
+        if key not in self.crontabs:
+            self.crontabs[key], _ = CrontabSchedule.objects.get_or_create(**fields, timezone="UTC")
+        return self.crontabs[key]
 
-def _json_args(args: list) -> str:
-    import json
+    def job_schedule(self, job: Job) -> dict | None:
+        if job.schedule_cron:
+            return {"crontab": self.crontab(job.schedule_cron)}
+        if job.schedule_seconds:
+            return {"interval": self.interval(job.schedule_seconds)}
+        return None
 
-    return json.dumps(args)
+    def upsert(self, *, name: str, task: str, args: list, enabled: bool, **schedule):
+        self.wanted.add(name)
+        interval, crontab = schedule.get("interval"), schedule.get("crontab")
+        wanted = {
+            "task": task,
+            "args": json.dumps(args),
+            "enabled": enabled,
+            "interval_id": interval.pk if interval else None,
+            "crontab_id": crontab.pk if crontab else None,
+        }
+        entry = self.entries.get(name)
+        if entry is None:
+            PeriodicTask.objects.create(name=name, **wanted)
+            self.report.created.append(name)
+            return
+        changed = [key for key, value in wanted.items() if getattr(entry, key) != value]
+        if changed:
+            for key in changed:
+                setattr(entry, key, wanted[key])
+            # save() (not update()) so django-celery-beat notices the change and reloads
+            entry.save()
+            self.report.updated.append(name)
 
-
-def _job_schedule(job: Job) -> dict | None:
-    if job.schedule_cron:
-        return {"crontab": _crontab(job.schedule_cron)}
-    if job.schedule_seconds:
-        return {"interval": _interval(job.schedule_seconds)}
-    return None
+    def remove_stale(self):
+        for name, entry in self.entries.items():
+            if name not in self.wanted:
+                self.report.removed.append(name)
+                entry.delete()
 
 
 @transaction.atomic
 def schedules_sync() -> SyncReport:
     """Make django-celery-beat's entries match the jobs and connectors (idempotent)."""
-    report = SyncReport()
-    wanted_names = set()
+    sync = _Sync()
     for name, (task, every) in FIXED_STEPS.items():
-        _upsert(report, name=name, task=task, args=[], enabled=True, interval=_interval(every))
-        wanted_names.add(name)
+        sync.upsert(name=name, task=task, args=[], enabled=True, interval=sync.interval(every))
 
-    for job in Job.objects.select_related("connector").order_by("pk"):
-        schedule = _job_schedule(job)
+    scheduled = Job.objects.filter(Q(schedule_seconds__gt=0) | ~Q(schedule_cron="")).only(
+        "pk", "name", "paused", "schedule_seconds", "schedule_cron"
+    )
+    for job in scheduled.order_by("pk"):
+        schedule = sync.job_schedule(job)
         if schedule is None:
             continue
-        name = f"{JOB_PREFIX}{job.name}"
-        _upsert(
-            report,
-            name=name,
+        sync.upsert(
+            name=f"{JOB_PREFIX}{job.name}",
             task="tidemark.run_job",
             args=[job.pk],
             enabled=not job.paused,
             **schedule,
         )
-        wanted_names.add(name)
 
     for connector in Connector.objects.order_by("pk"):
         if not discovers(connector):
             continue
         config = connector.config or {}
         every = int(config.get("discover_seconds") or DEFAULT_DISCOVER_SECONDS)
-        name = f"{DISCOVER_PREFIX}{connector.name}"
-        _upsert(
-            report,
-            name=name,
+        sync.upsert(
+            name=f"{DISCOVER_PREFIX}{connector.name}",
             task="tidemark.discover_assets",
             args=[connector.pk],
             enabled=connector.state != ConnectorState.COMPLETED,
-            interval=_interval(max(every, 1)),
+            interval=sync.interval(max(every, 1)),
         )
-        wanted_names.add(name)
 
-    stale = PeriodicTask.objects.filter(name__startswith=PREFIX).exclude(name__in=wanted_names)
-    for entry in stale:
-        report.removed.append(entry.name)
-        entry.delete()
-    return report
+    sync.remove_stale()
+    return sync.report
 
 
 def job_run_now(*, job: Job) -> RunOutcome:
