@@ -129,6 +129,9 @@ def job_action(verb: str):
 
 def job_watch(api, out, args) -> int:
     """One line per change of the job's progress, until interrupted (Ctrl-C, SIGTERM)."""
+    # both installed here: a process started in the background by a non-interactive shell
+    # inherits SIGINT as ignored, and Python then never turns it into KeyboardInterrupt
+    signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     path = f"jobs/{quote(args.name)}/"
     last = None
@@ -148,7 +151,7 @@ def job_watch(api, out, args) -> int:
 
 
 def _interrupt(*_args):
-    # SIGTERM ends a watch as Ctrl-C does: quietly, exit 0
+    # SIGINT and SIGTERM end a watch quietly, exit 0
     raise KeyboardInterrupt
 
 
