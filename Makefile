@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export TIDEMARK_DEV ?= 1
 
-.PHONY: demo test chaos soak bench lint format stop clean
+.PHONY: demo test chaos soak screenshots bench lint format stop clean
 
 $(VENV)/.installed: pyproject.toml examples/tidemark-example-processors/pyproject.toml
 	python3 -m venv $(VENV)
@@ -39,6 +39,10 @@ chaos: $(VENV)/.installed
 # the large soak: 10,000 batches through real workers and sinks under faults (bench/bench_soak.py)
 soak: $(VENV)/.installed /usr/bin/faketime
 	SOAK_FILES=$${SOAK_FILES:-2000} SOAK_FAULTS_PER_KIND=$${SOAK_FAULTS_PER_KIND:-100} SOAK_TIMEOUT=$${SOAK_TIMEOUT:-14400} $(VENV)/bin/pytest -m soak -s tests/test_soak.py
+
+# the README's screenshots: the browser tests, saving their pages under docs/screenshots/
+screenshots: $(VENV)/.installed /usr/bin/chromium
+	TIDEMARK_SCREENSHOTS=docs/screenshots $(VENV)/bin/pytest tests/test_dashboard_flows.py tests/test_dashboard_editing.py
 
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py

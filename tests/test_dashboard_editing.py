@@ -1,7 +1,7 @@
 """Creating and changing connectors and jobs, and setting the shared throttle, from the dashboard
 in a real browser (Debian's Chromium through Playwright) against gunicorn. The API's validation
-messages appear beside the field they name. Every page visited is saved under docs/screenshots/
-at a desktop and a phone width."""
+messages appear beside the field they name. Every page visited is saved as a screenshot at a
+desktop and a phone width (tests/test_dashboard_flows.py: shoot)."""
 
 import json
 

@@ -1,7 +1,9 @@
 """The dashboard's answers and actions in a real browser (Debian's Chromium through Playwright)
 against gunicorn with DEBUG off and a real Celery worker running PySpark. Each page visited is
-saved under docs/screenshots/ (the README shows them)."""
+saved as a screenshot: under var/screenshots/ by default, so a test run leaves the tree as it was;
+`make screenshots` saves them under docs/screenshots/ (the README shows those)."""
 
+import os
 import re
 from pathlib import Path
 
@@ -18,15 +20,16 @@ from tests.test_dashboard_browser import _log_in, browser  # noqa: F401 - the fi
 from tests.worker_fixtures import wait_until, write_orders
 
 pytestmark = pytest.mark.django_db(transaction=True)
-SHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / os.environ.get("TIDEMARK_SCREENSHOTS", "var/screenshots")
 
 
 WIDTHS = {"phone": 390, "desktop": 1440}
 
 
 def shoot(page, name: str) -> None:
-    """The page as it is now at a phone's and a desktop's width: docs/screenshots/NAME-390.png
-    and NAME-1440.png (the desktop width stays for what the test does next)."""
+    """The page as it is now at a phone's and a desktop's width: SHOTS/NAME-390.png and
+    NAME-1440.png (the desktop width stays for what the test does next)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     for width in WIDTHS.values():
         page.set_viewport_size({"width": width, "height": 900})
