@@ -253,6 +253,10 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# With `--pool=prefork`, a new child that has not reported in after this many seconds is killed
+# and replaced (Celery's default, 4 s, is often too short on a busy machine: each kill costs a
+# child, and with it a SparkSession's start)
+CELERY_WORKER_PROC_ALIVE_TIMEOUT = env_int("CELERY_WORKER_PROC_ALIVE_TIMEOUT", 30, minimum=1)
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
 # One queue name per deployment (tests use their own so other workers on a shared Redis never
