@@ -27,11 +27,17 @@ import common  # noqa: E402
 DOC = common.ROOT / "docs" / "benchmarks.md"
 
 
+# not a benchmark: bench_soak.py is the soak's driver (hours at full size; `make soak` runs it
+# through tests/test_soak.py, and docs/reliability.md holds its figures)
+NOT_BENCHMARKS = {"soak"}
+
+
 def discover() -> dict[str, Path]:
-    return {
+    found = {
         path.stem.removeprefix("bench_"): path
         for path in sorted(common.BENCH_DIR.glob("bench_*.py"))
     }
+    return {name: path for name, path in found.items() if name not in NOT_BENCHMARKS}
 
 
 def run(name: str, script: Path) -> tuple[bool, float]:
