@@ -110,37 +110,36 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
     the connectors waiting on another: the slice [offset, offset + limit) (all when limit is
     None), with the count of every alert by kind.
 
-    The job alerts come from aggregates and slices of dashboard.sql's job_health (the same rule
-    as the overview's states): only the alerts of the slice are built. `rows`: every job's row
+    The job alerts come from the counts and slices of one read of dashboard.sql's job_health
+    (health_read; the same rule as the overview's states, and the same read as the overview's
+    page when `health` is the overview's): only the alerts of the slice are built. `rows`: every job's row
     already read (Health.rows, by name, with blockers), to build the job alerts from."""
     health = health or selectors_health.Health()
+    reaper = selectors.reaper_status()
     if rows is not None:
         dead_rows = [row for row in rows if row.n_dead]
         late_rows = [row for row in rows if row.late is not None]
         n_dead, n_late = len(dead_rows), len(late_rows)
     else:
+        # the slices health_read returns: they start where this list's slice meets them
+        dead_rows, late_rows = health.alerts(limit=limit, offset=offset, reaper=int(reaper.overdue))
         n_dead, n_late = health.alert_counts()
-    reaper = selectors.reaper_status()
     stalled = stalled_backfills()
     with connection.cursor() as cursor:
         cursor.execute(dashboard_query("waiting_connectors_count"))
         n_waiting = cursor.fetchone()[0]
 
     def dead(lim, off):
-        if rows is not None:
-            return [_dead_alert(r.name, r.n_dead, r.blocker) for r in dead_rows[off : off + lim]]
-        found = health.fetch("health_dead_alerts", limit=lim, offset=off)
-        blockers = selectors_health.blockers_of([pk for pk, _, _ in found])
-        return [_dead_alert(name, n, blockers.get(pk)) for pk, name, n in found]
+        if rows is not None:  # with their blockers already
+            chosen = dead_rows[off : off + lim]
+        else:
+            chosen = dead_rows[:lim]
+            selectors_health.add_blockers(chosen)
+        return [_dead_alert(r.name, r.n_dead, r.blocker) for r in chosen]
 
     def late(lim, off):
-        if rows is not None:
-            return [
-                _late_alert(r.name, r.late, r.schedule_seconds, r.lag.items)
-                for r in late_rows[off : off + lim]
-            ]
-        found = health.fetch("health_late_alerts", limit=lim, offset=off)
-        return [_late_alert(*row[1:]) for row in found]
+        chosen = late_rows[off : off + lim] if rows is not None else late_rows[:lim]
+        return [_late_alert(r.name, r.late, r.schedule_seconds, r.lag.items) for r in chosen]
 
     def reaper_alert(lim, off):
         message = (
