@@ -46,6 +46,13 @@ ALERT_KINDS = (
     "reaper_overdue",
     "backfill_stalled",
 )
+SEVERITY = {
+    "dead_batches": "critical",
+    "watermark_late": "warning",
+    "connector_waiting": "info",
+    "reaper_overdue": "critical",
+    "backfill_stalled": "warning",
+}
 
 
 def stalled_backfills() -> list[tuple[Backfill, str]]:
@@ -90,7 +97,7 @@ def _dead_alert(name: str, n_dead: int, blocker: BatchRef | None) -> Alert:
         f"{name}: {n_dead} dead batch(es)"
         + (f"; the watermark waits for batch {blocker.id}" if held else ""),
         link("dashboard:batch", blocker.id) if held else link("dashboard:job", name),
-        severity="critical",
+        severity=SEVERITY["dead_batches"],
     )
 
 
@@ -101,6 +108,7 @@ def _late_alert(name: str, late, schedule_seconds: int, items: int) -> Alert:
         f"{name}: watermark has not moved for {duration(late)} "
         f"(schedule every {schedule_seconds} s) with {items} items waiting",
         link("dashboard:job", name),
+        severity=SEVERITY["watermark_late"],
     )
 
 
@@ -112,8 +120,9 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
 
     The job alerts come from the counts and slices of one read of dashboard.sql's job_health
     (health_read; the same rule as the overview's states, and the same read as the overview's
-    page when `health` is the overview's): only the alerts of the slice are built. `rows`: every job's row
-    already read (Health.rows, by name, with blockers), to build the job alerts from."""
+    page when `health` is the overview's): only the alerts of the slice are built. `rows`: every
+    job's row already read (Health.rows, by name, with blockers), to build the job alerts from
+    ([]: only the alerts that are not about a job)."""
     health = health or selectors_health.Health()
     reaper = selectors.reaper_status()
     if rows is not None:
@@ -147,7 +156,9 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
             if reaper.last_run_at is None
             else f"the lease reaper last ran {int(reaper.age_seconds)} s ago"
         )
-        alert = Alert("reaper_overdue", "", message, reverse("dashboard:overview"), "critical")
+        alert = Alert(
+            "reaper_overdue", "", message, reverse("dashboard:overview"), SEVERITY["reaper_overdue"]
+        )
         return [alert][off : off + lim]
 
     def stalled_alerts(lim, off):
@@ -157,6 +168,7 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
                 str(backfill.pk),
                 f"backfill {backfill.pk} of {backfill.job.name}: {reason}",
                 reverse("dashboard:backfills") + f"#backfill-{backfill.pk}",
+                severity=SEVERITY["backfill_stalled"],
             )
             for backfill, reason in stalled[off : off + lim]
         ]
@@ -171,7 +183,7 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
                 name,
                 f"connector {name} waits for {start_after or '?'} to complete",
                 reverse("dashboard:connectors"),
-                severity="info",
+                severity=SEVERITY["connector_waiting"],
             )
             for name, start_after in rows
         ]
@@ -198,6 +210,19 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
 def alerts() -> list[Alert]:
     """Every active alert, in alerts_page's order."""
     return alerts_page().alerts
+
+
+def alert_labels(rows: list) -> list[tuple[str, str, str]]:
+    """(kind, subject, severity) of every active alert, in alerts_page's order, the job alerts
+    from `rows` (every job's row, Health.rows): what /metrics says of each alert, without building
+    the message and the link of one alert per job."""
+    others = [(a.kind, a.subject, a.severity) for a in alerts_page(rows=[]).alerts]
+    reaper = [label for label in others if label[0] == "reaper_overdue"]
+    dead = [("dead_batches", r.name, SEVERITY["dead_batches"]) for r in rows if r.n_dead]
+    late = [
+        ("watermark_late", r.name, SEVERITY["watermark_late"]) for r in rows if r.late is not None
+    ]
+    return dead + reaper + late + [label for label in others if label[0] != "reaper_overdue"]
 
 
 def attempt_counts() -> list[tuple[int, str, int]]:

@@ -293,9 +293,13 @@ class Health:
         return found["dead"][:limit], found["late"][:limit]
 
     def rows(self) -> list[JobRow]:
-        """Every job, by name, with its blocker when it has dead batches (/metrics)."""
-        rows = [_job_row(values) for values in self.fetch("health_all")]
-        add_blockers([row for row in rows if row.n_dead])
+        """Every job, by name, with its blocker when that is a dead batch (/metrics)."""
+        rows = []
+        for values in self.fetch("health_all"):
+            row = _job_row(values[:-1])
+            if values[-1] is not None:
+                row.blocker = BatchRef(values[-1], "dead")
+            rows.append(row)
         return rows
 
 
@@ -345,7 +349,7 @@ def add_blockers(rows: list[JobRow]) -> None:
 
 def job_rows() -> list[JobRow]:
     """Every job with its connector, watermark, open batch counts, lag, state, lateness and (when
-    it has dead batches) blocker, ordered by name."""
+    its watermark waits for a dead batch) blocker, ordered by name."""
     return Health().rows()
 
 

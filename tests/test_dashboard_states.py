@@ -131,6 +131,23 @@ def test_a_page_reads_job_health_once_and_its_rows_lag_as_counted_alone(role_use
     counted = selectors.jobs_lag_by_id([row.id for row in page])
     assert {row.name: row.lag for row in page} == {row.name: counted[row.id] for row in page}
 
+    # /metrics' rows: the dead blocker read with them is jobs_blockers' dead one, and the alerts'
+    # labels read from them are those of the alerts built one by one
+    rows = selectors_health.Health().rows()
+    held = selectors_health.blockers_of([row.id for row in rows])
+    assert (
+        {row.name: row.blocker for row in rows if row.blocker}
+        == {
+            row.name: held[row.id]
+            for row in rows
+            if row.id in held and held[row.id].status == "dead"
+        }
+        != {}
+    )
+    assert selectors_alerts.alert_labels(rows) == [
+        (a.kind, a.subject, a.severity) for a in selectors_alerts.alerts_page(rows=rows).alerts
+    ]
+
 
 def test_the_alerts_api_pages_the_critical_first(role_users, settings):
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "PAGE_SIZE": 2}

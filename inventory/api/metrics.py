@@ -113,7 +113,7 @@ class InventoryCollector:
             value=int(reaper.overdue),
         )
 
-        alerts = selectors_alerts.alerts_page(health=health, rows=jobs).alerts
+        alerts = selectors_alerts.alert_labels(jobs)
         active = GaugeMetricFamily(
             "tidemark_alert",
             "1 for each active alert (the dashboard's alert strip, GET /api/v1/alerts/): "
@@ -121,14 +121,14 @@ class InventoryCollector:
             "backfill_stalled; subject the job, connector or backfill",
             labels=["kind", "subject", "severity"],
         )
-        for alert in alerts:
-            active.add_metric([alert.kind, alert.subject, alert.severity], 1)
+        for labels in alerts:
+            active.add_metric(labels, 1)
         yield active
         by_kind = GaugeMetricFamily(
             "tidemark_alerts", "Active alerts by kind (0 when none)", labels=["kind"]
         )
         for kind in selectors_alerts.ALERT_KINDS:
-            by_kind.add_metric([kind], sum(1 for alert in alerts if alert.kind == kind))
+            by_kind.add_metric([kind], sum(1 for labels in alerts if labels[0] == kind))
         yield by_kind
 
 

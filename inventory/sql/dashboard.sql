@@ -163,7 +163,9 @@ LEFT JOIN LATERAL (
 ORDER BY part, ord;
 
 -- name: health_all
--- Every job's row, by name, with its lag (/metrics).
+-- Every job's row, by name, with its lag and the dead batch its watermark waits for, if any
+-- (/metrics): the uncommitted incremental batch starting at the watermark (batch_job_lower_idx,
+-- as in queries.sql: jobs_blockers), looked for in the jobs with dead batches only.
 SELECT h.id, h.name, h.paused, h.schedule_seconds, h.lease_seconds, h.watermark_type,
        h.connector_name, h.connector_state, h.connector_kind, h.connector_config, h.wm_type,
        h.wm_value, h.wm_position, h.wm_updated_at, h.n_queued, h.n_running, h.n_failed, h.n_dead,
@@ -171,7 +173,7 @@ SELECT h.id, h.name, h.paused, h.schedule_seconds, h.lease_seconds, h.watermark_
             THEN last.cum_count - coalesce(done.cum_count, 0) ELSE 0 END,
        CASE WHEN h.outside THEN h.ext_weight WHEN h.behind
             THEN last.cum_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
-       h.late, h.state
+       h.late, h.state, held.id
 FROM health AS h
 -- a job behind: the sums at its connector's last asset minus those before its watermark
 LEFT JOIN LATERAL (
@@ -184,6 +186,12 @@ LEFT JOIN LATERAL (
       AND a.id < h.wm_position
     ORDER BY a.id DESC LIMIT 1
 ) AS done ON true
+LEFT JOIN LATERAL (
+    SELECT b.id FROM inventory_batch AS b
+    WHERE h.n_dead > 0 AND b.job_id = h.id AND lower(b.span) = h.wm_position
+      AND b.backfill_id IS NULL AND b.status = 'dead'
+    LIMIT 1
+) AS held ON true
 ORDER BY h.name;
 
 -- name: waiting_connectors
