@@ -71,8 +71,7 @@ timed AS (
                 THEN statement_timestamp() - f.wm_updated_at END AS late
     FROM facts AS f
 ),
-health AS MATERIALIZED (
-    -- materialized: a statement reads it for its counts and for its slices, computed once
+health AS (
     SELECT t.*, s.state, array_position(%(states)s::text[], s.state) AS state_rank
     FROM timed AS t
     CROSS JOIN LATERAL (
@@ -106,6 +105,8 @@ WHERE c.kind = 'job_output'
 --     comes between) of the jobs with a late watermark, each by name.
 -- Only the returned jobs get their lag (the prefix sums before the watermark: one probe each).
 , matched AS (
+    -- read four times below, so computed once (PostgreSQL materializes a WITH query read more
+    -- than once)
     SELECT h.*, (%(q)s = '' OR strpos(lower(h.name), %(q)s) > 0
                  OR strpos(lower(h.connector_name), %(q)s) > 0) AS matches
     FROM health AS h
