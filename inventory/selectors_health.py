@@ -1,7 +1,8 @@
 """Reads for "is my data current, and if not, why": jobs' states and lags (Health, from
 dashboard.sql: job_health), last batches, last-day rates, ETAs (alerts: selectors_alerts.py).
 
-A page builds rows only for the jobs it shows; the counts by state are one aggregate statement.
+A page reads job_health once (dashboard.sql: health_read: its counts by state, its jobs and its
+slices of the job alerts in one statement) and builds rows only for the jobs it shows.
 """
 
 from dataclasses import dataclass, field

@@ -1,7 +1,8 @@
 """The overview: jobs with their state and lag, the alerts on top.
 
-Paged in SQL (selectors_health.Health): only the page's jobs get rows; the counts by state and the
-alert strip are aggregates and slices, so the page costs its rows whatever the number of jobs."""
+Paged in SQL (selectors_health.Health): one read of job_health gives the counts by state, the
+page's jobs and the alert strip's; only those jobs get rows (and their lag read), so beyond that
+one pass over the jobs' states the page costs its rows."""
 
 from django.core.paginator import Paginator
 from django.shortcuts import render
