@@ -38,10 +38,11 @@ facts AS (
     -- behind: items wait at or after the watermark (NULL: unreadable now). A state needs no
     -- more than that; the lag itself (the prefix sums at the connector's last asset and before
     -- the watermark: two probes) is read only for the rows a statement returns
-    SELECT j.id, j.name, j.paused, j.schedule_seconds, j.lease_seconds, j.watermark_type,
-           j.connector_id, c.name AS connector_name, c.state AS connector_state,
-           c.kind AS connector_kind, c.config AS connector_config, w.type AS wm_type,
-           w.value AS wm_value, w.position AS wm_position, w.updated_at AS wm_updated_at,
+    -- (narrow: what the states, the counts and the orders read; the statements add the job's,
+    -- connector's and watermark's other columns to the rows they return)
+    SELECT j.id, j.name, j.paused, j.schedule_seconds, j.lease_seconds, j.connector_id,
+           c.name AS connector_name, c.state AS connector_state,
+           w.position AS wm_position, w.updated_at AS wm_updated_at,
            coalesce(o.n_queued, 0) AS n_queued, coalesce(o.n_running, 0) AS n_running,
            coalesce(o.n_failed, 0) AS n_failed, coalesce(o.n_dead, 0) AS n_dead,
            x.outside, tp.tip_id, e.items AS ext_items, e.weight AS ext_weight,
@@ -141,15 +142,19 @@ SELECT 'count' AS part, NULL::bigint AS ord, state, n_all, n_match, n_dead_jobs,
 FROM counted
 UNION ALL
 SELECT p.part, p.ord, NULL, NULL, NULL, NULL, NULL,
-       p.id, p.name, p.paused, p.schedule_seconds, p.lease_seconds, p.watermark_type,
-       p.connector_name, p.connector_state, p.connector_kind, p.connector_config, p.wm_type,
-       p.wm_value, p.wm_position, p.wm_updated_at, p.n_queued, p.n_running, p.n_failed, p.n_dead,
+       p.id, p.name, p.paused, p.schedule_seconds, p.lease_seconds, jx.watermark_type,
+       p.connector_name, p.connector_state, cx.kind, cx.config, wx.type,
+       wx.value, p.wm_position, p.wm_updated_at, p.n_queued, p.n_running, p.n_failed, p.n_dead,
        CASE WHEN p.outside THEN p.ext_items WHEN p.behind
             THEN last.cum_count - coalesce(done.cum_count, 0) ELSE 0 END,
        CASE WHEN p.outside THEN p.ext_weight WHEN p.behind
             THEN last.cum_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
        p.late, p.state
 FROM picked AS p
+-- the other columns of the rows returned, by primary key
+JOIN inventory_job AS jx ON jx.id = p.id
+JOIN inventory_connector AS cx ON cx.id = p.connector_id
+JOIN inventory_watermark AS wx ON wx.job_id = p.id
 -- a job behind: the sums at its connector's last asset minus those before its watermark
 LEFT JOIN LATERAL (
     SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
@@ -167,15 +172,19 @@ ORDER BY part, ord;
 -- Every job's row, by name, with its lag and the dead batch its watermark waits for, if any
 -- (/metrics): the uncommitted incremental batch starting at the watermark (batch_job_lower_idx,
 -- as in queries.sql: jobs_blockers), looked for in the jobs with dead batches only.
-SELECT h.id, h.name, h.paused, h.schedule_seconds, h.lease_seconds, h.watermark_type,
-       h.connector_name, h.connector_state, h.connector_kind, h.connector_config, h.wm_type,
-       h.wm_value, h.wm_position, h.wm_updated_at, h.n_queued, h.n_running, h.n_failed, h.n_dead,
+SELECT h.id, h.name, h.paused, h.schedule_seconds, h.lease_seconds, jx.watermark_type,
+       h.connector_name, h.connector_state, cx.kind, cx.config, wx.type,
+       wx.value, h.wm_position, h.wm_updated_at, h.n_queued, h.n_running, h.n_failed, h.n_dead,
        CASE WHEN h.outside THEN h.ext_items WHEN h.behind
             THEN last.cum_count - coalesce(done.cum_count, 0) ELSE 0 END,
        CASE WHEN h.outside THEN h.ext_weight WHEN h.behind
             THEN last.cum_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
        h.late, h.state, held.id
 FROM health AS h
+-- the other columns of the rows returned, by primary key
+JOIN inventory_job AS jx ON jx.id = h.id
+JOIN inventory_connector AS cx ON cx.id = h.connector_id
+JOIN inventory_watermark AS wx ON wx.job_id = h.id
 -- a job behind: the sums at its connector's last asset minus those before its watermark
 LEFT JOIN LATERAL (
     SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
