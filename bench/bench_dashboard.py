@@ -29,7 +29,14 @@ import common  # noqa: E402
 
 common.setup_django_path()
 
-from dashboard_data import _p95, backlog, lag_statements, load, reused_counts  # noqa: E402
+from dashboard_data import (  # noqa: E402
+    _p95,
+    backlog,
+    lag_statements,
+    load,
+    metrics_breakdown,
+    reused_counts,
+)
 from dashboard_render import HEADER, render  # noqa: E402
 from dashboard_shape import (  # noqa: E402
     BATCHES_PER_JOB,
@@ -206,11 +213,18 @@ def main() -> int:
             load_before = os.getloadavg()[0]
             rows = measure(urls)
             shape["load"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
+            breakdown = metrics_breakdown(5)
+            log(f"{scale}: a rendered /metrics taken apart: {breakdown}")
             # after the pages: the old scan reads the whole backlog, which would leave the pages
             # measured after it a colder cache
             statements = lag_statements(SCAN_REPEAT)
             log(f"{scale}: lag of every job, p95 ms: {statements}")
-            results[scale] = {"shape": shape, "statements": statements, "rows": rows}
+            results[scale] = {
+                "shape": shape,
+                "statements": statements,
+                "rows": rows,
+                "metrics": breakdown,
+            }
     finally:
         from django.db import connections
 

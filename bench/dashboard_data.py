@@ -142,3 +142,53 @@ def lag_statements(repeat: int) -> dict:
                 times[name].append((time.perf_counter() - start) * 1000)
     assert answers["prefix"] == answers["scan"], "the two lag statements disagree"
     return {name: round(_p95(t), 1) for name, t in times.items()}
+
+
+class _Collected:
+    """The families of one collect, formatted again on their own."""
+
+    def __init__(self, families):
+        self.families = families
+
+    def collect(self):
+        return self.families
+
+
+def metrics_breakdown(repeat: int) -> dict:
+    """Where a rendered /metrics spends its time, median of `repeat` renders: collecting the
+    metric families (their SQL apart) and formatting them (prometheus_client.generate_latest),
+    the cyclic collector paused as in exposition()."""
+    import statistics
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from inventory.api.metrics import InventoryCollector, _cycle_collector_paused
+
+    collector = InventoryCollector()
+    runs = []
+    for _ in range(repeat):
+        # as a served render runs (exposition(): the cyclic collector paused)
+        with _cycle_collector_paused():
+            with CaptureQueriesContext(connection) as queries:
+                start = time.perf_counter()
+                families = list(collector.collect())
+                collected = time.perf_counter()
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(_Collected(families))
+            formatting = time.perf_counter()
+            body = generate_latest(registry)
+            done = time.perf_counter()
+        sql = sum(float(q["time"]) for q in queries.captured_queries)
+        runs.append(
+            {
+                "collect_ms": (collected - start) * 1000,
+                "sql_ms": sql * 1000,
+                "format_ms": (done - formatting) * 1000,
+            }
+        )
+    found = {key: round(statistics.median(r[key] for r in runs), 1) for key in runs[0]}
+    found["samples"] = sum(len(family.samples) for family in families)
+    found["bytes"] = len(body)
+    return found

@@ -94,6 +94,17 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
         f"{scale} {' -> '.join(str(x) for x in results[scale]['shape'].get('load', ['?']))}"
         for scale in ("100x", "1x")
     )
+    parts = {scale: results[scale]["metrics"] for scale in ("100x", "1x")}
+    breakdown = (
+        "A rendered `/metrics` taken apart (median of 5 renders after the pages, 100x / 1x): "
+        "collecting the metric families "
+        + " / ".join(f"{parts[s]['collect_ms']}" for s in parts)
+        + " ms, of which SQL "
+        + " / ".join(f"{parts[s]['sql_ms']}" for s in parts)
+        + " ms; formatting them with `prometheus_client.generate_latest` "
+        + " / ".join(f"{parts[s]['format_ms']}" for s in parts)
+        + f" ms; {parts['100x']['samples']:,} samples, {parts['100x']['bytes'] / 1e6:.1f} MB."
+    )
     markdown = f"""### {counts["job"]:,} jobs
 
 Data: {counts["batch"]:,} batches over {counts["job"]:,} jobs{shared}, with {counts["batchattempt"]:,}
@@ -123,6 +134,8 @@ machine make a p95 the second-slowest request; ratios below 1 are the machine's 
 floor's does):
 
 {table}
+
+{breakdown}
 """
     return markdown
 

@@ -5,8 +5,9 @@ A benchmark is a script `bench/bench_<name>.py`; it writes its section to `bench
 docs/benchmarks.md: a header with the machine, the versions and the date, then every section.
 
     python bench/run_all.py              # all benchmarks
-    python bench/run_all.py inventory    # only bench_inventory.py (other sections kept from their
-                                         # last run, each carries its own date)
+    python bench/run_all.py inventory    # only bench_inventory.py: its section replaced in place;
+                                         # the header and the other sections kept as they are
+                                         # (each section carries its own date)
 
 A failing benchmark does not stop the others; its section then says it failed, and the runner
 exits non-zero.
@@ -148,6 +149,31 @@ def kept_sections() -> dict[str, str]:
     return kept
 
 
+def spliced(names: list[str]) -> str | None:
+    """docs/benchmarks.md with the sections of `names` replaced in place by their new output
+    (appended when new), its header and every other section as they are: a partial run says
+    nothing of the benchmarks it did not run (None: no file yet)."""
+    if not DOC.exists():
+        return None
+    parts = re.split(r"(?m)^(?=<!-- bench: )", DOC.read_text())
+    found = {}
+    for index, part in enumerate(parts[1:], start=1):
+        name = re.match(r"<!-- bench: (\w+) -->", part)
+        if name:
+            found[name.group(1)] = index
+    for name in names:
+        out = common.OUT_DIR / f"{name}.md"
+        if not out.exists():
+            continue
+        section = f"{MARK.format(name)}\n{out.read_text().rstrip()}\n"
+        if name in found:
+            parts[found[name]] = section + ("\n" if found[name] < len(parts) - 1 else "")
+        else:
+            parts[-1] = parts[-1].rstrip() + "\n\n"
+            parts.append(section)
+    return "".join(parts)
+
+
 def main(argv: list[str]) -> int:
     scripts = discover()
     unknown = [name for name in argv if name not in scripts]
@@ -161,6 +187,14 @@ def main(argv: list[str]) -> int:
         timings[name] = seconds
         if not ok:
             failed.append(name)
+    partial = spliced(selected) if argv else None
+    if partial is not None:
+        DOC.write_text(partial)
+        print(
+            f"rewrote the sections {', '.join(selected)} of {DOC.relative_to(common.ROOT)}"
+            + (f"; FAILED: {', '.join(failed)}" if failed else "")
+        )
+        return 1 if failed else 0
     kept = kept_sections()
     sections = []
     for name in scripts:

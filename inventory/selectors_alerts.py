@@ -46,6 +46,13 @@ ALERT_KINDS = (
     "reaper_overdue",
     "backfill_stalled",
 )
+SEVERITY = {
+    "dead_batches": "critical",
+    "watermark_late": "warning",
+    "connector_waiting": "info",
+    "reaper_overdue": "critical",
+    "backfill_stalled": "warning",
+}
 
 
 def stalled_backfills() -> list[tuple[Backfill, str]]:
@@ -90,7 +97,7 @@ def _dead_alert(name: str, n_dead: int, blocker: BatchRef | None) -> Alert:
         f"{name}: {n_dead} dead batch(es)"
         + (f"; the watermark waits for batch {blocker.id}" if held else ""),
         link("dashboard:batch", blocker.id) if held else link("dashboard:job", name),
-        severity="critical",
+        severity=SEVERITY["dead_batches"],
     )
 
 
@@ -101,6 +108,7 @@ def _late_alert(name: str, late, schedule_seconds: int, items: int) -> Alert:
         f"{name}: watermark has not moved for {duration(late)} "
         f"(schedule every {schedule_seconds} s) with {items} items waiting",
         link("dashboard:job", name),
+        severity=SEVERITY["watermark_late"],
     )
 
 
@@ -110,37 +118,37 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
     the connectors waiting on another: the slice [offset, offset + limit) (all when limit is
     None), with the count of every alert by kind.
 
-    The job alerts come from aggregates and slices of dashboard.sql's job_health (the same rule
-    as the overview's states): only the alerts of the slice are built. `rows`: every job's row
-    already read (Health.rows, by name, with blockers), to build the job alerts from."""
+    The job alerts come from the counts and slices of one read of dashboard.sql's job_health
+    (health_read; the same rule as the overview's states, and the same read as the overview's
+    page when `health` is the overview's): only the alerts of the slice are built. `rows`: every
+    job's row already read (Health.rows, by name, with blockers), to build the job alerts from
+    ([]: only the alerts that are not about a job)."""
     health = health or selectors_health.Health()
+    reaper = selectors.reaper_status()
     if rows is not None:
         dead_rows = [row for row in rows if row.n_dead]
         late_rows = [row for row in rows if row.late is not None]
         n_dead, n_late = len(dead_rows), len(late_rows)
     else:
+        # the slices health_read returns: they start where this list's slice meets them
+        dead_rows, late_rows = health.alerts(limit=limit, offset=offset, reaper=int(reaper.overdue))
         n_dead, n_late = health.alert_counts()
-    reaper = selectors.reaper_status()
     stalled = stalled_backfills()
     with connection.cursor() as cursor:
         cursor.execute(dashboard_query("waiting_connectors_count"))
         n_waiting = cursor.fetchone()[0]
 
     def dead(lim, off):
-        if rows is not None:
-            return [_dead_alert(r.name, r.n_dead, r.blocker) for r in dead_rows[off : off + lim]]
-        found = health.fetch("health_dead_alerts", limit=lim, offset=off)
-        blockers = selectors_health.blockers_of([pk for pk, _, _ in found])
-        return [_dead_alert(name, n, blockers.get(pk)) for pk, name, n in found]
+        if rows is not None:  # with their blockers already
+            chosen = dead_rows[off : off + lim]
+        else:
+            chosen = dead_rows[:lim]
+            selectors_health.add_blockers(chosen)
+        return [_dead_alert(r.name, r.n_dead, r.blocker) for r in chosen]
 
     def late(lim, off):
-        if rows is not None:
-            return [
-                _late_alert(r.name, r.late, r.schedule_seconds, r.lag.items)
-                for r in late_rows[off : off + lim]
-            ]
-        found = health.fetch("health_late_alerts", limit=lim, offset=off)
-        return [_late_alert(*row[1:]) for row in found]
+        chosen = late_rows[off : off + lim] if rows is not None else late_rows[:lim]
+        return [_late_alert(r.name, r.late, r.schedule_seconds, r.lag.items) for r in chosen]
 
     def reaper_alert(lim, off):
         message = (
@@ -148,7 +156,9 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
             if reaper.last_run_at is None
             else f"the lease reaper last ran {int(reaper.age_seconds)} s ago"
         )
-        alert = Alert("reaper_overdue", "", message, reverse("dashboard:overview"), "critical")
+        alert = Alert(
+            "reaper_overdue", "", message, reverse("dashboard:overview"), SEVERITY["reaper_overdue"]
+        )
         return [alert][off : off + lim]
 
     def stalled_alerts(lim, off):
@@ -158,6 +168,7 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
                 str(backfill.pk),
                 f"backfill {backfill.pk} of {backfill.job.name}: {reason}",
                 reverse("dashboard:backfills") + f"#backfill-{backfill.pk}",
+                severity=SEVERITY["backfill_stalled"],
             )
             for backfill, reason in stalled[off : off + lim]
         ]
@@ -172,7 +183,7 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
                 name,
                 f"connector {name} waits for {start_after or '?'} to complete",
                 reverse("dashboard:connectors"),
-                severity="info",
+                severity=SEVERITY["connector_waiting"],
             )
             for name, start_after in rows
         ]
@@ -199,6 +210,19 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
 def alerts() -> list[Alert]:
     """Every active alert, in alerts_page's order."""
     return alerts_page().alerts
+
+
+def alert_labels(rows: list) -> list[tuple[str, str, str]]:
+    """(kind, subject, severity) of every active alert, in alerts_page's order, the job alerts
+    from `rows` (every job's row, Health.rows): what /metrics says of each alert, without building
+    the message and the link of one alert per job."""
+    others = [(a.kind, a.subject, a.severity) for a in alerts_page(rows=[]).alerts]
+    reaper = [label for label in others if label[0] == "reaper_overdue"]
+    dead = [("dead_batches", r.name, SEVERITY["dead_batches"]) for r in rows if r.n_dead]
+    late = [
+        ("watermark_late", r.name, SEVERITY["watermark_late"]) for r in rows if r.late is not None
+    ]
+    return dead + reaper + late + [label for label in others if label[0] != "reaper_overdue"]
 
 
 def attempt_counts() -> list[tuple[int, str, int]]:

@@ -1,7 +1,8 @@
 """Reads for "is my data current, and if not, why": jobs' states and lags (Health, from
 dashboard.sql: job_health), last batches, last-day rates, ETAs (alerts: selectors_alerts.py).
 
-A page builds rows only for the jobs it shows; the counts by state are one aggregate statement.
+A page reads job_health once (dashboard.sql: health_read: its counts by state, its jobs and its
+slices of the job alerts in one statement) and builds rows only for the jobs it shows.
 """
 
 from dataclasses import dataclass, field
@@ -189,16 +190,39 @@ STATES = (
 
 
 class Health:
-    """Reads of dashboard.sql's job_health, the one rule for a job's state: each statement costs
-    two index probes per job for the lag and builds rows only for what it returns.
+    """Reads of dashboard.sql's job_health, the one rule for a job's state. A page reads it once
+    (health_read): its counts by state, its page of jobs and its slices of the job alerts come
+    from one statement; the lag (one index probe each) is read only for the rows returned.
+
+    The window (the page's query, state filter and slice, the alerts' slice) is given up front;
+    a call asking for another one reads again.
 
     The jobs reading a local meta table in place or another job's commits have no prefix sums:
     their lag is counted once per Health, in their own tables (selectors.jobs_lag_by_id), and
     handed to the statements."""
 
-    def __init__(self):
+    def __init__(
+        self,
+        *,
+        query: str = "",
+        state: str = "",
+        limit: int = 0,
+        offset: int = 0,
+        alert_limit: int | None = 0,
+        alert_offset: int = 0,
+        reaper: int = 0,
+    ):
         self._params = None
-        self._alert_counts: tuple[int, int] | None = None
+        self._window = {
+            "q": _needle(query),
+            "state": state,
+            "limit": limit,
+            "offset": offset,
+            "alert_limit": alert_limit,
+            "alert_offset": alert_offset,
+            "reaper": reaper,
+        }
+        self._found: dict[str, list] | None = None
 
     def params(self, **extra) -> dict:
         if self._params is None:
@@ -220,33 +244,63 @@ class Health:
             cursor.execute(dashboard_query(name), self.params(**extra))
             return cursor.fetchall()
 
-    def counts(self, query: str = "") -> tuple[dict[str, int], dict[str, int]]:
-        """(jobs by state, jobs by state whose job or connector name contains `query`), in
-        STATES order, states without jobs left out."""
-        rows = self.fetch("health_counts", q=_needle(query))
-        found = {state: (n, m) for state, n, m, _, _ in rows}
-        self._alert_counts = (sum(row[3] for row in rows), sum(row[4] for row in rows))
+    def _read(self, **window) -> dict[str, list]:
+        """The parts of one health_read, read again when `window` changes what it covers."""
+        if self._found is None or any(self._window[k] != v for k, v in window.items()):
+            self._window.update(window)
+            found: dict[str, list] = {"count": [], "page": [], "dead": [], "late": []}
+            for part, _, *values in self.fetch("health_read", **self._window):
+                if part == "count":
+                    found[part].append(values[:5])
+                else:
+                    found[part].append(_job_row(values[5:]))
+            self._found = found
+        return self._found
+
+    def counts(self, query: str | None = None) -> tuple[dict[str, int], dict[str, int]]:
+        """(jobs by state, jobs by state whose job or connector name contains `query`, the
+        window's when None), in STATES order, states without jobs left out."""
+        window = {} if query is None else {"q": _needle(query)}
+        found = {state: (n, m) for state, n, m, _, _ in self._read(**window)["count"]}
         everyone = {s: found[s][0] for s in STATES if s in found}
         matching = {s: found[s][1] for s in STATES if s in found and found[s][1]}
         return everyone, matching
 
     def alert_counts(self) -> tuple[int, int]:
-        """(jobs with dead batches, jobs with a late watermark), from the same statement as the
-        counts by state (read once per Health)."""
-        if self._alert_counts is None:
-            self.counts()
-        return self._alert_counts
+        """(jobs with dead batches, jobs with a late watermark), whatever the window."""
+        rows = self._read()["count"]
+        return sum(row[3] for row in rows), sum(row[4] for row in rows)
 
     def page(self, *, query: str = "", state: str = "", limit: int, offset: int) -> list[JobRow]:
         """The jobs whose job or connector name contains `query`, of `state` (any when empty),
         those that need a person first (STATES order), then by name: [offset, offset + limit)."""
-        rows = self.fetch("health_page", q=_needle(query), state=state, limit=limit, offset=offset)
-        return [_job_row(values) for values in rows]
+        window = {"q": _needle(query), "state": state, "offset": offset}
+        if self._found is None or self._window["limit"] < limit:
+            window["limit"] = limit
+        return self._read(**window)["page"][:limit]
+
+    def alerts(
+        self, *, limit: int | None, offset: int, reaper: int
+    ) -> tuple[list[JobRow], list[JobRow]]:
+        """(jobs with dead batches, jobs with a late watermark), each by name: the slices of the
+        alert list [offset, offset + limit) (all when limit is None) that fall in either, the
+        reaper's alert (`reaper`: 1 when it is active) coming between them."""
+        # the reaper's alert moves the late slice only when the list's slice starts past 0
+        window = {"alert_offset": offset, **({"reaper": reaper} if offset else {})}
+        cached = self._window["alert_limit"]
+        if self._found is None or not (cached is None or (limit is not None and limit <= cached)):
+            window["alert_limit"] = limit
+        found = self._read(**window)
+        return found["dead"][:limit], found["late"][:limit]
 
     def rows(self) -> list[JobRow]:
-        """Every job, by name, with its blocker when it has dead batches (/metrics)."""
-        rows = [_job_row(values) for values in self.fetch("health_all")]
-        add_blockers([row for row in rows if row.n_dead])
+        """Every job, by name, with its blocker when that is a dead batch (/metrics)."""
+        rows = []
+        for values in self.fetch("health_all"):
+            row = _job_row(values[:-1])
+            if values[-1] is not None:
+                row.blocker = BatchRef(values[-1], "dead")
+            rows.append(row)
         return rows
 
 
@@ -296,7 +350,7 @@ def add_blockers(rows: list[JobRow]) -> None:
 
 def job_rows() -> list[JobRow]:
     """Every job with its connector, watermark, open batch counts, lag, state, lateness and (when
-    it has dead batches) blocker, ordered by name."""
+    its watermark waits for a dead batch) blocker, ordered by name."""
     return Health().rows()
 
 

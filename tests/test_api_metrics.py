@@ -1,5 +1,7 @@
 """/metrics: Prometheus text from the inventory, behind a scrape token or a login."""
 
+import gc
+
 import pytest
 from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
@@ -77,3 +79,24 @@ def test_metrics_show_when_the_reaper_last_ran_and_whether_it_is_overdue(client)
     )
     late = _samples(client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode())
     assert late[("tidemark_reaper_overdue", ())] == 1
+
+
+@override_settings(METRICS_TOKEN="scrape-me", METRICS_CACHE_SECONDS=0)
+def test_a_render_pauses_the_cycle_collector_and_leaves_it_as_it_found_it(client, monkeypatch):
+    from inventory.api import metrics
+
+    seen = []
+    render = metrics.generate_latest
+    monkeypatch.setattr(
+        metrics, "generate_latest", lambda registry: seen.append(gc.isenabled()) or render(registry)
+    )
+    make_inventory(weights=[40] * 2)
+    assert gc.isenabled()
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").status_code == 200
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").status_code == 200
+        assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()

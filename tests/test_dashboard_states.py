@@ -6,10 +6,12 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from inventory import selectors_alerts, selectors_health
+from inventory import selectors, selectors_alerts, selectors_health
 from inventory.models import Connector, ConnectorState, Job, Watermark
 from inventory.services import lifecycle as batches
 from tests.api_support import token_client
@@ -109,6 +111,42 @@ def test_counts_page_filter_and_alerts_agree_on_a_job_in_every_state(role_users)
     assert {name: (state, tag) for name, state, tag in cells} == {
         name: (state, labels.get(state, state)) for name, state in planted.items()
     }
+
+
+def test_a_page_reads_job_health_once_and_its_rows_lag_as_counted_alone(role_users):
+    planted = _plant()
+    for number in range(3):  # every job past its watermark, some far, a few with no asset
+        _job(f"s-more-{number}", assets=5 + number)
+    viewer = Client()
+    viewer.force_login(role_users["viewer"])
+    for url in ("/", "/?state=catching_up&q=s-", "/?page=1", "/api/v1/alerts/"):
+        with CaptureQueriesContext(connection) as queries:
+            assert viewer.get(url).status_code == 200
+        reads = [q["sql"] for q in queries.captured_queries if "open_batches AS (" in q["sql"]]
+        assert len(reads) == 1, (url, len(reads))
+
+    # the lag a row carries (read for the returned rows only) is the one counted job by job
+    page = selectors_health.Health().page(limit=100, offset=0)
+    assert {row.name for row in page} >= set(planted)
+    counted = selectors.jobs_lag_by_id([row.id for row in page])
+    assert {row.name: row.lag for row in page} == {row.name: counted[row.id] for row in page}
+
+    # /metrics' rows: the dead blocker read with them is jobs_blockers' dead one, and the alerts'
+    # labels read from them are those of the alerts built one by one
+    rows = selectors_health.Health().rows()
+    held = selectors_health.blockers_of([row.id for row in rows])
+    assert (
+        {row.name: row.blocker for row in rows if row.blocker}
+        == {
+            row.name: held[row.id]
+            for row in rows
+            if row.id in held and held[row.id].status == "dead"
+        }
+        != {}
+    )
+    assert selectors_alerts.alert_labels(rows) == [
+        (a.kind, a.subject, a.severity) for a in selectors_alerts.alerts_page(rows=rows).alerts
+    ]
 
 
 def test_the_alerts_api_pages_the_critical_first(role_users, settings):

@@ -4,9 +4,11 @@ Counts come from the inventory itself (batches, attempts, watermarks), not from 
 process's memory, so every web, worker and beat process contributes and a restart loses nothing.
 """
 
+import gc
 import hmac
 import threading
 import time
+from contextlib import contextmanager
 
 from django.conf import settings
 from django.http import HttpResponse
@@ -113,7 +115,7 @@ class InventoryCollector:
             value=int(reaper.overdue),
         )
 
-        alerts = selectors_alerts.alerts_page(health=health, rows=jobs).alerts
+        alerts = selectors_alerts.alert_labels(jobs)
         active = GaugeMetricFamily(
             "tidemark_alert",
             "1 for each active alert (the dashboard's alert strip, GET /api/v1/alerts/): "
@@ -121,14 +123,14 @@ class InventoryCollector:
             "backfill_stalled; subject the job, connector or backfill",
             labels=["kind", "subject", "severity"],
         )
-        for alert in alerts:
-            active.add_metric([alert.kind, alert.subject, alert.severity], 1)
+        for labels in alerts:
+            active.add_metric(labels, 1)
         yield active
         by_kind = GaugeMetricFamily(
             "tidemark_alerts", "Active alerts by kind (0 when none)", labels=["kind"]
         )
         for kind in selectors_alerts.ALERT_KINDS:
-            by_kind.add_metric([kind], sum(1 for alert in alerts if alert.kind == kind))
+            by_kind.add_metric([kind], sum(1 for labels in alerts if labels[0] == kind))
         yield by_kind
 
 
@@ -143,11 +145,27 @@ _cache = {"at": float("-inf"), "body": b""}
 _cache_lock = threading.Lock()
 
 
+@contextmanager
+def _cycle_collector_paused():
+    """A render makes a few objects per sample (about ten samples per job) that live until the
+    body is written and form no cycles: reference counting frees them. Left on, the cyclic
+    collector walks the whole process heap for them several times per render (measured at 10,000
+    jobs: 130-230 ms of a 0.9 s render; at 1,000 jobs 40 ms every second or third render)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def exposition() -> bytes:
     ttl = settings.METRICS_CACHE_SECONDS
     with _cache_lock:
         if ttl <= 0 or time.monotonic() - _cache["at"] >= ttl:
-            _cache["body"] = generate_latest(_registry)
+            with _cycle_collector_paused():
+                _cache["body"] = generate_latest(_registry)
             _cache["at"] = time.monotonic()
         return _cache["body"]
 

@@ -26,17 +26,28 @@ open_batches AS (
     WHERE status IN ('queued', 'running', 'failed', 'dead')
     GROUP BY job_id
 ),
+tips AS (
+    -- each connector's last asset id: one index-only probe per connector, however many jobs
+    -- read it (its prefix sums are read only for the rows a statement returns)
+    SELECT c.id AS connector_id,
+           (SELECT a.id FROM inventory_asset AS a WHERE a.connector_id = c.id
+            ORDER BY a.id DESC LIMIT 1) AS tip_id
+    FROM inventory_connector AS c
+),
 facts AS (
-    SELECT j.id, j.name, j.paused, j.schedule_seconds, j.lease_seconds, j.watermark_type,
-           c.name AS connector_name, c.state AS connector_state, c.kind AS connector_kind,
-           c.config AS connector_config, w.type AS wm_type, w.value AS wm_value,
+    -- behind: items wait at or after the watermark (NULL: unreadable now). A state needs no
+    -- more than that; the lag itself (the prefix sums at the connector's last asset and before
+    -- the watermark: two probes) is read only for the rows a statement returns
+    -- (narrow: what the states, the counts and the orders read; the statements add the job's,
+    -- connector's and watermark's other columns to the rows they return)
+    SELECT j.id, j.name, j.paused, j.schedule_seconds, j.lease_seconds, j.connector_id,
+           c.name AS connector_name, c.state AS connector_state,
            w.position AS wm_position, w.updated_at AS wm_updated_at,
            coalesce(o.n_queued, 0) AS n_queued, coalesce(o.n_running, 0) AS n_running,
            coalesce(o.n_failed, 0) AS n_failed, coalesce(o.n_dead, 0) AS n_dead,
-           CASE WHEN x.outside THEN e.items
-                ELSE coalesce(last.cum_count, 0) - coalesce(done.cum_count, 0) END AS lag_items,
-           CASE WHEN x.outside THEN e.weight
-                ELSE coalesce(last.cum_weight, 0) - coalesce(done.cum_weight, 0) END AS lag_weight
+           x.outside, tp.tip_id, e.items AS ext_items, e.weight AS ext_weight,
+           CASE WHEN x.outside THEN e.items > 0
+                ELSE coalesce(tp.tip_id >= w.position, false) END AS behind
     FROM inventory_job AS j
     JOIN inventory_connector AS c ON c.id = j.connector_id
     JOIN inventory_watermark AS w ON w.job_id = j.id
@@ -48,22 +59,14 @@ facts AS (
     ) AS x
     LEFT JOIN open_batches AS o ON o.job_id = j.id
     LEFT JOIN ext AS e ON e.job_id = j.id
-    LEFT JOIN LATERAL (
-        SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
-        WHERE NOT x.outside AND a.connector_id = j.connector_id ORDER BY a.id DESC LIMIT 1
-    ) AS last ON true
-    LEFT JOIN LATERAL (
-        SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
-        WHERE NOT x.outside AND a.connector_id = j.connector_id AND a.id < w.position
-        ORDER BY a.id DESC LIMIT 1
-    ) AS done ON true
+    LEFT JOIN tips AS tp ON tp.connector_id = j.connector_id
 ),
 timed AS (
     -- late: on an interval schedule, items waiting, and the watermark still for longer than
     -- `stale` intervals plus a lease (a paused job or a connector not active is never late)
     SELECT f.*,
            CASE WHEN NOT f.paused AND f.connector_state = 'active' AND f.schedule_seconds > 0
-                     AND f.lag_items > 0
+                     AND f.behind
                      AND statement_timestamp() - f.wm_updated_at > make_interval(
                          secs => %(stale)s * f.schedule_seconds + f.lease_seconds)
                 THEN statement_timestamp() - f.wm_updated_at END AS late
@@ -78,8 +81,8 @@ health AS (
                     WHEN t.n_dead > 0 THEN 'blocked'
                     WHEN t.late IS NOT NULL THEN 'late'
                     WHEN t.n_failed > 0 THEN 'failing'
-                    WHEN t.lag_items IS NULL THEN 'unreadable'
-                    WHEN t.lag_items > 0 THEN 'catching_up'
+                    WHEN t.behind IS NULL THEN 'unreadable'
+                    WHEN t.behind THEN 'catching_up'
                     ELSE 'current' END AS state
     ) AS s
 )
@@ -91,49 +94,115 @@ SELECT j.id FROM inventory_job AS j JOIN inventory_connector AS c ON c.id = j.co
 WHERE c.kind = 'job_output'
    OR (coalesce(c.config ? 'meta_table', false) AND NOT coalesce(c.config ? 'dsn_env', false));
 
--- name: health_counts
--- (state, jobs in that state, of them matching %(q)s, of them with dead batches, of them with a
--- late watermark): the overview's state filter and totals, and the sizes of the job alerts' kinds.
-SELECT state, count(*),
-       count(*) FILTER (WHERE %(q)s = '' OR strpos(lower(name), %(q)s) > 0
-                              OR strpos(lower(connector_name), %(q)s) > 0),
-       count(*) FILTER (WHERE n_dead > 0), count(*) FILTER (WHERE late IS NOT NULL)
-FROM health GROUP BY state;
-
--- name: health_page
--- One page of jobs whose job or connector name contains %(q)s and whose state is %(state)s (any
--- when ''), those that need a person first, then by name.
-SELECT id, name, paused, schedule_seconds, lease_seconds, watermark_type, connector_name,
-       connector_state, connector_kind, connector_config, wm_type, wm_value, wm_position,
-       wm_updated_at, n_queued, n_running, n_failed, n_dead, lag_items, lag_weight, late, state
-FROM health
-WHERE (%(q)s = '' OR strpos(lower(name), %(q)s) > 0 OR strpos(lower(connector_name), %(q)s) > 0)
-  AND (%(state)s = '' OR state = %(state)s)
-ORDER BY state_rank, name
-LIMIT %(limit)s OFFSET %(offset)s;
+-- name: health_read
+-- One read of `health` for a page (the overview, /api/v1/alerts/): its counts and its slices.
+--   rows ('count', state, jobs, of them matching %(q)s, of them with dead batches, of them late):
+--     the overview's state filter and totals, and the sizes of the job alerts' kinds;
+--   rows ('page', ...job row): the jobs whose job or connector name contains %(q)s and whose
+--     state is %(state)s (any when ''), those that need a person first, then by name:
+--     [%(offset)s, + %(limit)s);
+--   rows ('dead', ...) and ('late', ...): the alerts' slice [%(alert_offset)s, + %(alert_limit)s)
+--     (NULL: all) of the jobs with dead batches, then (after %(reaper)s, 1 when the reaper's alert
+--     comes between) of the jobs with a late watermark, each by name.
+-- Only the returned jobs get their lag (the prefix sums before the watermark: one probe each).
+, matched AS (
+    -- read four times below, so computed once (PostgreSQL materializes a WITH query read more
+    -- than once)
+    SELECT h.*, (%(q)s = '' OR strpos(lower(h.name), %(q)s) > 0
+                 OR strpos(lower(h.connector_name), %(q)s) > 0) AS matches
+    FROM health AS h
+),
+counted AS (
+    SELECT state, count(*) AS n_all, count(*) FILTER (WHERE matches) AS n_match,
+           count(*) FILTER (WHERE n_dead > 0) AS n_dead_jobs,
+           count(*) FILTER (WHERE late IS NOT NULL) AS n_late_jobs
+    FROM matched GROUP BY state
+),
+picked AS (
+    (SELECT 'page' AS part, row_number() OVER (ORDER BY state_rank, name) AS ord, m.*
+     FROM matched AS m WHERE matches AND (%(state)s = '' OR state = %(state)s)
+     ORDER BY state_rank, name LIMIT %(limit)s OFFSET %(offset)s)
+    UNION ALL
+    (SELECT 'dead', row_number() OVER (ORDER BY name), m.* FROM matched AS m WHERE n_dead > 0
+     ORDER BY name LIMIT %(alert_limit)s OFFSET %(alert_offset)s)
+    UNION ALL
+    (SELECT 'late', row_number() OVER (ORDER BY name), m.* FROM matched AS m
+     WHERE late IS NOT NULL ORDER BY name LIMIT %(alert_limit)s
+     OFFSET greatest(%(alert_offset)s - %(reaper)s
+                     - (SELECT coalesce(sum(n_dead_jobs), 0) FROM counted), 0))
+)
+SELECT 'count' AS part, NULL::bigint AS ord, state, n_all, n_match, n_dead_jobs, n_late_jobs,
+       NULL AS id, NULL AS name, NULL AS paused, NULL AS schedule_seconds,
+       NULL AS lease_seconds, NULL AS watermark_type, NULL AS connector_name,
+       NULL AS connector_state, NULL AS connector_kind, NULL AS connector_config,
+       NULL AS wm_type, NULL AS wm_value, NULL AS wm_position,
+       NULL AS wm_updated_at, NULL AS n_queued, NULL AS n_running,
+       NULL AS n_failed, NULL AS n_dead, NULL AS lag_items,
+       NULL AS lag_weight, NULL AS late, NULL AS row_state
+FROM counted
+UNION ALL
+SELECT p.part, p.ord, NULL, NULL, NULL, NULL, NULL,
+       p.id, p.name, p.paused, p.schedule_seconds, p.lease_seconds, jx.watermark_type,
+       p.connector_name, p.connector_state, cx.kind, cx.config, wx.type,
+       wx.value, p.wm_position, p.wm_updated_at, p.n_queued, p.n_running, p.n_failed, p.n_dead,
+       CASE WHEN p.outside THEN p.ext_items WHEN p.behind
+            THEN last.cum_count - coalesce(done.cum_count, 0) ELSE 0 END,
+       CASE WHEN p.outside THEN p.ext_weight WHEN p.behind
+            THEN last.cum_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
+       p.late, p.state
+FROM picked AS p
+-- the other columns of the rows returned, by primary key
+JOIN inventory_job AS jx ON jx.id = p.id
+JOIN inventory_connector AS cx ON cx.id = p.connector_id
+JOIN inventory_watermark AS wx ON wx.job_id = p.id
+-- a job behind: the sums at its connector's last asset minus those before its watermark
+LEFT JOIN LATERAL (
+    SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
+    WHERE p.behind AND NOT p.outside AND a.id = p.tip_id
+) AS last ON true
+LEFT JOIN LATERAL (
+    SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
+    WHERE p.behind AND NOT p.outside AND a.connector_id = p.connector_id
+      AND a.id < p.wm_position
+    ORDER BY a.id DESC LIMIT 1
+) AS done ON true
+ORDER BY part, ord;
 
 -- name: health_all
--- Every job's row, by name (/metrics).
-SELECT id, name, paused, schedule_seconds, lease_seconds, watermark_type, connector_name,
-       connector_state, connector_kind, connector_config, wm_type, wm_value, wm_position,
-       wm_updated_at, n_queued, n_running, n_failed, n_dead, lag_items, lag_weight, late, state
-FROM health ORDER BY name;
-
--- name: health_dead_alerts
--- A slice of the jobs with dead batches, by name: (id, name, dead batches). The jobs of `health`
--- whose open_batches count a dead one; it reads no lag (the alert does not depend on it), so it
--- costs no asset probe.
-SELECT j.id, j.name, o.n_dead
-FROM open_batches AS o
-JOIN inventory_job AS j ON j.id = o.job_id
-JOIN inventory_watermark AS w ON w.job_id = j.id
-WHERE o.n_dead > 0
-ORDER BY j.name LIMIT %(limit)s OFFSET %(offset)s;
-
--- name: health_late_alerts
--- A slice of the jobs with a late watermark, by name: (id, name, late, schedule, items waiting).
-SELECT id, name, late, schedule_seconds, lag_items FROM health WHERE late IS NOT NULL
-ORDER BY name LIMIT %(limit)s OFFSET %(offset)s;
+-- Every job's row, by name, with its lag and the dead batch its watermark waits for, if any
+-- (/metrics): the uncommitted incremental batch starting at the watermark (batch_job_lower_idx,
+-- as in queries.sql: jobs_blockers), looked for in the jobs with dead batches only.
+SELECT h.id, h.name, h.paused, h.schedule_seconds, h.lease_seconds, jx.watermark_type,
+       h.connector_name, h.connector_state, cx.kind, cx.config, wx.type,
+       wx.value, h.wm_position, h.wm_updated_at, h.n_queued, h.n_running, h.n_failed, h.n_dead,
+       CASE WHEN h.outside THEN h.ext_items WHEN h.behind
+            THEN last.cum_count - coalesce(done.cum_count, 0) ELSE 0 END,
+       CASE WHEN h.outside THEN h.ext_weight WHEN h.behind
+            THEN last.cum_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
+       h.late, h.state, held.id
+FROM health AS h
+-- the other columns of the rows returned, by primary key
+JOIN inventory_job AS jx ON jx.id = h.id
+JOIN inventory_connector AS cx ON cx.id = h.connector_id
+JOIN inventory_watermark AS wx ON wx.job_id = h.id
+-- a job behind: the sums at its connector's last asset minus those before its watermark
+LEFT JOIN LATERAL (
+    SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
+    WHERE h.behind AND NOT h.outside AND a.id = h.tip_id
+) AS last ON true
+LEFT JOIN LATERAL (
+    SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
+    WHERE h.behind AND NOT h.outside AND a.connector_id = h.connector_id
+      AND a.id < h.wm_position
+    ORDER BY a.id DESC LIMIT 1
+) AS done ON true
+LEFT JOIN LATERAL (
+    SELECT b.id FROM inventory_batch AS b
+    WHERE h.n_dead > 0 AND b.job_id = h.id AND lower(b.span) = h.wm_position
+      AND b.backfill_id IS NULL AND b.status = 'dead'
+    LIMIT 1
+) AS held ON true
+ORDER BY h.name;
 
 -- name: waiting_connectors
 -- A slice of the connectors waiting on another, by name.

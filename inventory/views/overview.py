@@ -1,7 +1,8 @@
 """The overview: jobs with their state and lag, the alerts on top.
 
-Paged in SQL (selectors_health.Health): only the page's jobs get rows; the counts by state and the
-alert strip are aggregates and slices, so the page costs its rows whatever the number of jobs."""
+Paged in SQL (selectors_health.Health): one read of job_health gives the counts by state, the
+page's jobs and the alert strip's; only those jobs get rows (and their lag read), so beyond that
+one pass over the jobs' states the page costs its rows."""
 
 from django.core.paginator import Paginator
 from django.shortcuts import render
@@ -36,14 +37,29 @@ class _HealthPages:
         return rows
 
 
+def _page_number(value) -> int:
+    try:
+        return max(int(value), 1)
+    except (TypeError, ValueError):
+        return 1
+
+
 @require_GET
 @role_required(VIEWER)
 def overview(request):
-    health = selectors_health.Health()
     query = request.GET.get("q", "")[:100]
     state = request.GET.get("state", "")
     state = state if state in selectors_health.STATES else ""
-    states, matching = health.counts(query)
+    # the counts, the page's jobs and the alert strip's jobs: one read of job_health (a page
+    # number past the end reads once more, for the last page)
+    health = selectors_health.Health(
+        query=query,
+        state=state,
+        limit=OVERVIEW_PAGE,
+        offset=(_page_number(request.GET.get("page")) - 1) * OVERVIEW_PAGE,
+        alert_limit=ALERT_STRIP,
+    )
+    states, matching = health.counts()
     shown = matching.get(state, 0) if state else sum(matching.values())
     pages = _HealthPages(health, query=query, state=state, count=shown)
     page = Paginator(pages, OVERVIEW_PAGE).get_page(request.GET.get("page"))
