@@ -113,7 +113,7 @@ def measure(work: Path) -> dict:
     from django.db import connection
 
     from inventory.services.connectors import connector_create
-    from inventory.sources import files
+    from inventory.sources import files, files_known
 
     directory = work / "landing"
     directory.mkdir()
@@ -129,7 +129,7 @@ def measure(work: Path) -> dict:
             [connector.pk],
         )
         cursor.execute("VACUUM ANALYZE inventory_asset")
-    files._known.clear()
+    files_known.known_files_forget()
     files.directory_discover(connector=connector)  # this process's copy of the known set, warm
 
     rows = {"bare": [], "bare_stat": [], "warm": [], "none": [], "cold": []}
@@ -150,7 +150,7 @@ def measure(work: Path) -> dict:
         # the same scan as a fresh process's first: the known set is loaded from the database
         _touch_many(directory, next_file, NEW)
         next_file += NEW
-        files._known.clear()
+        files_known.known_files_forget()
         seconds, new = _timed(lambda: files.directory_discover(connector=connector))
         assert new == NEW, new
         rows["cold"].append(seconds)
@@ -162,7 +162,7 @@ def measure(work: Path) -> dict:
             "UPDATE inventory_asset SET discovered_at = now() WHERE connector_id = %s",
             [connector.pk],
         )
-    files._known.clear()
+    files_known.known_files_forget()
     files.directory_discover(connector=connector)
     recent, bare_recent = [], []
     for _ in range(ROUNDS):

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from inventory.models import Asset
 from inventory.services.assets import assets_register
 from inventory.services.connectors import connector_create
-from inventory.sources import files
+from inventory.sources import files, files_known
 from inventory.sources.files import directory_discover, scan_directory
 
 pytestmark = pytest.mark.django_db
@@ -37,6 +37,7 @@ def stats(monkeypatch):
     """Every location discovery stats."""
     seen = []
     real_file_stat, real_stat = files._file_stat, files._stat
+    real_recheck_stat = files_known._stat
 
     def file_stat(location):
         seen.append(location)
@@ -47,7 +48,13 @@ def stats(monkeypatch):
         return real_stat(location)
 
     monkeypatch.setattr(files, "_file_stat", file_stat)
+
+    def recheck_stat(location):
+        seen.append(location)
+        return real_recheck_stat(location)
+
     monkeypatch.setattr(files, "_stat", plain_stat)
+    monkeypatch.setattr(files_known, "_stat", recheck_stat)
     return seen
 
 

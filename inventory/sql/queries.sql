@@ -141,18 +141,31 @@ WINDOW w AS (ORDER BY g.ord)
 ORDER BY g.ord;
 
 -- name: assets_known_size
--- Discovery's check that its copy of the registered locations is current (index-only scan).
-SELECT count(*), coalesce(max(id), 0) FROM inventory_asset WHERE connector_id = %s;
+-- Discovery's check that its copy of the registered locations is current: the connector's last
+-- asset, its id and its running count (Asset.cum_count, kept true by the prefix-sum triggers
+-- through any insert or delete), one index lookup on asset_connector_id_idx however many assets
+-- the connector has (a count(*) read them all). No row: no asset.
+SELECT cum_count, id FROM inventory_asset WHERE connector_id = %s ORDER BY id DESC LIMIT 1;
+
+-- name: assets_count
+-- The connector's asset count the slow way: only when its last asset's cum_count is missing.
+SELECT count(*) FROM inventory_asset WHERE connector_id = %s;
 
 -- name: assets_known_since
--- The locations registered after the highest id discovery has seen (ids follow visibility order,
--- so none can appear below it later); `recent`: registered within the recheck window (seconds).
+-- The locations of a connector's assets with ids above the first id (the highest discovery has
+-- seen) and up to the second (the last asset it just looked up): ids follow visibility order, so
+-- none can appear below it later. Only the location: a process's first look reads every row.
+SELECT location FROM inventory_asset WHERE connector_id = %s AND id > %s AND id <= %s;
+
+-- name: assets_known_recent
+-- Of the same rows, those registered within the recheck window (seconds) and not flagged yet, in
+-- id order (so in registration order): what discovery's recheck stats again.
 SELECT id, location, weight, (extra ->> 'mtime_ns')::bigint,
-       extract(epoch FROM discovered_at)::float8,
-       discovered_at > now() - make_interval(secs => %s)
-           AND NOT extra ? 'changed_after_registration'
+       extract(epoch FROM discovered_at)::float8
 FROM inventory_asset
-WHERE connector_id = %s AND id > %s
+WHERE connector_id = %s AND id > %s AND id <= %s
+  AND discovered_at > now() - make_interval(secs => %s)
+  AND extra ->> 'mtime_ns' IS NOT NULL AND NOT extra ? 'changed_after_registration'
 ORDER BY id;
 
 -- name: asset_flag_changed
