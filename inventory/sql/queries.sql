@@ -122,8 +122,12 @@ WITH given AS (
     FROM unnest(%(locations)s::text[], %(weights)s::bigint[], %(extras)s::text[]) WITH ORDINALITY
          AS t(location, weight, extra, ord)
     WHERE NOT EXISTS (
+        -- OFFSET 0 keeps this a lookup per given location on asset_connector_location_unique:
+        -- as an anti-join the planner read every asset of the connector (a hash of 50,000
+        -- locations to register 100; 5 of a warm discovery's 7 ms of registration)
         SELECT 1 FROM inventory_asset known
         WHERE known.connector_id = %(connector)s AND known.location = t.location
+        OFFSET 0
     )
     ORDER BY t.location, t.ord
 ), last AS (
