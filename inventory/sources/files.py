@@ -97,6 +97,13 @@ class _Patterns:
         return any(_match_parts(parts, pattern) for pattern in self.paths)
 
 
+def _relative_directory(directory: str, root: str) -> str:
+    """A walked directory relative to the connector's, ending in "/" ("" for the directory
+    itself): a name in it is matched as this plus the name, one relpath per directory."""
+    relative = os.path.relpath(directory, root)
+    return "" if relative == "." else relative + "/"
+
+
 def _match_parts(parts: list[str], pattern: list[str]) -> bool:
     if not pattern:
         return not parts
@@ -129,9 +136,10 @@ def scan_directory(*, path: str, patterns: list[str] | None = None) -> list[tupl
     wanted = _Patterns(patterns)
     found = {}
     for directory, names in _walk(path):
+        under = _relative_directory(directory, path)
         for name in names:
             location = os.path.join(directory, name)
-            if wanted.match(os.path.relpath(location, path), name):
+            if wanted.match(under + name, name):
                 stat_ = _file_stat(location)
                 if stat_ is not None:
                     found[location] = stat_
@@ -211,9 +219,10 @@ def directory_discover(*, connector: Connector) -> int:
     wanted = _Patterns(config.get("patterns"))
     found = {}
     for directory, unseen in walk(path, field="config.path", known=known.by_directory):
+        under = _relative_directory(directory, path)
         for name in unseen:
             location = os.path.join(directory, name)
-            if wanted.match(os.path.relpath(location, path), name):
+            if wanted.match(under + name, name):
                 stat_ = _file_stat(location)
                 if stat_ is not None:
                     found[location] = stat_

@@ -83,22 +83,20 @@ def known_files(connector: Connector, *, recheck_seconds: float) -> KnownFiles:
 def _load(cursor, connector: Connector, known: KnownFiles, *, upto: int, recheck_seconds) -> None:
     """Add the connector's rows in (known.max_id, upto]: every id up to `upto` is visible once
     `upto` is (invariant 5), so the copy then holds exactly the rows up to it."""
-    cursor.execute(query("assets_known_since"), [connector.pk, known.max_id, upto])
+    cursor.execute(query("assets_known_since"), [recheck_seconds, connector.pk, known.max_id, upto])
     by_directory = known.by_directory
+    recent = known.recent
     loaded = 0
-    for (location,) in cursor:
+    for location, pk, size, mtime_ns, at in cursor:
         directory, _, name = location.rpartition("/")
         names = by_directory.get(directory)
         if names is None:
             by_directory[directory] = {name}
         else:
             names.add(name)
+        if pk is not None:
+            recent.append([pk, location, size, mtime_ns, at])
         loaded += 1
-    if recheck_seconds > 0:
-        cursor.execute(
-            query("assets_known_recent"), [connector.pk, known.max_id, upto, recheck_seconds]
-        )
-        known.recent.extend(list(row) for row in cursor)
     known.count += loaded
     known.max_id = upto
 

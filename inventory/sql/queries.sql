@@ -111,6 +111,10 @@ SELECT lo, hi FROM tidemark_incremental_next(%s, %s);
 
 -- ---- assets (inventory/services/assets.py) -----------------------------------------------------
 
+-- name: connector_lock_for_register
+-- Registration holds the connector's row until it commits (ids in visibility order, invariant 5).
+SELECT id FROM inventory_connector WHERE id = %s FOR UPDATE;
+
 -- name: assets_register
 -- New locations only, in the order given; the caller holds the connector's row, so ids are
 -- handed out in the order readers can see them (invariant 5) and none is spent on a known one.
@@ -156,21 +160,21 @@ SELECT cum_count, id FROM inventory_asset WHERE connector_id = %s ORDER BY id DE
 SELECT count(*) FROM inventory_asset WHERE connector_id = %s;
 
 -- name: assets_known_since
--- The locations of a connector's assets with ids above the first id (the highest discovery has
--- seen) and up to the second (the last asset it just looked up): ids follow visibility order, so
--- none can appear below it later. Only the location: a process's first look reads every row.
-SELECT location FROM inventory_asset WHERE connector_id = %s AND id > %s AND id <= %s;
-
--- name: assets_known_recent
--- Of the same rows, those registered within the recheck window (seconds) and not flagged yet, in
--- id order (so in registration order): what discovery's recheck stats again.
-SELECT id, location, weight, (extra ->> 'mtime_ns')::bigint,
-       extract(epoch FROM discovered_at)::float8
-FROM inventory_asset
-WHERE connector_id = %s AND id > %s AND id <= %s
-  AND discovered_at > now() - make_interval(secs => %s)
-  AND extra ->> 'mtime_ns' IS NOT NULL AND NOT extra ? 'changed_after_registration'
-ORDER BY id;
+-- The assets of a connector with ids above the first id (the highest discovery has seen) and up
+-- to the second (the last asset it just looked up): ids follow visibility order, so none can
+-- appear below it later. Their location, and for those registered within the recheck window
+-- (seconds) and not flagged yet, what discovery's recheck compares (NULLs for the others, so a
+-- process's first look at a connector of old files reads little more than the locations).
+SELECT location, recent.*
+FROM inventory_asset AS a
+LEFT JOIN LATERAL (
+    SELECT a.id, a.weight, (a.extra ->> 'mtime_ns')::bigint,
+           extract(epoch FROM a.discovered_at)::float8
+    WHERE a.discovered_at > now() - make_interval(secs => %s)
+      AND a.extra ->> 'mtime_ns' IS NOT NULL AND NOT a.extra ? 'changed_after_registration'
+) AS recent ON true
+WHERE a.connector_id = %s AND a.id > %s AND a.id <= %s
+ORDER BY a.id;
 
 -- name: asset_flag_changed
 -- Once: a row already flagged is left as it is (the row count says whether this call flagged it).
