@@ -40,11 +40,14 @@ class KnownFiles:
     max_id: int = 0
     # directory -> names registered in it
     by_directory: dict[str, set[str]] = field(default_factory=dict)
-    # files registered lately, in id order (so in registration order): [id, location, size,
-    # mtime_ns, registered at (epoch seconds)]
-    recent: list[list] = field(default_factory=list)
+    # files registered lately, in id order (so in registration order): (id, location, size,
+    # mtime_ns, registered at (epoch seconds)); tuples, which the garbage collector stops
+    # tracking, so a window of many files adds nothing to its passes
+    recent: list[tuple[int, str, int, int, float]] = field(default_factory=list)
     # where the next recheck starts in `recent`
     cursor: int = 0
+    # ids of `recent` flagged since they were loaded: not stat-ed again
+    flagged: set[int] = field(default_factory=set)
 
 
 _known: dict[tuple[str, int], KnownFiles] = {}
@@ -95,18 +98,15 @@ def _load(cursor, connector: Connector, known: KnownFiles, *, upto: int, recheck
         else:
             names.add(name)
         if pk is not None:
-            recent.append([pk, location, size, mtime_ns, at])
+            recent.append((pk, location, size, mtime_ns, at))
         loaded += 1
     known.count += loaded
     known.max_id = upto
 
 
-def _stat(location: str) -> tuple[int, int] | None:
-    try:
-        found = os.stat(location)
-    except OSError:
-        return None
-    return found.st_mtime_ns, found.st_size
+def _stat(location: str) -> os.stat_result:
+    """The recheck's one system call per file (a name of its own, so tests count them)."""
+    return os.stat(location)
 
 
 def recent_recheck(
@@ -115,9 +115,9 @@ def recent_recheck(
     """Flag (once) the recently registered files that changed after their registration; returns
     how many were stat-ed (at most `per_scan`).
 
-    The entries are in registration order, so those that left the window (or were flagged) sit
-    at the front and are dropped there without a stat; the cursor then takes the next
-    `per_scan` entries, wrapping round to the front."""
+    The entries are in registration order, so those that left the window sit at the front and
+    are dropped there without a stat; the cursor then takes the next `per_scan` entries,
+    wrapping round to the front."""
     horizon = time.time() - recheck_seconds
     with _known_lock:
         recent = known.recent
@@ -125,6 +125,7 @@ def recent_recheck(
         while gone < len(recent) and recent[gone][4] < horizon:
             gone += 1
         if gone:
+            known.flagged.difference_update(entry[0] for entry in recent[:gone])
             del recent[:gone]
             known.cursor = max(known.cursor - gone, 0)
         start = known.cursor if known.cursor < len(recent) else 0
@@ -132,21 +133,22 @@ def recent_recheck(
         if len(due) < per_scan and start:
             due += recent[: min(start, per_scan - len(due))]
         known.cursor = (start + len(due)) % len(recent) if recent else 0
+        flagged = set(known.flagged)
     stated = 0
-    for entry in due:
-        pk, location, size, mtime_ns, at = entry
-        if at < horizon:
-            continue  # left the window (or flagged) since: dropped when it reaches the front
+    for pk, location, size, mtime_ns, at in due:
+        if at < horizon or pk in flagged:
+            continue  # left the window since (dropped when it reaches the front), or flagged
         stated += 1
-        now = _stat(location)
-        if now is None or now == (mtime_ns, size):
+        try:
+            now = _stat(location)
+        except OSError:
+            continue  # gone: its jobs find out when they read it
+        if now.st_mtime_ns == mtime_ns and now.st_size == size:
             continue
-        entry[4] = _FLAGGED
-        _flag(connector, pk=pk, location=location, size=size, now=now)
+        with _known_lock:
+            known.flagged.add(pk)
+        _flag(connector, pk=pk, location=location, size=size, now=(now.st_mtime_ns, now.st_size))
     return stated
-
-
-_FLAGGED = float("-inf")  # an entry's registration time once flagged: out of every window
 
 
 def _flag(connector: Connector, *, pk: int, location: str, size: int, now: tuple[int, int]) -> None:
