@@ -87,10 +87,10 @@ def _load(cursor, connector: Connector, known: KnownFiles, *, upto: int, recheck
     """Add the connector's rows in (known.max_id, upto]: every id up to `upto` is visible once
     `upto` is (invariant 5), so the copy then holds exactly the rows up to it."""
     cursor.execute(query("assets_known_since"), [recheck_seconds, connector.pk, known.max_id, upto])
+    rows = cursor.fetchall()  # one call into the driver (iterating the cursor is a Python loop)
     by_directory = known.by_directory
     recent = known.recent
-    loaded = 0
-    for location, pk, size, mtime_ns, at in cursor:
+    for location, pk, size, mtime_ns, at in rows:
         directory, _, name = location.rpartition("/")
         names = by_directory.get(directory)
         if names is None:
@@ -99,8 +99,7 @@ def _load(cursor, connector: Connector, known: KnownFiles, *, upto: int, recheck
             names.add(name)
         if pk is not None:
             recent.append((pk, location, size, mtime_ns, at))
-        loaded += 1
-    known.count += loaded
+    known.count += len(rows)
     known.max_id = upto
 
 
