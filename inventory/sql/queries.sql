@@ -152,8 +152,16 @@ ORDER BY g.ord;
 -- Discovery's check that its copy of the registered locations is current: the connector's last
 -- asset, its id and its running count (Asset.cum_count, kept true by the prefix-sum triggers
 -- through any insert or delete), one index lookup on asset_connector_id_idx however many assets
--- the connector has (a count(*) read them all). No row: no asset.
-SELECT cum_count, id FROM inventory_asset WHERE connector_id = %s ORDER BY id DESC LIMIT 1;
+-- the connector has (a count(*) read them all). No row: no asset. Written as a row comparison in
+-- the index's order because "connector_id = C ORDER BY id DESC LIMIT 1" lets the planner
+-- walk the primary key backwards through every later asset of the other connectors.
+SELECT cum_count, id FROM (
+    SELECT connector_id, cum_count, id FROM inventory_asset
+    WHERE (connector_id, id) <= (%s, 9223372036854775807)
+    ORDER BY connector_id DESC, id DESC
+    LIMIT 1
+) AS last
+WHERE connector_id = %s;
 
 -- name: assets_count
 -- The connector's asset count the slow way: only when its last asset's cum_count is missing.
