@@ -135,8 +135,14 @@ WITH given AS (
     )
     ORDER BY t.location, t.ord
 ), last AS (
-    SELECT cum_count, cum_weight FROM inventory_asset
-    WHERE connector_id = %(connector)s ORDER BY id DESC LIMIT 1
+    -- the connector's last asset, one step of asset_connector_id_idx (as in assets_known_size)
+    SELECT cum_count, cum_weight FROM (
+        SELECT connector_id, cum_count, cum_weight FROM inventory_asset
+        WHERE (connector_id, id) <= (%(connector)s, 9223372036854775807)
+        ORDER BY connector_id DESC, id DESC
+        LIMIT 1
+    ) AS newest
+    WHERE connector_id = %(connector)s
 )
 INSERT INTO inventory_asset (
     connector_id, location, weight, extra, discovered_at, cum_count, cum_weight
