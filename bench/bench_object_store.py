@@ -111,7 +111,7 @@ def measure(endpoint: str) -> dict:
     from inventory.models import Connector
     from inventory.services import assets
     from inventory.services.connectors import connector_create
-    from inventory.sources import discovery, files
+    from inventory.sources import discovery, files_known
     from inventory.sources import object_store as source_object_store
 
     backend = s3_backends[ACCOUNT]["global"]
@@ -140,7 +140,7 @@ def measure(endpoint: str) -> dict:
     Connector.objects.filter(pk=cursor.pk).update(
         cursor={"path": config["path"], "start_after": _key(KNOWN - 1)}
     )
-    files._known_files(full, recheck_seconds=0)  # warm, as in a worker that looked before
+    files_known.known_files(full, recheck_seconds=0)  # warm, as in a worker that looked before
     fs = source_object_store.access.s3_filesystem(config)
 
     def bare() -> int:

@@ -2,6 +2,7 @@
 no id is spent on them, and the process's copy of what is registered never hides a new file."""
 
 import os
+import re
 import time
 
 import pytest
@@ -11,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from inventory.models import Asset
 from inventory.services.assets import assets_register
 from inventory.services.connectors import connector_create
-from inventory.sources import files
+from inventory.sources import files, files_known
 from inventory.sources.files import directory_discover, scan_directory
 
 pytestmark = pytest.mark.django_db
@@ -37,6 +38,7 @@ def stats(monkeypatch):
     """Every location discovery stats."""
     seen = []
     real_file_stat, real_stat = files._file_stat, files._stat
+    real_recheck_stat = files_known._stat
 
     def file_stat(location):
         seen.append(location)
@@ -47,7 +49,13 @@ def stats(monkeypatch):
         return real_stat(location)
 
     monkeypatch.setattr(files, "_file_stat", file_stat)
+
+    def recheck_stat(location):
+        seen.append(location)
+        return real_recheck_stat(location)
+
     monkeypatch.setattr(files, "_stat", plain_stat)
+    monkeypatch.setattr(files_known, "_stat", recheck_stat)
     return seen
 
 
@@ -171,3 +179,73 @@ def test_recheck_per_scan_must_be_a_positive_whole_number(tmp_path, value):
 
     with pytest.raises(InvalidInput, match="recheck_per_scan"):
         _connector(tmp_path, recheck_per_scan=value)
+
+
+@pytest.fixture
+def rechecks(monkeypatch):
+    """Every location the recheck of recently registered files stats."""
+    seen = []
+    real = files_known._stat
+
+    def recheck_stat(location):
+        seen.append(location)
+        return real(location)
+
+    monkeypatch.setattr(files_known, "_stat", recheck_stat)
+    return seen
+
+
+def test_each_scan_stats_the_same_slice_however_many_files_are_in_the_window(tmp_path, rechecks):
+    per_scan = []
+    for window in (12, 120):
+        connector, folder = _connector(
+            tmp_path / str(window), name=f"w{window}", recheck_per_scan=5
+        )
+        for n in range(window):
+            _old_file(folder / f"f{n:03d}.csv")
+        assert directory_discover(connector=connector) == window
+        for _ in range(4):
+            rechecks.clear()
+            assert directory_discover(connector=connector) == 0
+            per_scan.append(len(rechecks))
+    assert per_scan == [5] * 8  # ten times the files in the window, the same stats per scan
+
+
+def test_a_recent_file_changed_after_the_recheck_passed_it_is_still_noticed(tmp_path, rechecks):
+    connector, folder = _connector(tmp_path, recheck_per_scan=4)
+    for n in range(10):
+        _old_file(folder / f"f{n:02d}.csv")
+    assert directory_discover(connector=connector) == 10
+    looked_at = set()
+    for _ in range(3):  # ceil(10 / 4): every file looked at once, unchanged
+        assert directory_discover(connector=connector) == 0
+        looked_at.update(rechecks)
+    assert len(looked_at) == 10
+    assert not Asset.objects.filter(extra__has_key="changed_after_registration").exists()
+    late = _old_file(folder / "late.csv")  # registered later: joins the round
+    assert directory_discover(connector=connector) == 1
+    with open(folder / "f00.csv", "ab") as still_written:
+        still_written.write(b"more rows")
+    with open(late, "ab") as still_written:
+        still_written.write(b"more rows")
+    for _ in range(-(-11 // 4)):
+        assert directory_discover(connector=connector) == 0
+    flagged = Asset.objects.filter(extra__has_key="changed_after_registration")
+    assert sorted(os.path.basename(a.location) for a in flagged) == ["f00.csv", "late.csv"]
+    rechecks.clear()
+    for _ in range(3):
+        assert directory_discover(connector=connector) == 0
+    assert str(folder / "f00.csv") not in rechecks  # flagged once, then left alone
+
+
+def test_a_scan_that_finds_nothing_new_asks_the_database_one_index_lookup(tmp_path):
+    connector, folder = _connector(tmp_path)
+    for n in range(30):
+        _old_file(folder / f"f{n:02d}.csv")
+    assert directory_discover(connector=connector) == 30
+    assert directory_discover(connector=connector) == 0  # the copy takes in the new rows
+    with CaptureQueriesContext(connection) as queries:
+        assert directory_discover(connector=connector) == 0
+    sent = [str(q["sql"]) for q in queries.captured_queries]
+    statement = re.sub(r"--[^\n]*", "", sent[0]).lower()
+    assert len(sent) == 1 and "count(" not in statement  # not a count of every asset

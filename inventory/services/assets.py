@@ -38,10 +38,10 @@ def assets_register(*, connector: Connector, items: list[tuple[str, int, dict]])
             raise InvalidInput("weight", f"{location}: weight must be an integer, got {weight!r}")
         if weight < 0:
             raise InvalidInput("weight", f"{location}: weight must not be negative, got {weight}")
-    Connector.objects.select_for_update().filter(pk=connector.pk).first()
-    if not items:
-        return 0
     with connection.cursor() as cursor:
+        cursor.execute(query("connector_lock_for_register"), [connector.pk])
+        if not items:
+            return 0
         cursor.execute(
             query("assets_register"),
             {

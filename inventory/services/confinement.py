@@ -17,7 +17,6 @@ symlink loops cannot tie up a worker.
 import os
 import stat
 from collections.abc import Iterator, Mapping, Set
-from itertools import filterfalse
 from urllib.parse import urlparse
 
 from django.conf import settings
@@ -79,8 +78,8 @@ def walk(
     resolves inside `root`, each directory once.
 
     One `os.listdir` per directory; only the names not in `known[directory]` (the files a
-    discovery registered there before) are looked at, one `lstat` each, and yielded: a scan of a
-    directory of known files costs its listing and a set lookup per name. A known name is taken
+    discovery registered there before: a set difference) are looked at, one `lstat` each, and
+    yielded: a scan of a directory of known files costs its listing and a set lookup per name. A known name is taken
     for the file it was (a directory that later takes a registered file's name is not walked).
     Confinement is decided per directory: a directory reached without a symlink lies at its
     parent's resolved path plus its name; only a symlink is resolved (`os.path.realpath`)."""
@@ -108,7 +107,10 @@ def walk(
             )
         names = []
         skip = known.get(directory)
-        for name in filterfalse(skip.__contains__, listing) if skip else listing:
+        # a set difference (hashing and probing in C) costs a known file less than a filter
+        # calling `skip.__contains__` per name: the known set is the one structure a scan reads
+        # that the listing does not, and it is seldom still in the CPU cache
+        for name in set(listing) - skip if skip else listing:
             path = os.path.join(directory, name)
             try:
                 mode = os.lstat(path).st_mode

@@ -2,32 +2,29 @@
 discovery that registers what is new (assets.py hands out the ids).
 
 The worker reads the listed files with workers/spark/sources/files.py. An object-store path is
-the `object_store` kind (inventory/sources/object_store.py), which shares the patterns, the
-completeness rule and the per-process copy of registered locations kept here.
+the `object_store` kind (inventory/sources/object_store/), which shares the patterns, the
+completeness rule and the per-process copy of registered locations (files_known.py).
 """
 
 import fnmatch
-import json
-import logging
 import os
 import stat
-import threading
 import time
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-
-from django.db import connection
 
 from inventory.models import Connector, ConnectorKind
 from inventory.services.assets import assets_register
 from inventory.services.confinement import path_confined, walk
 from inventory.services.errors import InvalidInput
-from inventory.sql import query
+from inventory.sources.files_known import (
+    DEFAULT_RECHECK_PER_SCAN,
+    DEFAULT_RECHECK_SECONDS,
+    known_files,
+    recent_recheck,
+)
 
 DEFAULT_PATTERNS = ["*.parquet", "*.json", "*.jsonl", "*.csv"]
-log = logging.getLogger(__name__)
 
 
 # When is a file in a watched directory complete (issue: a half-written CSV read once, never again)?
@@ -100,6 +97,13 @@ class _Patterns:
         return any(_match_parts(parts, pattern) for pattern in self.paths)
 
 
+def _relative_directory(directory: str, root: str) -> str:
+    """A walked directory relative to the connector's, ending in "/" ("" for the directory
+    itself): a name in it is matched as this plus the name, one relpath per directory."""
+    relative = os.path.relpath(directory, root)
+    return "" if relative == "." else relative + "/"
+
+
 def _match_parts(parts: list[str], pattern: list[str]) -> bool:
     if not pattern:
         return not parts
@@ -132,9 +136,10 @@ def scan_directory(*, path: str, patterns: list[str] | None = None) -> list[tupl
     wanted = _Patterns(patterns)
     found = {}
     for directory, names in _walk(path):
+        under = _relative_directory(directory, path)
         for name in names:
             location = os.path.join(directory, name)
-            if wanted.match(os.path.relpath(location, path), name):
+            if wanted.match(under + name, name):
                 stat_ = _file_stat(location)
                 if stat_ is not None:
                     found[location] = stat_
@@ -186,9 +191,10 @@ def directory_discover(*, connector: Connector) -> int:
 
     The scan costs one directory listing plus work for what changed: files already registered
     are recognised by name against this process's copy of the connector's registered locations
-    (kept current by a query bounded by what was registered since the last look), so the walk
-    (confinement.walk) neither stats them nor sends them to the database again. Only new names are matched against the
-    patterns, stat-ed and checked for completeness.
+    (files_known.py: kept current by one index lookup, plus a query bounded by what was
+    registered since the last look), so the walk (confinement.walk) neither stats them nor
+    sends them to the database again. Only new names are matched against the patterns, stat-ed
+    and checked for completeness.
 
     A registered file that has changed since (size or modification time) is not registered
     again: it is logged and marked in its asset's `extra` (`changed_after_registration`). That
@@ -196,9 +202,9 @@ def directory_discover(*, connector: Connector) -> int:
     `recheck_seconds` (connector config, default 1 hour): a file registered before it was
     complete changes soon after; one rewritten much later is still never read again, but is
     no longer flagged. Each scan stats at most `recheck_per_scan` of those files (connector
-    config, default 1000), round-robin, so the scan costs the same however many files are in
-    the window: a file in the window is rechecked within ceil(files in window / recheck_per_scan)
-    scans of this process."""
+    config, default 1000), from a cursor that goes round them, so the scan costs the same
+    however many files are in the window: a file in the window is rechecked within
+    ceil(files in window / recheck_per_scan) scans of this process (files_known.py)."""
     if connector.kind != ConnectorKind.FILES:
         raise InvalidInput("kind", f"connector {connector.name} is {connector.kind}, not files")
     config = connector.config or {}
@@ -209,120 +215,19 @@ def directory_discover(*, connector: Connector) -> int:
         raise InvalidInput("config.path", "a files connector needs a directory path")
     _check_root(path)
     recheck = float(config.get("recheck_seconds", DEFAULT_RECHECK_SECONDS))
-    known = _known_files(connector, recheck_seconds=recheck)
+    known = known_files(connector, recheck_seconds=recheck)
     wanted = _Patterns(config.get("patterns"))
     found = {}
     for directory, unseen in walk(path, field="config.path", known=known.by_directory):
+        under = _relative_directory(directory, path)
         for name in unseen:
             location = os.path.join(directory, name)
-            if wanted.match(os.path.relpath(location, path), name):
+            if wanted.match(under + name, name):
                 stat_ = _file_stat(location)
                 if stat_ is not None:
                     found[location] = stat_
     per_scan = int(config.get("recheck_per_scan", DEFAULT_RECHECK_PER_SCAN))
-    _flag_changed(connector, known, recheck_seconds=recheck, per_scan=per_scan)
+    recent_recheck(connector, known, recheck_seconds=recheck, per_scan=per_scan)
     if not found:
         return 0  # nothing new: no transaction, no connector row lock
     return assets_register(connector=connector, items=complete_files(_oldest_first(found), config))
-
-
-# ---- what a connector has registered, per process ----------------------------------------------
-
-DEFAULT_RECHECK_SECONDS = 3600
-DEFAULT_RECHECK_PER_SCAN = 1000
-
-
-@dataclass
-class _KnownFiles:
-    count: int = 0
-    max_id: int = 0
-    # directory -> names registered in it
-    by_directory: dict[str, set[str]] = field(default_factory=dict)
-    # files registered lately, still checked for changes: id -> (location, size, mtime_ns, at)
-    recent: dict[int, tuple[str, int, int, float]] = field(default_factory=dict)
-    # the ids of `recent` in recheck order: each scan takes a slice from the left, puts it back right
-    turn: deque[int] = field(default_factory=deque)
-
-
-_known: dict[tuple[str, int], _KnownFiles] = {}
-_known_lock = threading.Lock()
-
-
-def _known_files(connector: Connector, *, recheck_seconds: float) -> _KnownFiles:
-    """This process's copy of the connector's registered locations, brought up to date.
-
-    Ids are handed out in visibility order (invariant 5), so the rows registered since the last
-    look are exactly those above the highest id seen: a bounded query. The count catches rows
-    that left (a connector reset); then the copy is loaded again."""
-    key = (connection.settings_dict["NAME"], connector.pk)
-    with connection.cursor() as cursor:
-        cursor.execute(query("assets_known_size"), [connector.pk])
-        count, max_id = cursor.fetchone()
-        with _known_lock:
-            known = _known.get(key)
-            if known is None or max_id < known.max_id or count < known.count:
-                known = _KnownFiles()
-            if max_id > known.max_id:
-                _load_known(cursor, connector, known, recheck_seconds=recheck_seconds)
-            if known.count != count:
-                known = _KnownFiles()
-                _load_known(cursor, connector, known, recheck_seconds=recheck_seconds)
-            _known[key] = known
-            return known
-
-
-def _load_known(cursor, connector: Connector, known: _KnownFiles, *, recheck_seconds) -> None:
-    cursor.execute(query("assets_known_since"), [recheck_seconds, connector.pk, known.max_id])
-    for pk, location, weight, mtime_ns, registered_at, recent in cursor.fetchall():
-        directory, _, name = location.rpartition("/")
-        known.by_directory.setdefault(directory, set()).add(name)
-        if recent and mtime_ns is not None:
-            known.recent[pk] = (location, weight, int(mtime_ns), registered_at)
-            known.turn.append(pk)
-        known.count += 1
-        known.max_id = max(known.max_id, pk)
-
-
-def _flag_changed(
-    connector: Connector, known: _KnownFiles, *, recheck_seconds: float, per_scan: int
-) -> None:
-    """Flag (once) the recently registered files that changed after their registration.
-
-    At most `per_scan` files are stat-ed, taken round-robin from `known.turn`, so every file in
-    the window is looked at within ceil(len(window) / per_scan) calls; files that left the window
-    (or were flagged) are dropped from the turn as they come up, without a stat."""
-    horizon = time.time() - recheck_seconds
-    due = []
-    with _known_lock:
-        for _ in range(len(known.turn)):
-            if len(due) >= per_scan:
-                break
-            pk = known.turn.popleft()
-            entry = known.recent.get(pk)
-            if entry is None:
-                continue
-            if entry[3] < horizon:
-                del known.recent[pk]
-                continue
-            known.turn.append(pk)
-            due.append((pk, entry))
-    for pk, (location, size, mtime_ns, _registered_at) in due:
-        now = _stat(location)
-        if now is None or now == (mtime_ns, size):
-            continue
-        with _known_lock:
-            known.recent.pop(pk, None)
-        changed = {"size": now[1], "mtime_ns": now[0]}
-        with connection.cursor() as cursor:
-            cursor.execute(query("asset_flag_changed"), [json.dumps(changed), pk])
-            flagged = cursor.rowcount
-        if flagged:
-            log.warning(
-                "connector %s: %s changed after it was registered as asset %s (size %s -> %s); "
-                "the jobs that committed it read it again (a restatement)",
-                connector.name,
-                location,
-                pk,
-                size,
-                now[1],
-            )

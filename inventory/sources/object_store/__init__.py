@@ -34,7 +34,7 @@ from django.db import connection, transaction
 
 from inventory.models import Asset, Batch, Connector
 from inventory.services import assets
-from inventory.sources import files
+from inventory.sources import files, files_known
 from inventory.sources.object_store.access import (
     CREDENTIAL_KEYS,
     S3_SCHEMES,
@@ -205,7 +205,7 @@ def _discover_full(connector: Connector, config: dict, scheme: str) -> int:
             if info.get("type") == "file"
         ]
     _recheck(connector, _recent_objects(connector, config), listed)
-    known = files._known_files(connector, recheck_seconds=0)
+    known = files_known.known_files(connector, recheck_seconds=0)
     unseen = []
     for entry in listed:
         directory, _, name = entry[0].rpartition("/")
