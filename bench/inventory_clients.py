@@ -1,0 +1,276 @@
+"""bench_inventory's clients: forked processes that acquire + succeed in a loop, for
+Tidemark (batch_acquire / batch_succeed) and the hand-written SQL baseline."""
+
+import queue as queue_module
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from inventory_setup import META, SQL_BATCHES, WARM_PAIRS  # noqa: E402
+
+
+def run_clients(target, clients: int, spec: dict) -> dict:
+    """Fork `clients` processes running target(index, spec, barrier, counters, queue); gather."""
+    import multiprocessing as mp
+
+    from django.db import connections
+
+    connections.close_all()  # children open their own connections
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(clients)
+    counters = ctx.Array("i", max(1, len(spec["jobs"])))
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(target=target, args=(i, spec, barrier, counters, queue)) for i in range(clients)
+    ]
+    for proc in procs:
+        proc.start()
+    try:  # a client that dies without reporting must not hang the run
+        results = [queue.get(timeout=spec["seconds"] + 300) for _ in procs]
+    except queue_module.Empty:
+        for proc in procs:
+            proc.kill()
+        raise RuntimeError("a benchmark client died without reporting") from None
+    for proc in procs:
+        proc.join()
+    fatal = [r["fatal"] for r in results if "fatal" in r]
+    if fatal:
+        raise RuntimeError(f"a benchmark client failed:\n{fatal[0]}")
+    errors: dict = {}
+    for r in results:
+        for name, count in r["errors"].items():
+            errors[name] = errors.get(name, 0) + count
+    return {
+        "batches": sum(r["batches"] for r in results),
+        "elapsed": max(r["elapsed"] for r in results),
+        "acquire_s": [x for r in results for x in r["acquire_s"]],
+        "succeed_s": [x for r in results for x in r["succeed_s"]],
+        "conflicts": sum(r["conflicts"] for r in results),
+        "errors": errors,
+        "per_client": [r["batches"] for r in results],
+    }
+
+
+def _claim(counters, job_index: int, quota) -> bool:
+    if quota is None:
+        return True
+    with counters.get_lock():
+        if counters[job_index] >= quota:
+            return False
+        counters[job_index] += 1
+        return True
+
+
+def _unclaim(counters, job_index: int, quota) -> None:
+    if quota is not None:
+        with counters.get_lock():
+            counters[job_index] -= 1
+
+
+def client_loop(index, spec, barrier, counters, queue, warm_up, acquire, succeed):
+    """The timed loop shared by the Tidemark and baseline clients (the peer has its own driver)."""
+    try:
+        state = warm_up(spec)
+    except Exception:
+        barrier.abort()
+        queue.put({"index": index, "fatal": traceback.format_exc()})
+        return
+    quota = spec["quota"]
+    acquire_s, succeed_s, errors = [], [], {}
+    conflicts = done = 0
+    try:
+        _warm_session(state, spec, counters, acquire, succeed, f"bench-client-{index}")
+    except Exception:
+        barrier.abort()
+        queue.put({"index": index, "fatal": traceback.format_exc()})
+        return
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:  # another client failed to start
+        queue.put({"index": index, "fatal": "another client failed before the start"})
+        return
+    started = time.perf_counter()
+    deadline = started + spec["seconds"]
+    for job_index, job in enumerate(spec["jobs"]):
+        if time.perf_counter() >= deadline:
+            break
+        while time.perf_counter() < deadline:
+            if not _claim(counters, job_index, quota):
+                break
+            t0 = time.perf_counter()
+            try:
+                batch = acquire(state, job, f"bench-client-{index}")
+            except Conflicted:
+                conflicts += 1
+                _unclaim(counters, job_index, quota)
+                continue
+            except Exception as exc:  # counted and reported; the run goes on
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                _unclaim(counters, job_index, quota)
+                continue
+            t1 = time.perf_counter()
+            if batch is None:  # the job's items are exhausted
+                _unclaim(counters, job_index, quota)
+                break
+            try:
+                succeed(state, batch)
+            except Exception as exc:
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                continue
+            t2 = time.perf_counter()
+            acquire_s.append(t1 - t0)
+            succeed_s.append(t2 - t1)
+            done += 1
+    queue.put(
+        {
+            "index": index,
+            "batches": done,
+            "elapsed": time.perf_counter() - started,
+            "acquire_s": acquire_s,
+            "succeed_s": succeed_s,
+            "conflicts": conflicts,
+            "errors": errors,
+        }
+    )
+
+
+def _warm_session(state, spec, counters, acquire, succeed, worker) -> None:
+    """WARM_PAIRS untimed pairs before the start, the same for every system: a worker keeps its
+    database session, so its statements are compiled and their plans cached (PostgreSQL plans a
+    cached statement anew for its first 5 runs); a 1 s slice in a fresh process would otherwise
+    time session start-up rather than the calls. They take batches from the same jobs and quotas
+    (the checks count them), and a conflict is retried as in the timed loop."""
+    warmed = 0
+    for job_index, job in enumerate(spec["jobs"]):
+        while warmed < WARM_PAIRS and _claim(counters, job_index, spec["quota"]):
+            try:
+                batch = acquire(state, job, worker)
+            except Conflicted:
+                _unclaim(counters, job_index, spec["quota"])
+                continue
+            if batch is None:
+                _unclaim(counters, job_index, spec["quota"])
+                break
+            succeed(state, batch)
+            warmed += 1
+        if warmed >= WARM_PAIRS:
+            return
+
+
+class Conflicted(Exception):
+    """An acquire lost a race and was retried (the baseline's unique (job, lo) violation)."""
+
+
+# Tidemark clients
+
+
+def _tidemark_warm_up(spec):
+    from inventory.models import Job
+
+    jobs = {
+        job.pk: job for job in Job.objects.select_related("connector").filter(pk__in=spec["jobs"])
+    }
+    return jobs
+
+
+def _tidemark_acquire(jobs, job_id, worker):
+    from inventory.services.lifecycle import batch_acquire
+
+    return batch_acquire(job=jobs[job_id], worker=worker)
+
+
+def _tidemark_succeed(jobs, batch):
+    from inventory.services.lifecycle import batch_succeed
+
+    batch_succeed(batch_id=batch.pk, attempt=batch.attempt, result={"rows": batch.item_count})
+
+
+def tidemark_client(index, spec, barrier, counters, queue):
+    client_loop(
+        index,
+        spec,
+        barrier,
+        counters,
+        queue,
+        _tidemark_warm_up,
+        _tidemark_acquire,
+        _tidemark_succeed,
+    )
+
+
+# Baseline clients: one statement per acquire, one per succeed
+
+BASELINE_ACQUIRE = f"""
+WITH start AS (
+    SELECT coalesce(max(hi), %(first)s) AS lo FROM {SQL_BATCHES} WHERE job = %(job)s
+), items AS (
+    SELECT m.uid, m.weight,
+           sum(m.weight) OVER (ORDER BY m.uid) AS cum_weight,
+           row_number() OVER (ORDER BY m.uid) AS n
+    FROM (SELECT uid, weight FROM {META} WHERE uid >= (SELECT lo FROM start)
+          ORDER BY uid LIMIT %(max_items)s) AS m
+), picked AS (
+    SELECT uid, weight FROM items WHERE cum_weight <= %(budget)s OR n = 1
+)
+INSERT INTO {SQL_BATCHES} (job, lo, hi, item_count, weight, worker)
+SELECT %(job)s, start.lo, max(picked.uid) + 1, count(*), sum(picked.weight), %(worker)s
+FROM picked, start GROUP BY start.lo
+RETURNING id
+"""
+
+BASELINE_SUCCEED = (
+    f"UPDATE {SQL_BATCHES} SET status = 'succeeded', finished_at = now() "
+    "WHERE id = %s AND status = 'running'"
+)
+
+
+def _baseline_warm_up(spec):
+    import psycopg2
+
+    conn = psycopg2.connect(**spec["conn"])
+    conn.autocommit = True
+    return {"conn": conn, "cur": conn.cursor(), "spec": spec}
+
+
+def _baseline_acquire(state, job, worker):
+    import psycopg2.errors
+
+    spec = state["spec"]
+    try:
+        state["cur"].execute(
+            BASELINE_ACQUIRE,
+            {
+                "job": job,
+                "first": spec["first"],
+                "budget": spec["budget"],
+                "max_items": spec["max_items"],
+                "worker": worker,
+            },
+        )
+    except psycopg2.errors.UniqueViolation:
+        raise Conflicted from None
+    row = state["cur"].fetchone()
+    return row[0] if row else None
+
+
+def _baseline_succeed(state, batch_id):
+    state["cur"].execute(BASELINE_SUCCEED, [batch_id])
+    if state["cur"].rowcount != 1:
+        raise RuntimeError(f"baseline batch {batch_id} was not running")
+
+
+def baseline_client(index, spec, barrier, counters, queue):
+    client_loop(
+        index,
+        spec,
+        barrier,
+        counters,
+        queue,
+        _baseline_warm_up,
+        _baseline_acquire,
+        _baseline_succeed,
+    )
