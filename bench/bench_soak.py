@@ -76,6 +76,7 @@ class Run:
     backfills_asked: int = 0  # through the REST API (bench/soak_web.py)
     backfills_created: int = 0
     asks: dict = field(default_factory=dict)  # replays and source backfills (bench/soak_asks.py)
+    events: list = field(default_factory=list)  # (time.monotonic(), what): faults and asks
     seconds: float = 0.0
 
 
@@ -231,6 +232,7 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
             web,
             jobs,
             admin_token=role_token(f"{tag}-admin", "admin"),
+            events=run.events,
             backfill_labels=[label for label, s in source_of.items() if s.name != "files"],
         )
     faults = Faults(
@@ -348,6 +350,8 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
         "not_possible": run.not_possible,
         "redeliveries_seen": run.redeliveries_seen,
         "seconds": round(run.seconds, 1),
+        # when each fault was injected and each replay or backfill asked (s from the start)
+        "timeline": [f"{at - started:.0f}s {what}" for at, what in sorted(run.events)],
         "check": summary,
     }
     return run, report, figures

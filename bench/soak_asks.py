@@ -26,8 +26,11 @@ class Asks:
     """`jobs`: {label: Job}; `web`: the running Web; `admin_token`: an admin's API token;
     `backfill_labels`: the jobs owed a backfill here."""
 
-    def __init__(self, web, jobs: dict, *, admin_token: str, backfill_labels, spacing=2.0):
+    def __init__(
+        self, web, jobs: dict, *, admin_token: str, backfill_labels, spacing=2.0, events=None
+    ):
         self.web, self.jobs, self.admin_token, self.spacing = web, jobs, admin_token, spacing
+        self.events = [] if events is None else events  # (time.monotonic(), what)
         self.owed = [("replay", label) for label in jobs] + [
             ("backfill", label) for label in backfill_labels if label in jobs
         ]
@@ -54,6 +57,7 @@ class Asks:
             except OSError:  # the web faults: a worker killed or stopped meanwhile
                 status = "no answer"
             self.answers[f"{kind} {status}"] += 1
+            self.events.append((now, f"{kind} {label} {status}"))
             if status in (200, 201):
                 self.done[kind] += 1
                 self.done_by_job[f"{kind} {label}"] += 1

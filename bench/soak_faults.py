@@ -193,6 +193,7 @@ class Faults:
         kind = kinds[self.turn % len(kinds)]
         self.turn += 1
         if self.run.faults[kind] < self.settings.faults_per_kind and getattr(self, kind)():
+            self.run.events.append((now, f"fault {kind}"))
             self._spaced(now)
 
     def _count(self, kind: str) -> bool:
