@@ -20,7 +20,10 @@ sigkill and sigstop of workers, a real broker redelivery, Redis and PostgreSQL r
 embedded ones), a full disk under the files sink (a tmpfs), a worker's wall clock jumping
 (libfaketime), beat killed and started again, the gunicorn worker serving the REST API killed or
 stopped while the driver asks it for backfills over committed ranges (bench/soak_web.py); and
-crash_before_commit (the chaos suite's hook, once per job).
+crash_before_commit (the chaos suite's hook, once per job). Meanwhile, through the same gunicorn,
+an admin replays every job (its watermark moved back with replay=true) and an operator backfills
+each job of the S3, table and Kafka sources (bench/soak_asks.py); the run is not done until each
+of them was answered 200/201 and the replayed and backfilled items committed again.
 
 Then bench/soak_checker.py reads each sink as a reader would and compares it with every source
 row's checksum: lost, duplicated, unexpected, altered, stale; and each job's watermark with its
