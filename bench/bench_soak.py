@@ -251,9 +251,11 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
     landed = 0
     try:
         while True:
-            if landed < settings.files or (faults.due() and done(jobs, sources)):
+            more = faults.due() or (asks is not None and asks.starved)
+            if landed < settings.files or (more and done(jobs, sources)):
                 # files land while batches run; when every batch is done before every fault has
-                # landed (faults need a running batch), one more file gives them one
+                # landed (faults need a running batch), or a job has too few outputs to replay,
+                # one more file gives them one
                 for source in sources:
                     source.tick(landed)
                 landed += 1

@@ -13,7 +13,8 @@ same gunicorn the web faults hit (bench/soak_web.py), while the faults are under
 A request is asked only when its job has nothing queued, running or failed (a replay over a batch
 in flight is refused with 409, and so is a backfill over one); an answer other than 200/201 is
 counted as asked, not done, and the job is asked again later. One request every `spacing`
-seconds at most.
+seconds at most. A job with fewer than two standing outputs (a tiny run) makes the driver land
+more units (`starved`).
 """
 
 import time
@@ -38,6 +39,7 @@ class Asks:
         self.done_by_job = Counter()  # "replay kafka-files" -> 1
         self.answers = Counter()  # "replay 409" -> n
         self.next_at = 0.0
+        self.starved = False  # an owed job has fewer than two standing outputs: land more
 
     def due(self) -> bool:
         return bool(self.owed)
@@ -46,6 +48,7 @@ class Asks:
         now = time.monotonic()
         if not self.owed or now < self.next_at:
             return
+        self.starved = False
         for kind, label in list(self.owed):
             target = self._target(self.jobs[label], kind)
             if target is None:
@@ -79,6 +82,7 @@ class Asks:
             ).order_by("-span")[:2]
         )
         if len(outputs) < 2:
+            self.starved = True
             return None
         chosen = outputs[1] if kind == "replay" else outputs[0]
         if Watermark.objects.get(job=job).position < chosen.span.upper:
