@@ -33,7 +33,6 @@ the run.
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import time
@@ -48,7 +47,12 @@ from bench import soak_checker as sc  # noqa: E402
 from bench import soak_sources as ss  # noqa: E402
 from bench.soak_asks import Asks  # noqa: E402
 from bench.soak_faults import FAULT_KINDS, Faults, Pool  # noqa: E402
-from bench.soak_machine import Beat, tmpfs_mount, tmpfs_unmount  # noqa: E402
+from bench.soak_machine import (  # noqa: E402
+    Beat,
+    redeliveries_seen,
+    tmpfs_mount,
+    tmpfs_unmount,
+)
 from bench.soak_web import Web, WebFaults, operator_token, role_token  # noqa: E402
 
 MODES = ("files", "delta", "append", "upsert", "coalesce")
@@ -142,17 +146,6 @@ def read_sink(label: str, job, source, *, work: Path, sink_dsn: str) -> list:
 
 
 # ---- faults (bench/soak_faults.py) --------------------------------------------------------------
-
-
-RECEIVED = re.compile(r"Task tidemark\.run_job\[([0-9a-f-]+)\] received")
-
-
-def redeliveries_seen(logs: list[str]) -> int:
-    """Task ids received by more than one worker: a message the broker delivered again."""
-    seen = Counter()
-    for log in logs:
-        seen.update(set(RECEIVED.findall(log)))
-    return sum(1 for n in seen.values() if n > 1)
 
 
 # ---- the run ------------------------------------------------------------------------------------
