@@ -20,7 +20,10 @@ sigkill and sigstop of workers, a real broker redelivery, Redis and PostgreSQL r
 embedded ones), a full disk under the files sink (a tmpfs), a worker's wall clock jumping
 (libfaketime), beat killed and started again, the gunicorn worker serving the REST API killed or
 stopped while the driver asks it for backfills over committed ranges (bench/soak_web.py); and
-crash_before_commit (the chaos suite's hook, once per job).
+crash_before_commit (the chaos suite's hook, once per job). Meanwhile, through the same gunicorn,
+an admin replays every job (its watermark moved back with replay=true) and an operator backfills
+each job of the S3, table and Kafka sources (bench/soak_asks.py); the run is not done until each
+of them was answered 200/201 and the replayed and backfilled items committed again.
 
 Then bench/soak_checker.py reads each sink as a reader would and compares it with every source
 row's checksum: lost, duplicated, unexpected, altered, stale; and each job's watermark with its
@@ -30,7 +33,6 @@ the run.
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import time
@@ -43,9 +45,15 @@ if not __package__:  # run as a script: `bench` is a folder of the repository ro
     sys.path.insert(0, str(ROOT))
 from bench import soak_checker as sc  # noqa: E402
 from bench import soak_sources as ss  # noqa: E402
+from bench.soak_asks import Asks  # noqa: E402
 from bench.soak_faults import FAULT_KINDS, Faults, Pool  # noqa: E402
-from bench.soak_machine import Beat, tmpfs_mount, tmpfs_unmount  # noqa: E402
-from bench.soak_web import Web, WebFaults, operator_token  # noqa: E402
+from bench.soak_machine import (  # noqa: E402
+    Beat,
+    redeliveries_seen,
+    tmpfs_mount,
+    tmpfs_unmount,
+)
+from bench.soak_web import Web, WebFaults, operator_token, role_token  # noqa: E402
 
 MODES = ("files", "delta", "append", "upsert", "coalesce")
 __all__ = ["FAULT_KINDS", "Settings", "Run", "soak"]
@@ -74,6 +82,8 @@ class Run:
     redeliveries_seen: int = 0
     backfills_asked: int = 0  # through the REST API (bench/soak_web.py)
     backfills_created: int = 0
+    asks: dict = field(default_factory=dict)  # replays and source backfills (bench/soak_asks.py)
+    events: list = field(default_factory=list)  # (time.monotonic(), what): faults and asks
     seconds: float = 0.0
 
 
@@ -138,17 +148,6 @@ def read_sink(label: str, job, source, *, work: Path, sink_dsn: str) -> list:
 # ---- faults (bench/soak_faults.py) --------------------------------------------------------------
 
 
-RECEIVED = re.compile(r"Task tidemark\.run_job\[([0-9a-f-]+)\] received")
-
-
-def redeliveries_seen(logs: list[str]) -> int:
-    """Task ids received by more than one worker: a message the broker delivered again."""
-    seen = Counter()
-    for log in logs:
-        seen.update(set(RECEIVED.findall(log)))
-    return sum(1 for n in seen.values() if n > 1)
-
-
 # ---- the run ------------------------------------------------------------------------------------
 
 
@@ -167,7 +166,9 @@ def done(jobs, sources) -> bool:
         )
         if last is None:
             return False
-        if Batch.objects.filter(job=job).exclude(status=BatchStatus.SUCCEEDED).exists():
+        # a replay leaves the batches it superseded behind (their items planned again)
+        finished = (BatchStatus.SUCCEEDED, BatchStatus.SUPERSEDED)
+        if Batch.objects.filter(job=job).exclude(status__in=finished).exists():
             return False
         if Watermark.objects.get(job=job).position != last + 1:
             return False
@@ -216,12 +217,20 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
         (work / "beat").mkdir()
         beat = Beat(env=beat_env, log_dir=work / "beat")
         beat.start()
-    web = None
+    web = asks = None
     if beat_env is not None:
-        # the REST API, through which the web faults ask for backfills of the files jobs
+        # the REST API, through which the web faults ask for backfills of every job, and an
+        # admin for a replay of each job (bench/soak_asks.py)
         web = Web(env=beat_env, log_dir=work / "beat", token=operator_token(f"{tag}-operator"))
         web.start()
-        web_faults = WebFaults(web, [jobs[mode] for mode in MODES if mode in jobs])
+        web_faults = WebFaults(web, jobs.values())
+        asks = Asks(
+            web,
+            jobs,
+            admin_token=role_token(f"{tag}-admin", "admin"),
+            events=run.events,
+            backfill_labels=[label for label, s in source_of.items() if s.name != "files"],
+        )
     faults = Faults(
         pool=pool,
         jobs=jobs,
@@ -235,9 +244,11 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
     landed = 0
     try:
         while True:
-            if landed < settings.files or (faults.due() and done(jobs, sources)):
+            more = faults.due() or (asks is not None and asks.starved)
+            if landed < settings.files or (more and done(jobs, sources)):
                 # files land while batches run; when every batch is done before every fault has
-                # landed (faults need a running batch), one more file gives them one
+                # landed (faults need a running batch), or a job has too few outputs to replay,
+                # one more file gives them one
                 for source in sources:
                     source.tick(landed)
                 landed += 1
@@ -249,7 +260,10 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
             for job in jobs.values():
                 dispatch.job_run(job=job)
             faults.step()
-            if landed >= settings.files and not faults.due() and done(jobs, sources):
+            if asks is not None:
+                asks.step()
+            owed = asks is not None and asks.due()
+            if landed >= settings.files and not faults.due() and not owed and done(jobs, sources):
                 break
             if time.monotonic() - started > settings.timeout:
                 raise RuntimeError(f"soak not done after {settings.timeout:.0f} s")
@@ -265,6 +279,7 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
         if web is not None:
             web.stop()
             run.backfills_asked, run.backfills_created = web_faults.asked, web_faults.created
+            run.asks = asks.figures()
         for worker in pool.workers:
             worker.stop()
         for source in sources:
@@ -284,7 +299,13 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
             watermark=watermark.position,
             batches=[
                 sc.BatchFact(
-                    b.id, b.span.lower, b.span.upper, b.status, b.attempt, b.replaced_by_id
+                    b.id,
+                    b.span.lower,
+                    b.span.upper,
+                    b.status,
+                    b.attempt,
+                    b.replaced_by_id,
+                    b.published_attempt is not None,
                 )
                 for b in Batch.objects.filter(job=job)
             ],
@@ -301,8 +322,10 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
             job__in=jobs.values(), status="succeeded", replaced_by__isnull=True
         ).count(),
         "replaced": Batch.objects.filter(job__in=jobs.values(), replaced_by__isnull=False).count(),
+        "superseded": Batch.objects.filter(job__in=jobs.values(), status="superseded").count(),
         "backfills_asked": run.backfills_asked,
         "backfills_created": run.backfills_created,
+        **run.asks,
         "files": landed,
         "source_rows": sum(s.landed * s.rows for s in sources),
         "sources": {
@@ -325,6 +348,8 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
         "not_possible": run.not_possible,
         "redeliveries_seen": run.redeliveries_seen,
         "seconds": round(run.seconds, 1),
+        # when each fault was injected and each replay or backfill asked (s from the start)
+        "timeline": [f"{at - started:.0f}s {what}" for at, what in sorted(run.events)],
         "check": summary,
     }
     return run, report, figures

@@ -13,7 +13,10 @@ reports, per sink:
   late write, an uncommitted batch's output, a row under another batch's name, the output of a
   batch a backfill or replay rewrote: a committed batch with `replaced_by` covers nothing);
 
-and, per job: committed batches that overlap, and a watermark that differs from the end of the
+and, per job: committed batches that overlap; outputs left standing (a batch whose output the
+inventory still counts as in the sink, not replaced, although it no longer owns its items: a
+replay superseded it and a committed batch now covers them, so its replacement's publish should
+have replaced it); and a watermark that differs from the end of the
 contiguous committed prefix (invariant 3); for a job with a key_value watermark (a Kafka topic's:
 {partition: end offset}) given each item's value, also a value other than the per-key maximum over
 the items of that prefix. Any of these fails the run: `Report.ok` is False and the command line
@@ -69,6 +72,7 @@ class BatchFact:
     status: str
     attempt: int
     replaced_by: int | None = None  # the batch that rewrote its range (a backfill or replay)
+    published: bool = True  # its output went into the sink (published_attempt is set)
 
 
 @dataclass
@@ -100,6 +104,7 @@ class SinkVerdict:
 @dataclass
 class JobVerdict:
     overlaps: list[tuple[int, int]] = field(default_factory=list)
+    left_standing: list[tuple[int, int]] = field(default_factory=list)  # (old, owner) batch ids
     watermark: int | None = None
     committed_prefix_end: int | None = None
     value: dict | None = None
@@ -109,6 +114,7 @@ class JobVerdict:
     def ok(self) -> bool:
         return (
             not self.overlaps
+            and not self.left_standing
             and self.watermark == self.committed_prefix_end
             and self.value == self.prefix_value
         )
@@ -134,6 +140,11 @@ class Report:
         for name, v in self.jobs.items():
             if v.overlaps:
                 lines.append(f"job {name}: committed batches overlap: {v.overlaps[:5]}")
+            if v.left_standing:
+                lines.append(
+                    f"job {name}: outputs left standing beside the batch that owns their items "
+                    f"(old, owner): {v.left_standing[:5]}"
+                )
             if v.watermark != v.committed_prefix_end:
                 lines.append(
                     f"job {name}: watermark {v.watermark} is not the end of the contiguous "
@@ -201,8 +212,20 @@ def check_job(job: JobFacts) -> JobVerdict:
         for a, b in zip(committed, committed[1:], strict=False)
         if b.lo < a.hi  # sorted by lo: the next one starts inside this one
     ]
+    left_standing = [
+        (old.id, owner.id)
+        for old in job.batches
+        if old.published and old.replaced_by is None and old.status not in COMMITTED
+        for owner in committed
+        if owner.lo < old.hi and old.lo < owner.hi
+    ]
     end = committed_prefix_end(job)
-    verdict = JobVerdict(overlaps=overlaps, watermark=job.watermark, committed_prefix_end=end)
+    verdict = JobVerdict(
+        overlaps=overlaps,
+        left_standing=left_standing,
+        watermark=job.watermark,
+        committed_prefix_end=end,
+    )
     if job.item_values is not None:
         verdict.value = {str(k): v for k, v in (job.value or {}).items()}
         verdict.prefix_value = prefix_value(job, end)
@@ -323,7 +346,7 @@ def read_delta_sink(path, *, identity: str = "row_id", **columns) -> list[SinkRo
 
 def load(document: dict) -> tuple[dict, dict, dict]:
     """The JSON form: {"sources": {job: [[key, checksum, item], ...]}, "jobs": {job: {"start",
-    "watermark", "batches": [[id, lo, hi, status, attempt], ...], optional "value" and
+    "watermark", "batches": [[id, lo, hi, status, attempt(, replaced_by, published)], ...], optional "value" and
     "item_values": {item: {key: int}}}}, "sinks": {name: {"job", "rows": [[key, checksum, batch_id,
     attempt], ...]}}}."""
     sources = {j: [SourceRow(*r) for r in rows] for j, rows in document["sources"].items()}

@@ -6,7 +6,8 @@ in a process of ours, a worker left to do the work), and counted only when it pr
 - sigkill: the pool process running a batch is killed (it was a child of one of our workers);
 - sigstop: a whole worker is stopped past its lease, then continued from a timer;
 - redelivery: a new worker starts consuming and the oldest retires (Redis restores the messages
-  whose visibility timeout passed);
+  whose visibility timeout passed); counted when, after it, a task id was received by a second
+  worker (their logs), else given up after REDELIVERY_WAIT_SECONDS and tried again later;
 - redis_restart: the embedded Redis is killed and started again empty (a new server pid);
 - postgres_restart: the embedded PostgreSQL is shut down fast (every session cut) and started
   again by a new process (a new postmaster pid);
@@ -40,6 +41,7 @@ from bench.soak_machine import (
     embedded_dirs,
     faked_clocks_missing,
     faketime_env,
+    redeliveries_seen,
     wait_gone,
 )
 
@@ -58,6 +60,7 @@ FAULT_KINDS = (
 ROOT = Path(__file__).resolve().parent.parent
 CLOCK_JUMP_SECONDS = 3600
 FULL_DISK_HOLD_SECONDS = 60  # at most, when no attempt meets the full disk
+REDELIVERY_WAIT_SECONDS = 60  # for a task id received by a second worker after a rotation
 
 
 def _parent_pid(pid: int) -> int | None:
@@ -193,6 +196,7 @@ class Faults:
         kind = kinds[self.turn % len(kinds)]
         self.turn += 1
         if self.run.faults[kind] < self.settings.faults_per_kind and getattr(self, kind)():
+            self.run.events.append((now, f"fault {kind}"))
             self._spaced(now)
 
     def _count(self, kind: str) -> bool:
@@ -246,8 +250,14 @@ class Faults:
     def redelivery(self) -> bool:
         if self._running_batch() is None or self.frozen:
             return False
+        before = redeliveries_seen(self.pool.logs())
         self.pool.rotate()
-        return self._count("redelivery")
+        self.pending = (
+            "redelivery",
+            lambda: redeliveries_seen(self.pool.logs()) > before,
+            time.monotonic() + REDELIVERY_WAIT_SECONDS,
+        )
+        return True
 
     def release(self) -> None:
         for pid, timer in list(self.frozen.items()):

@@ -3,10 +3,12 @@ directories, a small tmpfs for a sink, a worker clock that can jump (libfaketime
 `celery beat` process."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,3 +151,15 @@ class Beat:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+RECEIVED = re.compile(r"Task tidemark\.run_job\[([0-9a-f-]+)\] received")
+
+
+def redeliveries_seen(logs: list[str]) -> int:
+    """Task ids received by more than one worker (from their logs): a message the broker
+    delivered again."""
+    seen = Counter()
+    for log in logs:
+        seen.update(set(RECEIVED.findall(log)))
+    return sum(1 for n in seen.values() if n > 1)

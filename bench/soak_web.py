@@ -35,8 +35,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def operator_token(username: str) -> str:
-    """An API token of a new user in the operator role (who may create backfills)."""
+def role_token(username: str, role: str | None = None) -> str:
+    """An API token of a new user in `role` (default the operator's, who may create backfills;
+    the admin's may also correct watermarks, a replay among them)."""
     from django.contrib.auth.models import Group, User
     from rest_framework.authtoken.models import Token
 
@@ -44,8 +45,12 @@ def operator_token(username: str) -> str:
 
     role_groups_ensure()
     user = User.objects.create_user(username=username)
-    user.groups.add(Group.objects.get(name=OPERATOR))
+    user.groups.add(Group.objects.get(name=role or OPERATOR))
     return Token.objects.create(user=user).key
+
+
+def operator_token(username: str) -> str:
+    return role_token(username)
 
 
 class Web:
@@ -88,14 +93,20 @@ class Web:
             return None
         return pids[0] if len(pids) == 1 else None
 
-    def request(self, method: str, path: str, body=None, *, timeout: float = 30) -> int:
-        """The HTTP status of the answer; OSError when none came (refused, reset, timed out)."""
+    def request(
+        self, method: str, path: str, body=None, *, timeout: float = 30, token: str = ""
+    ) -> int:
+        """The HTTP status of the answer; OSError when none came (refused, reset, timed out).
+        With the operator's token unless `token` is given."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.url + path,
             data=data,
             method=method,
-            headers={"Authorization": f"Token {self.token}", "Content-Type": "application/json"},
+            headers={
+                "Authorization": f"Token {token or self.token}",
+                "Content-Type": "application/json",
+            },
         )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as answer:

@@ -104,7 +104,13 @@ TEMPLATES = [
 
 # --- Services: the given servers, or embedded ones under DATA_DIR -------------------------------
 DATABASE_URL = env_str("DATABASE_URL") or embedded.postgres_url(DATA_DIR)
-_db = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
+# Connections are kept between requests (DB_CONN_MAX_AGE); a kept one is checked before a request
+# uses it, so the first request after a PostgreSQL restart reconnects instead of failing (500).
+_db = dj_database_url.parse(
+    DATABASE_URL,
+    conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0),
+    conn_health_checks=True,
+)
 if _db.get("ENGINE") != "django.db.backends.postgresql":
     raise ConfigError(f"DATABASE_URL must point at PostgreSQL, got engine {_db.get('ENGINE')!r}")
 # A unix-socket URL (`...@/db?host=/dir`, the embedded server's form) puts the socket directory in

@@ -145,6 +145,12 @@ def test_the_soak_loses_duplicates_alters_and_leaves_stale_nothing(
     assert figures["failed_attempts"] >= run.faults["sigkill"]
     # backfills asked through the REST API rewrote committed batches (checked exactly-once above)
     assert figures["backfills_created"] >= 1 and figures["replaced"] >= 1, figures
+    # an admin replayed every job through the REST API, and an operator backfilled each job of
+    # the other sources (bench/soak_asks.py); the checker saw the superseded outputs replaced
+    jobs = sum(len(fed) for fed in feeds.values())
+    assert figures["replays_done"] == jobs and figures["superseded"] >= jobs, figures
+    others = sum(len(fed) for name, fed in feeds.items() if name != "files")
+    assert figures["source_backfills_done"] == others and not figures["asks_owed"], figures
     if "kafka" in feeds:
         # the Kafka job's key_value watermark was checked: per partition, the end of what it read
         kafka_job = figures["check"]["jobs"]["kafka-files"]

@@ -327,3 +327,102 @@ def test_the_command_line_checks_a_key_value_watermark(tmp_path):
     document["jobs"]["soak"]["value"] = {"0": 9, "1": 7}
     run.write_text(json.dumps(document))
     assert sc.main([str(run)]) == 0
+
+
+# ---- a replay: the watermark moved back, the batches after it superseded and planned again ------
+
+
+def _replayed(*, replaced=True):
+    """The watermark moved back to 14: batch 3 (items 14..15) superseded, batch 5 rewrote them
+    and, publishing, replaced its output (`replaced=False`: the inventory forgot to)."""
+    return [
+        *BATCHES[:2],
+        replace(BATCHES[2], status="superseded", replaced_by=5 if replaced else None),
+        sc.BatchFact(5, 14, 16, "succeeded", 1),
+    ]
+
+
+def _replay_rows():
+    return [replace(r, batch_id=5, attempt=1) if r.batch_id == 3 else r for r in _correct_rows()]
+
+
+def test_a_replay_whose_new_output_replaced_the_old_passes():
+    report = _check(_replay_rows(), batches=_replayed())
+    assert report.ok, report.failures()
+    assert report.jobs["soak"].committed_prefix_end == 16
+
+
+def test_a_replay_that_left_the_old_output_beside_the_new_is_named():
+    """Batch 3's rows are still in the sink next to batch 5's: each source row twice."""
+    old = [r for r in _correct_rows() if r.batch_id == 3]
+    report = _check(_replay_rows() + old, batches=_replayed())
+    files = report.sinks["files"]
+    assert not report.ok
+    assert (files.duplicated, files.stale) == (["k14", "k15"], ["k14", "k15"])
+
+
+def test_a_superseded_batchs_output_that_stayed_in_place_of_the_new_is_stale():
+    """The replay's batch committed, but the sink still shows the superseded batch's rows."""
+    report = _check(_correct_rows(), batches=_replayed())
+    assert (report.ok, report.sinks["files"].stale) == (False, ["k14", "k15"])
+    assert report.sinks["files"].duplicated == []
+
+
+def test_a_superseded_batch_is_not_committed():
+    """Before the replay's batch commits, the watermark stands at the replay's position and the
+    superseded batch's rows belong to no committed batch (its output must not count as one)."""
+    batches = [*BATCHES[:2], replace(BATCHES[2], status="superseded")]
+    report = _check(batches=batches, watermark=14)
+    assert report.jobs["soak"].ok and report.jobs["soak"].committed_prefix_end == 14
+    assert report.sinks["files"].stale == ["k14", "k15"]
+    assert _check(batches=batches, watermark=16).jobs["soak"].committed_prefix_end == 14
+
+
+def test_a_superseded_output_the_inventory_left_standing_is_named():
+    """Right rows in the sink, but the inventory still counts batch 3's output as standing beside
+    batch 5's (a later backfill or replay would plan around an output that is gone)."""
+    report = _check(_replay_rows(), batches=_replayed(replaced=False))
+    assert report.sinks["files"].ok and not report.ok
+    assert report.jobs["soak"].left_standing == [(3, 5)]
+    assert report.failures() == [
+        "job soak: outputs left standing beside the batch that owns their items (old, owner): "
+        "[(3, 5)]"
+    ]
+    # not yet replanned (no owner), or never published: nothing is left standing
+    waiting = [*BATCHES[:2], replace(BATCHES[2], status="superseded")]
+    assert _check(_replay_rows(), batches=waiting, watermark=14).jobs["soak"].left_standing == []
+    unpublished = [
+        *_replayed(replaced=False)[:2],
+        replace(_replayed()[2], replaced_by=None, published=False),
+        _replayed()[3],
+    ]
+    assert _check(_replay_rows(), batches=unpublished).ok
+
+
+def test_the_command_line_reads_replaced_by_and_published(tmp_path):
+    batches = _replayed(replaced=False)
+    document = {
+        "sources": {"soak": [[s.key, s.checksum, s.item] for s in SOURCES]},
+        "jobs": {
+            "soak": {
+                "start": START,
+                "watermark": 16,
+                "batches": [
+                    [b.id, b.lo, b.hi, b.status, b.attempt, b.replaced_by, b.published]
+                    for b in batches
+                ],
+            }
+        },
+        "sinks": {
+            "files": {
+                "job": "soak",
+                "rows": [[r.key, r.checksum, r.batch_id, r.attempt] for r in _replay_rows()],
+            }
+        },
+    }
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(document))
+    assert sc.main([str(run)]) == 1
+    document["jobs"]["soak"]["batches"][2][5] = 5
+    run.write_text(json.dumps(document))
+    assert sc.main([str(run)]) == 0
