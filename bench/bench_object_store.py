@@ -43,7 +43,7 @@ ROUNDS = 3 if common.QUICK else 2
 BUCKET = "bench"
 PREFIX = "landing/"
 ACCOUNT = "123456789012"
-KEY_ENV, SECRET_ENV = "TIDEMARK_BENCH_S3_KEY", "TIDEMARK_BENCH_S3_SECRET"
+KEY_ENV, SECRET_ENV = "BENCH_S3_KEY", "BENCH_S3_SECRET"
 
 
 def _free_port() -> int:
@@ -79,6 +79,8 @@ def main() -> int:
     from django.conf import settings
 
     settings.DATABASES["default"]["NAME"] = DB_NAME
+    # the connectors name the S3 variables and the moto server on loopback
+    common.allow(credentials=[KEY_ENV, SECRET_ENV], endpoints=["http://127.0.0.1"])
     django.setup()
     from django.core.management import call_command
     from django.db import connection

@@ -93,6 +93,11 @@ def main() -> int:
         from django.conf import settings
 
         settings.DATABASES["default"]["NAME"] = CONTROL_DB
+        # the connectors name the source database's variable and its server
+        # (a unix-socket directory, the embedded server's, is written postgresql:///dir)
+        common.allow(
+            credentials=[ENV], endpoints=[f"postgresql://{base.get('HOST') or 'localhost'}"]
+        )
         django.setup()
         from django.core.management import call_command
 

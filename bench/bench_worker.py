@@ -196,6 +196,8 @@ def main() -> int:
     from django.conf import settings
 
     settings.DATABASES["default"]["NAME"] = DB_NAME
+    # the connectors' folders are made under the temporary directory (this process and the worker)
+    common.allow(roots=[tempfile.gettempdir()])
     django.setup()
     from django.core.management import call_command
 

@@ -28,6 +28,22 @@ def setup_django_path() -> None:
     os.environ.setdefault("TIDEMARK_DEV", "1")
 
 
+def allow(*, roots=(), credentials=(), endpoints=()) -> None:
+    """Let this benchmark's objects name what it made (docs/security.md): its folders as roots,
+    its variables as credentials, its loopback servers as endpoints; added to the settings of
+    this process and to os.environ for the worker processes it starts."""
+    from django.conf import settings
+
+    for setting, values, sep in (
+        ("TIDEMARK_ALLOWED_ROOTS", [os.path.realpath(r) for r in roots], ":"),
+        ("TIDEMARK_CREDENTIALS", list(credentials), ","),
+        ("TIDEMARK_ALLOWED_ENDPOINTS", list(endpoints), ","),
+    ):
+        merged = [*getattr(settings, setting), *values]
+        setattr(settings, setting, merged)
+        os.environ[setting] = sep.join(merged)
+
+
 def base_database() -> dict:
     """The Django settings' database (DATABASE_URL, or the embedded server), before any change."""
     setup_django_path()
