@@ -5,9 +5,11 @@ in a process of ours, a worker left to do the work), and counted only when it pr
 
 - sigkill: the pool process running a batch is killed (it was a child of one of our workers);
 - sigstop: a whole worker is stopped past its lease, then continued from a timer;
-- redelivery: a new worker starts consuming and the oldest retires (Redis restores the messages
-  whose visibility timeout passed); counted when, after it, a task id was received by a second
-  worker (their logs), else given up after REDELIVERY_WAIT_SECONDS and tried again later;
+- redelivery: the worker whose pool runs a batch (it holds that task's message unacknowledged,
+  acks_late) is stopped past the visibility timeout, then a new worker starts consuming and the
+  oldest retires (Redis restores the message whose visibility timeout passed); counted when, after
+  it, a task id was received by a second worker (their logs), else given up after
+  REDELIVERY_WAIT_SECONDS and tried again later;
 - redis_restart: the embedded Redis is killed and started again empty (a new server pid);
 - postgres_restart: the embedded PostgreSQL is shut down fast (every session cut) and started
   again by a new process (a new postmaster pid);
@@ -61,6 +63,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CLOCK_JUMP_SECONDS = 3600
 FULL_DISK_HOLD_SECONDS = 60  # at most, when no attempt meets the full disk
 REDELIVERY_WAIT_SECONDS = 60  # for a task id received by a second worker after a rotation
+MAX_GIVE_UPS = 5  # tries of one kind that did not land before the soak stops trying it
 
 
 def _parent_pid(pid: int) -> int | None:
@@ -154,7 +157,13 @@ class Faults:
             why["web_kill"] = why["web_stop"] = "no web process"
 
     def kinds(self):
-        return [k for k in FAULT_KINDS if k not in self.run.not_possible]
+        """The kinds still to try: possible here, and not given up MAX_GIVE_UPS times (then the
+        run ends and the test names the kind that never landed, rather than trying for hours)."""
+        return [
+            k
+            for k in FAULT_KINDS
+            if k not in self.run.not_possible and self.run.gave_up[k] < MAX_GIVE_UPS
+        ]
 
     def due(self) -> bool:
         return self.pending is not None or any(
@@ -248,15 +257,43 @@ class Faults:
         self.frozen.pop(pid, None)
 
     def redelivery(self) -> bool:
-        if self._running_batch() is None or self.frozen:
+        """A message held past its visibility timeout: the holder of a running batch's task is
+        stopped until that timeout has passed (a task that ends sooner, as most do on a quiet
+        machine, leaves nothing to restore), then the pool rotates; the holder is continued once
+        the message was received again, or 20 s after the rotation."""
+        running = self._running_batch()
+        if running is None or self.frozen:
+            return False
+        parent = _parent_pid(int(running[1].rsplit(":", 1)[1]))
+        holder = next((w for w in self.pool.live() if w.proc.pid == parent), None)
+        if holder is None:
             return False
         before = redeliveries_seen(self.pool.logs())
-        self.pool.rotate()
-        self.pending = (
-            "redelivery",
-            lambda: redeliveries_seen(self.pool.logs()) > before,
-            time.monotonic() + REDELIVERY_WAIT_SECONDS,
-        )
+        os.killpg(holder.proc.pid, signal.SIGSTOP)
+        now = time.monotonic()
+        rotate_at = now + self.settings.visibility_timeout + 2
+        give_up_at = rotate_at + REDELIVERY_WAIT_SECONDS
+        # continued at the latest 20 s after the rotation: a stopped process holds its row locks,
+        # and this driver's own queries may wait for them
+        timer = threading.Timer(rotate_at - now + 20, self._thaw, [holder.proc.pid])
+        timer.daemon = True
+        self.frozen[holder.proc.pid] = timer
+        timer.start()
+        rotated = []
+
+        def landed() -> bool:
+            if not rotated:
+                if time.monotonic() < rotate_at:
+                    return False
+                self.pool.rotate()
+                rotated.append(True)
+            if redeliveries_seen(self.pool.logs()) <= before:
+                return False
+            timer.cancel()
+            self._thaw(holder.proc.pid)
+            return True
+
+        self.pending = ("redelivery", landed, give_up_at)
         return True
 
     def release(self) -> None:
