@@ -63,6 +63,36 @@ def test_sync_registers_job_schedules_discovery_and_fixed_steps(tmp_path):
 
 
 @pytest.mark.django_db
+def test_beat_sends_housekeeping_ahead_of_work_and_drops_it_when_stale(tmp_path):
+    """What beat sends (django-celery-beat's entry options): the fixed steps without a priority
+    (the queue's plain list, taken first) and expiring after their interval; job runs and
+    discovery a step behind (dispatch.WORK_PRIORITY), as every nudge is. An entry synced before
+    (no priority, no expiry) is updated."""
+    from django_celery_beat.schedulers import ModelEntry
+
+    from controlplane.celery import app
+
+    connector = connector_create(name="landing", kind="files", config={"path": str(tmp_path)})
+    make_job(connector=connector, name="every-30s", schedule_seconds=30)
+    scheduling.schedules_sync()
+    PeriodicTask.objects.filter(name__startswith="tidemark:").update(
+        priority=None, expire_seconds=None
+    )
+
+    report = scheduling.schedules_sync()
+
+    entries = {e.name: e for e in PeriodicTask.objects.filter(name__startswith="tidemark:")}
+    assert sorted(report.updated) == sorted(entries)
+    options = {name: ModelEntry(entry, app=app).options for name, entry in entries.items()}
+    for name, (_task, every) in scheduling.FIXED_STEPS.items():
+        assert "priority" not in options[name], name
+        assert options[name]["expires"] == every, name
+    for name in ("tidemark:run-job:every-30s", "tidemark:discover:landing"):
+        assert options[name]["priority"] == dispatch.WORK_PRIORITY, name
+        assert "expires" not in options[name], name
+
+
+@pytest.mark.django_db
 def test_migrate_registers_the_maintenance_steps():
     """The test database was built by `migrate`: the reaper and the other steps are there
     without anyone running sync_schedules."""

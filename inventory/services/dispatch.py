@@ -33,6 +33,15 @@ from inventory.sql import query
 log = logging.getLogger(__name__)
 
 RUN_JOB = "tidemark.run_job"
+DISCOVER_ASSETS = "tidemark.discover_assets"
+
+# Housekeeping before work. On the Redis broker a worker takes a queue's plain list first and then
+# its priority lists in order (0 is the highest, messages without a priority go to the plain
+# list). Batch work (nudges) and discovery go a step behind, so the reaper, retry requeue, pacing
+# and orchestration never wait behind a backlog of nudges: at most behind the work a worker is
+# busy with. (Redis only: RabbitMQ reads priorities the other way round.)
+WORK_PRIORITY = 6
+WORK_TASKS = frozenset({RUN_JOB, DISCOVER_ASSETS})
 
 
 def dispatch(job_ids: list[int]) -> None:
@@ -56,8 +65,9 @@ def send(task, *args, countdown: float | None = None) -> None:
     name = task if isinstance(task, str) else task.name
     # the project's app (controlplane/celery.py, current once Django's settings are imported)
     app = current_app if isinstance(task, str) else task.app
+    behind = {"priority": WORK_PRIORITY} if name in WORK_TASKS else {}
     app.signature(
-        name, args=list(args), queue=app.conf.task_default_queue, countdown=countdown
+        name, args=list(args), queue=app.conf.task_default_queue, countdown=countdown, **behind
     ).apply_async()
 
 

@@ -4,8 +4,10 @@
 (interval from `schedule_seconds`, or a crontab from `schedule_cron`; disabled while the job is
 paused), one discovery entry per `files` connector that scans a directory, and the fixed steps
 (lease reaper, retry requeue, backfill pacing, connector orchestration, and this sync itself, so
-jobs created later get their schedule without anyone running a command). Entries Tidemark created
-for jobs or connectors that are gone are removed; entries made by hand are left alone.
+jobs created later get their schedule without anyone running a command). The fixed steps are sent
+ahead of work (job runs and discovery carry `dispatch.WORK_PRIORITY`) and expire after their
+interval. Entries Tidemark created for jobs or connectors that are gone are removed; entries made
+by hand are left alone.
 """
 
 import json
@@ -19,7 +21,14 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 from inventory.models import Connector, ConnectorState, Job, MaintenanceRun
 from inventory.services import restatements
 from inventory.services.cron import parse_cron
-from inventory.services.dispatch import RunOutcome, batches_dispatch_due, job_run
+from inventory.services.dispatch import (
+    DISCOVER_ASSETS,
+    RUN_JOB,
+    WORK_PRIORITY,
+    RunOutcome,
+    batches_dispatch_due,
+    job_run,
+)
 from inventory.services.errors import InvalidInput
 from inventory.services.lifecycle import batches_reap_expired
 from inventory.services.metrics_rollup import attempt_rollup_advance
@@ -98,7 +107,17 @@ class _Sync:
             return {"interval": self.interval(job.schedule_seconds)}
         return None
 
-    def upsert(self, *, name: str, task: str, args: list, enabled: bool, **schedule):
+    def upsert(
+        self,
+        *,
+        name: str,
+        task: str,
+        args: list,
+        enabled: bool,
+        priority: int | None = None,
+        expire_seconds: int | None = None,
+        **schedule,
+    ):
         self.wanted.add(name)
         interval, crontab = schedule.get("interval"), schedule.get("crontab")
         wanted = {
@@ -107,6 +126,8 @@ class _Sync:
             "enabled": enabled,
             "interval_id": interval.pk if interval else None,
             "crontab_id": crontab.pk if crontab else None,
+            "priority": priority,
+            "expire_seconds": expire_seconds,
         }
         entry = self.entries.get(name)
         if entry is None:
@@ -133,7 +154,17 @@ def schedules_sync() -> SyncReport:
     """Make django-celery-beat's entries match the jobs and connectors (idempotent)."""
     sync = _Sync()
     for name, (task, every) in FIXED_STEPS.items():
-        sync.upsert(name=name, task=task, args=[], enabled=True, interval=sync.interval(every))
+        # housekeeping: ahead of work (dispatch.WORK_PRIORITY), and a message not taken within
+        # its interval is dropped, as the next one is due then (no pile of stale steps behind
+        # busy workers)
+        sync.upsert(
+            name=name,
+            task=task,
+            args=[],
+            enabled=True,
+            interval=sync.interval(every),
+            expire_seconds=every,
+        )
 
     scheduled = Job.objects.filter(Q(schedule_seconds__gt=0) | ~Q(schedule_cron="")).only(
         "pk", "name", "paused", "schedule_seconds", "schedule_cron"
@@ -144,9 +175,10 @@ def schedules_sync() -> SyncReport:
             continue
         sync.upsert(
             name=f"{JOB_PREFIX}{job.name}",
-            task="tidemark.run_job",
+            task=RUN_JOB,
             args=[job.pk],
             enabled=not job.paused,
+            priority=WORK_PRIORITY,
             **schedule,
         )
 
@@ -157,9 +189,10 @@ def schedules_sync() -> SyncReport:
         every = int(config.get("discover_seconds") or DEFAULT_DISCOVER_SECONDS)
         sync.upsert(
             name=f"{DISCOVER_PREFIX}{connector.name}",
-            task="tidemark.discover_assets",
+            task=DISCOVER_ASSETS,
             args=[connector.pk],
             enabled=connector.state != ConnectorState.COMPLETED,
+            priority=WORK_PRIORITY,
             interval=sync.interval(max(every, 1)),
         )
 
