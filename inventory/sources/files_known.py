@@ -64,7 +64,7 @@ def known_files(connector: Connector, *, recheck_seconds: float) -> KnownFiles:
     """This process's copy of the connector's registered locations, brought up to date."""
     key = (connection.settings_dict["NAME"], connector.pk)
     with connection.cursor() as cursor:
-        cursor.execute(query("assets_known_size"), [connector.pk, connector.pk])
+        cursor.execute(query("assets_known_size"), {"connector": connector.pk})
         last = cursor.fetchone()
         count, max_id = last if last is not None else (0, 0)
         if count is None:  # a row no trigger has summed yet: count the slow way

@@ -29,9 +29,7 @@ open_batches AS (
 tips AS (
     -- each connector's last asset id: one index-only probe per connector, however many jobs
     -- read it (its prefix sums are read only for the rows a statement returns)
-    SELECT c.id AS connector_id,
-           (SELECT a.id FROM inventory_asset AS a WHERE a.connector_id = c.id
-            ORDER BY a.id DESC LIMIT 1) AS tip_id
+    SELECT c.id AS connector_id, (SELECT t.id FROM tidemark_asset_before(c.id, NULL) AS t) AS tip_id
     FROM inventory_connector AS c
 ),
 facts AS (
@@ -145,27 +143,18 @@ SELECT p.part, p.ord, NULL, NULL, NULL, NULL, NULL,
        p.id, p.name, p.paused, p.schedule_seconds, p.lease_seconds, jx.watermark_type,
        p.connector_name, p.connector_state, cx.kind, cx.config, wx.type,
        wx.value, p.wm_position, p.wm_updated_at, p.n_queued, p.n_running, p.n_failed, p.n_dead,
-       CASE WHEN p.outside THEN p.ext_items WHEN p.behind
-            THEN last.cum_count - coalesce(done.cum_count, 0) ELSE 0 END,
-       CASE WHEN p.outside THEN p.ext_weight WHEN p.behind
-            THEN last.cum_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
+       CASE WHEN p.outside THEN p.ext_items ELSE lag.items END,
+       CASE WHEN p.outside THEN p.ext_weight ELSE lag.weight END,
        p.late, p.state
 FROM picked AS p
 -- the other columns of the rows returned, by primary key
 JOIN inventory_job AS jx ON jx.id = p.id
 JOIN inventory_connector AS cx ON cx.id = p.connector_id
 JOIN inventory_watermark AS wx ON wx.job_id = p.id
--- a job behind: the sums at its connector's last asset minus those before its watermark
-LEFT JOIN LATERAL (
-    SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
-    WHERE p.behind AND NOT p.outside AND a.id = p.tip_id
-) AS last ON true
-LEFT JOIN LATERAL (
-    SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
-    WHERE p.behind AND NOT p.outside AND a.connector_id = p.connector_id
-      AND a.id < p.wm_position
-    ORDER BY a.id DESC LIMIT 1
-) AS done ON true
+-- the lag of a job behind (two probes); (0, 0) without a probe for the others
+CROSS JOIN LATERAL tidemark_lag(
+    CASE WHEN p.behind AND NOT p.outside THEN p.connector_id END, p.wm_position
+) AS lag
 ORDER BY part, ord;
 
 -- name: health_all
@@ -175,27 +164,18 @@ ORDER BY part, ord;
 SELECT h.id, h.name, h.paused, h.schedule_seconds, h.lease_seconds, jx.watermark_type,
        h.connector_name, h.connector_state, cx.kind, cx.config, wx.type,
        wx.value, h.wm_position, h.wm_updated_at, h.n_queued, h.n_running, h.n_failed, h.n_dead,
-       CASE WHEN h.outside THEN h.ext_items WHEN h.behind
-            THEN last.cum_count - coalesce(done.cum_count, 0) ELSE 0 END,
-       CASE WHEN h.outside THEN h.ext_weight WHEN h.behind
-            THEN last.cum_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
+       CASE WHEN h.outside THEN h.ext_items ELSE lag.items END,
+       CASE WHEN h.outside THEN h.ext_weight ELSE lag.weight END,
        h.late, h.state, held.id
 FROM health AS h
 -- the other columns of the rows returned, by primary key
 JOIN inventory_job AS jx ON jx.id = h.id
 JOIN inventory_connector AS cx ON cx.id = h.connector_id
 JOIN inventory_watermark AS wx ON wx.job_id = h.id
--- a job behind: the sums at its connector's last asset minus those before its watermark
-LEFT JOIN LATERAL (
-    SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
-    WHERE h.behind AND NOT h.outside AND a.id = h.tip_id
-) AS last ON true
-LEFT JOIN LATERAL (
-    SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
-    WHERE h.behind AND NOT h.outside AND a.connector_id = h.connector_id
-      AND a.id < h.wm_position
-    ORDER BY a.id DESC LIMIT 1
-) AS done ON true
+-- the lag of a job behind (two probes); (0, 0) without a probe for the others
+CROSS JOIN LATERAL tidemark_lag(
+    CASE WHEN h.behind AND NOT h.outside THEN h.connector_id END, h.wm_position
+) AS lag
 LEFT JOIN LATERAL (
     SELECT b.id FROM inventory_batch AS b
     WHERE h.n_dead > 0 AND b.job_id = h.id AND lower(b.span) = h.wm_position

@@ -135,14 +135,8 @@ WITH given AS (
     )
     ORDER BY t.location, t.ord
 ), last AS (
-    -- the connector's last asset, one step of asset_connector_id_idx (as in assets_known_size)
-    SELECT cum_count, cum_weight FROM (
-        SELECT connector_id, cum_count, cum_weight FROM inventory_asset
-        WHERE (connector_id, id) <= (%(connector)s, 9223372036854775807)
-        ORDER BY connector_id DESC, id DESC
-        LIMIT 1
-    ) AS newest
-    WHERE connector_id = %(connector)s
+    -- the connector's last asset, one step of asset_connector_id_idx
+    SELECT cum_count, cum_weight FROM tidemark_asset_before(%(connector)s, NULL)
 )
 INSERT INTO inventory_asset (
     connector_id, location, weight, extra, discovered_at, cum_count, cum_weight
@@ -158,16 +152,8 @@ ORDER BY g.ord;
 -- Discovery's check that its copy of the registered locations is current: the connector's last
 -- asset, its id and its running count (Asset.cum_count, kept true by the prefix-sum triggers
 -- through any insert or delete), one index lookup on asset_connector_id_idx however many assets
--- the connector has (a count(*) read them all). No row: no asset. Written as a row comparison in
--- the index's order because "connector_id = C ORDER BY id DESC LIMIT 1" lets the planner
--- walk the primary key backwards through every later asset of the other connectors.
-SELECT cum_count, id FROM (
-    SELECT connector_id, cum_count, id FROM inventory_asset
-    WHERE (connector_id, id) <= (%s, 9223372036854775807)
-    ORDER BY connector_id DESC, id DESC
-    LIMIT 1
-) AS last
-WHERE connector_id = %s;
+-- the connector has (a count(*) read them all). No row: no asset.
+SELECT cum_count, id FROM tidemark_asset_before(%(connector)s, NULL);
 
 -- name: assets_count
 -- The connector's asset count the slow way: only when its last asset's cum_count is missing.
@@ -223,19 +209,11 @@ LIMIT 1;
 -- table: the prefix sums at the connector's last asset minus those at the last asset before the
 -- watermark. Two probes of asset_connector_id_idx per job, whatever the backlog. Jobs reading a
 -- local meta table in place or another job's commits are left out (selectors.job_lag counts them).
-SELECT j.id, coalesce(last.cum_count, 0) - coalesce(done.cum_count, 0),
-       coalesce(last.cum_weight, 0) - coalesce(done.cum_weight, 0)
+SELECT j.id, lag.items, lag.weight
 FROM inventory_job AS j
 JOIN inventory_watermark AS w ON w.job_id = j.id
 JOIN inventory_connector AS c ON c.id = j.connector_id
-LEFT JOIN LATERAL (
-    SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
-    WHERE a.connector_id = j.connector_id ORDER BY a.id DESC LIMIT 1
-) AS last ON true
-LEFT JOIN LATERAL (
-    SELECT a.cum_count, a.cum_weight FROM inventory_asset AS a
-    WHERE a.connector_id = j.connector_id AND a.id < w.position ORDER BY a.id DESC LIMIT 1
-) AS done ON true
+CROSS JOIN LATERAL tidemark_lag(j.connector_id, w.position) AS lag
 WHERE j.id = ANY(%s) AND c.kind <> 'job_output'
   -- a remote meta table (dsn_env) is read through its mirror, Tidemark's asset table
   AND NOT (coalesce(c.config ? 'meta_table', false) AND NOT coalesce(c.config ? 'dsn_env', false));
@@ -268,14 +246,8 @@ WHERE (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
 -- prefix sums below upper minus those below lower, two probes of asset_connector_id_idx each.
 SELECT g.lo, coalesce(hi.cum_count, 0) - coalesce(lo.cum_count, 0)
 FROM unnest(%(lows)s::bigint[], %(highs)s::bigint[]) AS g(lo, hi)
-LEFT JOIN LATERAL (
-    SELECT a.cum_count FROM inventory_asset AS a
-    WHERE a.connector_id = %(connector)s AND a.id < g.lo ORDER BY a.id DESC LIMIT 1
-) AS lo ON true
-LEFT JOIN LATERAL (
-    SELECT a.cum_count FROM inventory_asset AS a
-    WHERE a.connector_id = %(connector)s AND a.id < g.hi ORDER BY a.id DESC LIMIT 1
-) AS hi ON true;
+LEFT JOIN tidemark_asset_before(%(connector)s, g.lo) AS lo ON true
+LEFT JOIN tidemark_asset_before(%(connector)s, g.hi) AS hi ON true;
 
 -- ---- restatements (inventory/services/restatements.py) -----------------------------------------
 

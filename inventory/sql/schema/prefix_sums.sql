@@ -1,13 +1,43 @@
 -- Prefix sums of a connector's assets (Asset.cum_count, Asset.cum_weight): the running count and
 -- weight of the connector's assets up to and including each one, in id order. A job's lag is then
 -- (cum at the connector's last asset) - (cum at the last asset before its watermark): two index
--- lookups on asset_connector_id_idx, whatever the backlog (selectors.jobs_lag_by_id).
+-- lookups on asset_connector_id_idx, whatever the backlog (tidemark_lag below).
 --
 -- The registering INSERT fills them itself under the connector's row lock (queries.sql:
 -- assets_register). These triggers keep them true for every other change: an insert that leaves
 -- them NULL (the ORM, the admin, a test's factory), a delete of some of a connector's assets, a
 -- weight change (a table slice recounted by a restatement). Each takes the connector's row lock,
 -- the lock registration holds, so the sums never race a registration.
+
+-- The connector's last asset with an id below p_before (NULL: its last asset), with its prefix
+-- sums; no row when it has none. One step of asset_connector_id_idx, written as a row comparison
+-- in that index's order: "connector_id = C AND id < X ORDER BY id DESC LIMIT 1" lets the planner
+-- walk the primary key backwards through every asset of the other connectors in between (a
+-- connector whose assets are sparse among busy ones' cost seconds per lookup). Inlined where it
+-- is called from FROM (one SELECT, SQL, STABLE).
+CREATE OR REPLACE FUNCTION tidemark_asset_before(p_connector bigint, p_before bigint)
+RETURNS TABLE (id bigint, cum_count bigint, cum_weight numeric) LANGUAGE sql STABLE AS $$
+    SELECT last.id, last.cum_count, last.cum_weight FROM (
+        SELECT a.connector_id, a.id, a.cum_count, a.cum_weight FROM inventory_asset AS a
+        WHERE (a.connector_id, a.id) < (p_connector, coalesce(p_before, 9223372036854775807))
+        ORDER BY a.connector_id DESC, a.id DESC
+        LIMIT 1
+    ) AS last
+    WHERE last.connector_id = p_connector
+$$;
+
+-- A job's lag: the count and weight of connector p_connector's assets at or after p_position
+-- (its watermark), the sums at the connector's last asset minus those before p_position. Two
+-- steps of asset_connector_id_idx whatever the backlog; no step at all for a NULL connector
+-- (callers pass NULL for the jobs whose lag they do not need) and then (0, 0).
+CREATE OR REPLACE FUNCTION tidemark_lag(p_connector bigint, p_position bigint)
+RETURNS TABLE (items bigint, weight numeric) LANGUAGE sql STABLE AS $$
+    SELECT coalesce(last.cum_count, 0) - coalesce(done.cum_count, 0),
+           coalesce(last.cum_weight, 0) - coalesce(done.cum_weight, 0)
+    FROM (SELECT 1) AS one
+    LEFT JOIN tidemark_asset_before(p_connector, NULL) AS last ON true
+    LEFT JOIN tidemark_asset_before(p_connector, p_position) AS done ON true
+$$;
 
 -- Recompute the sums of a connector's assets from id p_from on, continuing from the asset before
 -- it. The caller holds the connector's row lock. Costs the rows from p_from to the end (only those
@@ -19,8 +49,8 @@ DECLARE
     base_count bigint;
     base_weight numeric;
 BEGIN
-    SELECT cum_count, cum_weight INTO base_count, base_weight FROM inventory_asset
-    WHERE connector_id = p_connector AND id < p_from ORDER BY id DESC LIMIT 1;
+    SELECT b.cum_count, b.cum_weight INTO base_count, base_weight
+    FROM tidemark_asset_before(p_connector, p_from) AS b;
     UPDATE inventory_asset AS a
     SET cum_count = s.cum_count, cum_weight = s.cum_weight
     FROM (
@@ -47,8 +77,8 @@ BEGIN
         RETURN NEW;
     END IF;
     PERFORM 1 FROM inventory_connector WHERE id = NEW.connector_id FOR UPDATE;
-    SELECT cum_count, cum_weight INTO before_count, before_weight FROM inventory_asset
-    WHERE connector_id = NEW.connector_id AND id < NEW.id ORDER BY id DESC LIMIT 1;
+    SELECT b.cum_count, b.cum_weight INTO before_count, before_weight
+    FROM tidemark_asset_before(NEW.connector_id, NEW.id) AS b;
     NEW.cum_count := coalesce(before_count, 0) + 1;
     NEW.cum_weight := coalesce(before_weight, 0) + NEW.weight;
     UPDATE inventory_asset

@@ -1,0 +1,96 @@
+"""A job's lag and a connector's last asset are a few index steps however the connectors' assets
+interleave (schema/prefix_sums.sql: tidemark_asset_before, tidemark_lag).
+
+Written as "connector_id = C AND id < X ORDER BY id DESC LIMIT 1", the planner walked the primary
+key backwards and filtered out every asset of the other connectors in between: a connector whose
+assets are sparse among a busy one's cost a scan of the busy one's assets per lookup (1.6 s for
+200 jobs in a scratch database). Shown here by the pages each statement reads (EXPLAIN BUFFERS),
+not by a time.
+"""
+
+import json
+
+import pytest
+from django.db import connection
+
+from inventory.models import Watermark
+from inventory.sql import dashboard_query, query
+from tests.factories import ConnectorFactory, make_job
+
+pytestmark = pytest.mark.django_db
+
+BUSY = 20_000  # assets of another connector between the sparse connector's two
+PAGES = 60  # a few index and heap pages; the walk through BUSY assets reads hundreds
+
+
+def _insert(connector_id: int, count: int, first_cum: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO inventory_asset"
+            " (connector_id, location, weight, extra, discovered_at, cum_count, cum_weight)"
+            " SELECT %s, 'f-' || (%s + g), 10, '{}', now(), %s + g, (%s + g) * 10"
+            " FROM generate_series(1, %s) AS g",
+            [connector_id, first_cum, first_cum, first_cum, count],
+        )
+
+
+@pytest.fixture
+def sparse_job():
+    """A job on a connector with one asset, then BUSY assets of another connector, then the
+    sparse connector's second asset; the job's watermark is at that second one (lag 1)."""
+    sparse, busy = ConnectorFactory(), ConnectorFactory()
+    _insert(sparse.pk, 1, 0)
+    _insert(busy.pk, BUSY, 0)
+    _insert(sparse.pk, 1, 1)
+    job = make_job(connector=sparse)
+    second = sparse.assets.order_by("-id").values_list("id", flat=True).first()
+    Watermark.objects.filter(job=job).update(position=second)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE inventory_asset")
+    return job
+
+
+def _pages(sql: str, params) -> int:
+    """Shared pages (hit or read) the statement's plan touched."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0]
+    plan = plan if isinstance(plan, list) else json.loads(plan)
+    top = plan[0]["Plan"]
+    return top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+
+
+def test_a_jobs_lag_reads_a_few_pages_whatever_lies_between_its_assets(sparse_job):
+    with connection.cursor() as cursor:
+        cursor.execute(query("jobs_lag"), [[sparse_job.pk]])
+        assert cursor.fetchall() == [(sparse_job.pk, 1, 10)]
+    assert _pages(query("jobs_lag"), [[sparse_job.pk]]) < PAGES
+
+
+def test_the_last_asset_of_a_connector_reads_a_few_pages_whatever_came_after_it(sparse_job):
+    # the sparse connector's last asset lies below the busy one's newer ones
+    _insert(ConnectorFactory().pk, BUSY, 0)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE inventory_asset")
+    params = {"connector": sparse_job.connector_id}
+    with connection.cursor() as cursor:
+        cursor.execute(query("assets_known_size"), params)
+        assert cursor.fetchone()[0] == 2
+    assert _pages(query("assets_known_size"), params) < PAGES
+
+
+def test_the_overview_reads_a_few_pages_per_job_whatever_lies_between_its_assets(sparse_job):
+    params = {
+        "ext_ids": [],
+        "ext_items": [],
+        "ext_weights": [],
+        "stale": 3,
+        "states": ["blocked", "late", "failing", "unreadable", "connector", "paused"],
+    }
+    sql = dashboard_query("health_all")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    (row,) = [r for r in rows if r[0] == sparse_job.pk]
+    assert (row[18], row[19]) == (1, 10)  # lag items, weight
+    assert _pages(sql, params) < PAGES
