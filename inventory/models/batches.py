@@ -167,11 +167,26 @@ class Batch(models.Model):
                 name="batch_gone_upper_idx",
                 condition=Q(backfill__isnull=True) & ~Q(status__in=HOLDING_STATUSES),
             ),
-            # the reaper: "running batches whose lease expired"
+            # the reaper: "running batches whose lease expired", of all jobs (batches_reap_expired)
+            # or of one (tidemark_reap_expired, in every acquire): the job is an index column, so
+            # an acquire's search reads only the expired leases, never the entries its own recent
+            # batches left behind until vacuum (they all hold leases in the future)
             models.Index(
-                fields=["lease_expires_at"],
+                fields=["lease_expires_at", "job"],
                 name="batch_running_lease_idx",
                 condition=Q(status=BatchStatus.RUNNING),
+            ),
+            # acquire's "due incremental batch of job J, first in span order" (tidemark_acquire):
+            # an index of its own, so the search never walks the job's other batches whatever the
+            # statistics say (a fresh table's plan did); costs no write on the hot path, where
+            # batches are born running and leave as succeeded
+            models.Index(
+                F("job"),
+                Func(F("span"), function="lower", output_field=models.BigIntegerField()),
+                name="batch_due_incremental_idx",
+                condition=Q(
+                    backfill__isnull=True, status__in=[BatchStatus.QUEUED, BatchStatus.FAILED]
+                ),
             ),
             # tidemark_publish_begin and backfill planning: "outputs of job J still in the sink"
             models.Index(

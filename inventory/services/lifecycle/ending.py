@@ -12,10 +12,10 @@ from inventory.services import secrets, signals, watermarks
 from inventory.services.errors import InvalidInput, NotFound, StaleAttempt
 from inventory.services.lifecycle.shared import (
     batch_due,
+    batch_fetch,
     batches_transition,
     fence,
     locked,
-    one,
     redacted,
     single_call,
 )
@@ -54,7 +54,7 @@ def batch_succeed(
     ]
     try:
         with single_call():
-            batch = one(Batch.objects.raw(query("batch_succeed"), params))
+            batch = batch_fetch(query("batch_succeed"), params)
     except DatabaseError as exc:
         if getattr(exc.__cause__, "pgcode", None) == "TM404":
             raise NotFound(f"batch {batch_id} does not exist") from None

@@ -94,6 +94,51 @@ def one(raw_queryset) -> Batch | None:
     return rows[0] if rows else None
 
 
+def batch_fetch(sql: str, params) -> Batch | None:
+    """The first batch row that `sql` (a SQL function returning inventory_batch rows) returns, as
+    a Batch, or None: what `one(Batch.objects.raw(...))` gives, for the hot paths (acquire,
+    succeed). The raw queryset works out the column-to-field mapping and the converters on every
+    call, which cost the Python side of a call about as much as the rest of it; here they are
+    worked out once per column list."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        columns = tuple(column[0] for column in cursor.description)
+    order, converters = _batch_reader(columns)
+    values = [row[index] for index in order]
+    for index, functions, expression in converters:
+        for function in functions:
+            values[index] = function(values[index], expression, connection)
+    return Batch.from_db(connection.alias, None, values)
+
+
+# column list -> (for each concrete field of Batch, in model order, the index of its column;
+# the converters to apply, by field index), as Model.from_db takes values in field order
+_BATCH_READERS: dict[tuple[str, ...], tuple[list[int], list]] = {}
+
+
+def _batch_reader(columns: tuple[str, ...]) -> tuple[list[int], list]:
+    reader = _BATCH_READERS.get(columns)
+    if reader is None:
+        fields = Batch._meta.concrete_fields
+        position = {column: index for index, column in enumerate(columns)}
+        if len(columns) != len(fields) or any(f.column not in position for f in fields):
+            raise ValueError(f"not a batch row: {columns}")
+        converters = []
+        for index, field in enumerate(fields):
+            expression = field.get_col(Batch._meta.db_table)
+            functions = connection.ops.get_db_converters(expression) + expression.get_db_converters(
+                connection
+            )
+            if functions:
+                converters.append((index, functions, expression))
+        reader = ([position[field.column] for field in fields], converters)
+        _BATCH_READERS[columns] = reader
+    return reader
+
+
 def redacted(batch: Batch, error: dict) -> dict:
     """An error as stored: without the values of the environment variables the job names
     (a DSN echoed in an exception), nor any other credential (inventory.services.secrets)."""

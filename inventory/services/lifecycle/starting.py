@@ -10,6 +10,7 @@ from inventory.models import Backfill, BackfillStatus, Batch, BatchStatus, Job
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.lifecycle.shared import (
     batch_due,
+    batch_fetch,
     batches_transition,
     config_snapshot,
     job_blocked_reason,
@@ -111,7 +112,7 @@ def batch_acquire(
         limit,
     ]
     with _source_errors(source), single_call():
-        return one(Batch.objects.raw(query("batch_acquire"), params))
+        return batch_fetch(query("batch_acquire"), params)
 
 
 def batch_lock_for_start(batch_id: int) -> Batch | None:

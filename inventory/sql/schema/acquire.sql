@@ -176,6 +176,10 @@ $$;
 -- (tidemark_reap_expired): however many processes acquire in a loop, a lost worker's batch fails
 -- at the next acquire and is retried, without waiting for the reaper. This comes after every other
 -- lock (job -> backfill -> throttle -> batch): those batches are rows of the last kind.
+-- Both searches it makes on every call are index searches whatever the statistics say (migration
+-- 0034): the due incremental batch by batch_due_incremental_idx, the expired leases among the
+-- running ones only (batch_running_lease_idx, expiry then job, or batch_open_status_idx); neither
+-- reads the job's committed batches.
 CREATE OR REPLACE FUNCTION tidemark_acquire(
     p_job bigint, p_items_sql text, p_worker text, p_lease_seconds integer, p_snapshot jsonb,
     p_limit integer

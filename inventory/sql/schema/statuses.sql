@@ -37,9 +37,11 @@ $$;
 -- A batch is due (may start now) when it is queued with no backoff pending, or failed with its
 -- backoff over. Judged by the database's clock, as every lease and retry time is written with it.
 -- A STABLE one-expression SQL function: inlined into the queries that call it, indexes included.
--- Its first conjunct, the status list, is what an index on (job, status) or (backfill, status)
--- searches by, whatever the statistics say (an OR of two statuses could leave a cached plan
--- walking every batch of the job).
+-- Its first conjunct, the status list, is what a partial index over those two statuses is proved
+-- usable by: acquire's search of a job's due incremental batch has one of its own
+-- (batch_due_incremental_idx; with (job, status) to choose from, a cached plan made before the
+-- table had statistics walked every batch of the job instead), a backfill's goes by
+-- (backfill, status).
 CREATE OR REPLACE FUNCTION tidemark_batch_due(p_status text, p_next_attempt_at timestamptz)
 RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT p_status = ANY(ARRAY['queued', 'failed'])
