@@ -10,7 +10,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("inventory", "0033_index_walks"),
+        ("inventory", "0034_lag_by_index"),
     ]
 
     operations = [
