@@ -13,9 +13,10 @@ bench_batches.py measures those):
 - object store -> Delta (local directory);
 
 against the bare Spark read + write of the same 4 rows in the same session: the object read with
-pyarrow on the driver (or the slice with one psycopg2 query) into `createDataFrame`, written by
-one `foreachPartition` COPY straight into a table (Delta: `write.parquet` of the same rows). The
-two alternate within each round, a new object or slice each time, after WARMUP rounds of both.
+pyarrow on the driver (or the slice with one psycopg2 query) into a one-partition
+`createDataFrame`, written by one `foreachPartition` COPY straight into a table (Delta:
+`write.parquet` of the same rows). The two alternate within each round, a new object or slice
+each time, after WARMUP rounds of both.
 Per step (seconds, medians): `read` (the reader builds its DataFrame: planning, schema),
 `write` (the sink), `profile` (the input's row count and watermark after the write); and the
 Spark jobs each batch started (the bare side starts one).
@@ -130,7 +131,9 @@ def measure() -> dict:
         cur.execute("CREATE TABLE bare_out (id bigint, name text, amount int)")
 
     def pg(mode: str, table: str) -> dict:
-        return {"kind": "postgres", "dsn_env": DSN_ENV, "table": table, "key": ["id"], "mode": mode}
+        # append: no key (so no primary key): the `before` batch appends the same rows again
+        key = [] if mode == "append" else ["id"]
+        return {"kind": "postgres", "dsn_env": DSN_ENV, "table": table, "key": key, "mode": mode}
 
     cases = {
         "object store -> postgres upsert": ("object", lambda: pg("upsert", "out_upsert")),
@@ -241,7 +244,7 @@ def measure() -> dict:
 def report(figures: dict) -> str:
     rows = []
     for name, f in figures["cases"].items():
-        over = f"+{f['over_ms']:.0f} ms"
+        over = f"{f['over_ms']:+.0f} ms"
         if f["over_ms"] > TARGET_MS:
             over += " **missed**"
         rows.append(
@@ -264,7 +267,8 @@ def report(figures: dict) -> str:
         "a Parquet object in S3 (moto on loopback) or a 4-row slice of a PostgreSQL table. "
         "`workers.spark.run.run_batch` in a warm `local[*]` session with the worker's defaults, "
         "static publish fence (the control plane's share is in bench_batches.py), against the "
-        "bare read (pyarrow or one psycopg2 query into `createDataFrame`) + write (one COPY per "
+        "bare read (pyarrow or one psycopg2 query into `createDataFrame`, one partition) + "
+        "write (one COPY per "
         f"partition into a table; Delta: `write.parquet`) of the same rows, alternating, "
         f"{figures['rounds']} rounds after {figures['warmup']} warm-up rounds; medians. "
         "`before d922c51`: the same code with the sink's observed metrics ignored, as the batch "

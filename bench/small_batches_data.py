@@ -9,6 +9,7 @@ ROWS = 4
 BUCKET = "small"
 KEY_ENV, SECRET_ENV = "BENCH_SMALL_S3_KEY", "BENCH_SMALL_S3_SECRET"
 DSN_ENV = "BENCH_SMALL_DSN"
+SCHEMA = "id bigint, name string, amount int"
 
 
 class Data:
@@ -140,9 +141,9 @@ def bare_object(spark, data: Data, location: str, write):
     source = {**settings, "key_env": KEY_ENV, "secret_env": SECRET_ENV}
     fs, path = filesystem(source, location, secrets)
     table = pq.read_table(path, filesystem=fs)
-    df = spark.createDataFrame(
-        [tuple(row.values()) for row in table.to_pylist()], "id bigint, name string, amount int"
-    )
+    rows = [tuple(row.values()) for row in table.to_pylist()]
+    # one partition, as the batch reads one object: a local list would get the default four
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), SCHEMA)
     write(df)
 
 
@@ -156,5 +157,5 @@ def bare_table(spark, data: Data, bounds: tuple[int, int], write):
             rows = cur.fetchall()
     finally:
         conn.close()
-    df = spark.createDataFrame(rows, "id bigint, name string, amount int")
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), SCHEMA)
     write(df)
