@@ -163,6 +163,6 @@ def write_postgres(
         "bytes": None,
         "location": f"{schema}.{table}",
         "rows_changed": changed,
-        # the input's observed metrics (run.py takes them out of the result): see staging.py
-        "observed": observed,
+        # the input's observed metrics, if any (run.py takes them out of the result): staging.py
+        **({"observed": observed} if observed else {}),
     }
