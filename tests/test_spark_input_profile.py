@@ -3,6 +3,7 @@
 import uuid
 from datetime import UTC, datetime
 
+import psycopg2
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -108,3 +109,43 @@ def test_an_empty_input_reports_zero_rows_and_no_watermark(spark, tmp_path):
     result = run_batch(spark, spec)
     assert (result["rows_in"], result["rows_out"], result["watermark"]) == (0, 0, None)
     assert spark.read.parquet(result["location"]).select(F.count("*")).first()[0] == 0
+
+
+@pytest.mark.parametrize("mode", ["append", "upsert", "coalesce"])
+def test_a_batch_into_postgres_reads_its_input_once_and_reports_exact_numbers(
+    spark, tmp_path, monkeypatch, mode
+):
+    # the PostgreSQL sink copies with an RDD action, which reports no observation by itself: the
+    # sink hands back what the plan it ran observed, so nothing counts the input a second time
+    from django.conf import settings
+
+    monkeypatch.setenv("TM_TEST_PROFILE_DSN", settings.DATABASE_URL)
+    schema = f"tm_profile_{uuid.uuid4().hex[:10]}"
+    items = [_file(tmp_path / "a.parquet", [1, 2, 3]), _file(tmp_path / "b.parquet", [4, 5])]
+    sink = {
+        "kind": "postgres",
+        "dsn_env": "TM_TEST_PROFILE_DSN",
+        "table": f"{schema}.out",
+        "key": ["id"],
+        "mode": mode,
+    }
+    spec = _spec(items, tmp_path / "out", watermark_column="at", sink=sink)
+    try:
+        result, jobs = _jobs_of(spark, lambda: run_batch(spark, spec))
+    finally:
+        conn = psycopg2.connect(settings.DATABASE_URL)
+        conn.autocommit = True
+        with conn, conn.cursor() as cur:
+            cur.execute(f'SELECT count(*) FROM "{schema}"."out"')
+            (stored,) = cur.fetchone()
+            cur.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        conn.close()
+
+    def bare():
+        spark.read.parquet(*items).foreachPartition(lambda rows: None)
+
+    _, bare_jobs = _jobs_of(spark, bare)
+    assert len(jobs) == len(bare_jobs)  # the copy, and no counting pass
+    assert (result["rows_in"], result["rows_out"], stored) == (5, 5, 5)
+    assert result["watermark"] == "2026-01-01T05:00:00+00:00"
+    assert "observed" not in result

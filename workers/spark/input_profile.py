@@ -5,12 +5,17 @@ Local Parquet input without a watermark column: the row count is the sum of the 
 runs (`DataFrame.observe`): the input gets a `CollectMetrics` node that counts rows and takes the
 maximum as they stream past, so no Spark job of its own reads the input a second time.
 
+A sink whose write is an RDD action (the PostgreSQL sink's `foreachPartition`) does not report
+the observation to its `Observation`: it reads the metrics off the plan it ran
+(`observed_metrics`) and passes them back, and `result` takes them from there.
+
 An observation only sees the rows the write pulls through it. When the processor's output may
 stop reading its input early (a limit, a sample) or does not read it at all, or when Spark skipped
 the observed part of the plan at run time (an empty join side), the observation is incomplete or
 never fires; then, and only then, one separate aggregation over the input gives the exact numbers.
 """
 
+import json
 import os
 import re
 import time
@@ -59,11 +64,13 @@ class InputProfile:
             aggregates.append(_max_as_json(self.df, self.column).alias("watermark"))
         return aggregates
 
-    def result(self, out: DataFrame) -> tuple[int, object]:
-        """(rows, watermark) of the input, after `out` (the processor's output) was written."""
+    def result(self, out: DataFrame, observed: dict | None = None) -> tuple[int, object]:
+        """(rows, watermark) of the input, after `out` (the processor's output) was written;
+        `observed`: the metrics the sink read off the plan it ran, if its write was not a
+        DataFrame action (`observed_metrics`)."""
         if self._observation is None:
             return self.known_rows, None
-        row = self._observed_row(out)
+        row = self._observed_row(out, observed or {})
         if row is None:
             row = self.df.agg(*self._aggregates()).first().asDict()
         watermark = row.get("watermark") if self.column else None
@@ -79,9 +86,11 @@ class InputProfile:
         above = plan.split(f"CollectMetrics {self.name},", 1)[0]
         return _EARLY_STOP.search(above) is None
 
-    def _observed_row(self, out: DataFrame) -> dict | None:
+    def _observed_row(self, out: DataFrame, observed: dict) -> dict | None:
         if not self.counted_by_observation(out):
             return None
+        if self.name in observed:
+            return observed[self.name]
         future = self._observation._jo.future()
         deadline = time.monotonic() + _REPORT_WAIT_SECONDS
         while not future.isCompleted():
@@ -89,6 +98,17 @@ class InputProfile:
                 return None
             time.sleep(0.01)
         return dict(self._observation.get)
+
+
+def observed_metrics(executed: DataFrame) -> dict[str, dict]:
+    """{observation name: its metrics} of the observations in the plan `executed` ran, after an
+    RDD action over it (`executed.foreachPartition(...)`): the plan's `CollectMetrics` nodes hold
+    what they saw. Empty if nothing ran."""
+    jvm = executed.sparkSession._jvm
+    metrics = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+        executed._jdf.queryExecution().observedMetrics()
+    )
+    return {name: json.loads(metrics.get(name).json()) for name in metrics.keySet()}
 
 
 def parquet_footer_rows(locations: list[str]) -> int | None:

@@ -134,8 +134,9 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
             error.detail = input_failure_detail(exc)
             raise _batch_error("read", error) from exc
         raise _batch_error("write", exc) from exc
+    observed = written.pop("observed", None)
     try:
-        rows_in, watermark = profile.result(out)
+        rows_in, watermark = profile.result(out, observed)
     except Exception as exc:
         raise _batch_error("read", exc) from exc
 

@@ -19,7 +19,7 @@ from workers.spark.pgsink.config import (
     valid_identifier,
 )
 from workers.spark.pgsink.merge import merge_stage
-from workers.spark.pgsink.staging import as_text, partition_copier
+from workers.spark.pgsink.staging import copy_to_stage
 from workers.spark.pgsink.target import (
     drop_leftover_stages,
     ensure_target,
@@ -106,7 +106,7 @@ def write_postgres(
         except psycopg2.Error as exc:
             raise SinkError(f"preparing {schema}.{table} failed: {scrub_dsn(exc, dsn)}") from None
         try:
-            as_text(df).foreachPartition(partition_copier(dsn, stage, columns))
+            observed = copy_to_stage(df, dsn, stage, columns)
         except Exception as exc:
             error = SinkError(
                 f"copying rows into staging for {schema}.{table} failed: "
@@ -163,4 +163,6 @@ def write_postgres(
         "bytes": None,
         "location": f"{schema}.{table}",
         "rows_changed": changed,
+        # the input's observed metrics, if any (run.py takes them out of the result): staging.py
+        **({"observed": observed} if observed else {}),
     }

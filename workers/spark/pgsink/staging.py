@@ -1,9 +1,16 @@
-"""The parallel COPY of every Spark partition into the attempt's unlogged staging table."""
+"""The parallel COPY of every Spark partition into the attempt's unlogged staging table.
+
+The copy is an RDD action (`foreachPartition`), which never reports the input's observation to
+its `Observation` (only DataFrame actions do): so `copy_to_stage` reads the observed metrics off
+the plan it executed (`input_profile.observed_metrics`) and the sink hands them to the batch.
+Without them the batch would count its input in a second Spark job that reads the source again.
+"""
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from workers.spark.input_profile import observed_metrics
 from workers.spark.pgsink.config import quote_ident
 
 COPY_CHUNK_CHARS = 4 * 1024 * 1024
@@ -27,6 +34,14 @@ def as_text(df: DataFrame) -> DataFrame:
             col = col.cast("string")
         converted.append(col.alias(f.name))
     return df.select(*converted)
+
+
+def copy_to_stage(df: DataFrame, dsn: str, stage: str, columns: list[str]) -> dict:
+    """COPY every partition of `df` into `stage`, on the executors; the metrics of the
+    observations in `df`'s plan, as the copy saw them."""
+    text = as_text(df)
+    text.foreachPartition(partition_copier(dsn, stage, columns))
+    return observed_metrics(text)
 
 
 def partition_copier(dsn: str, stage: str, columns: list[str]):
