@@ -141,7 +141,10 @@ def _parent_pid(pid: int) -> int:
 
 
 def test_a_zombie_worker_can_neither_commit_nor_publish(tmp_path, chaos_worker):
-    workers = [chaos_worker(name="zombie-a"), chaos_worker(name="zombie-b")]
+    # both start at once (their JVMs warm side by side), then both must be warm
+    workers = [chaos_worker(name=f"zombie-{n}", wait_for_spark=False) for n in "ab"]
+    for worker in workers:
+        worker.wait_for_spark(sessions=1)
     gate = tmp_path / "gates" / "open"
     job, expected, sink, gates = chaos_job(tmp_path, "zombie", rows=10, params={"gate": str(gate)})
     (batch_id,) = dispatch.job_run(job=job).planned
