@@ -31,8 +31,11 @@ WORKER_SINK_ENV = "TM_TEST_WORKER_SINK_DSN"
 # collector. A test's Spark jobs are many and tiny, on a 2-core machine shared with other runs:
 # C2's compiler threads and a parallel collector cost more CPU than they win back there (a cold
 # session and 15 small jobs: about half the wall time). Semantics are the JVM's either way;
-# deployments keep the JVM's defaults (workers/spark/session.py).
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# deployments keep the JVM's defaults (workers/spark/session.py). TIDEMARK_TEST_JVM_OPTIONS=""
+# runs the tests on the JVM's defaults too.
+TEST_JVM_OPTIONS = os.environ.get(
+    "TIDEMARK_TEST_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+)
 
 
 def wait_until(
