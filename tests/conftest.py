@@ -134,9 +134,10 @@ def static_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def spark():
     """One SparkSession for the whole test session (local[2]), the same warm session workers use."""
+    from tests.worker_fixtures import TEST_JVM_OPTIONS
     from workers.spark.session import get_session, stop_session
 
-    session = get_session("local[2]")
+    session = get_session("local[2]", conf={"spark.driver.extraJavaOptions": TEST_JVM_OPTIONS})
     yield session
     stop_session()
 

@@ -13,6 +13,7 @@ waits on facts (the batch's files on disk, the worker's fence waiting for that l
 
 import os
 import signal
+import uuid
 
 import psycopg2
 import pytest
@@ -33,16 +34,35 @@ from tests.worker_fixtures import WorkerProcess, wait_until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def own_worker(worker_env, private_queue, worker_log_dir):
+@pytest.fixture(scope="module")
+def own_queue(worker_env) -> str:
+    return f"tidemark-delta-kill-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def own_worker(worker_env, own_queue, worker_log_dir):
+    """One worker on a queue of this module's own, for both tests: a kill ends a pool process,
+    whose replacement starts a new JVM, while the worker itself stays (a worker start, celery
+    and a JVM, less per test)."""
     worker = WorkerProcess(
-        env={**worker_env, "CELERY_QUEUE": private_queue},
-        queue=private_queue,
+        env={**worker_env, "CELERY_QUEUE": own_queue},
+        queue=own_queue,
         name="delta-kill",
         log_dir=worker_log_dir,
     )
     yield worker.start()
     worker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _sent_to_own_queue(own_queue):
+    """What a test of this module sends goes to the module's worker only."""
+    from controlplane.celery import app
+
+    previous = app.conf.CELERY_TASK_DEFAULT_QUEUE
+    app.conf.CELERY_TASK_DEFAULT_QUEUE = own_queue
+    yield
+    app.conf.CELERY_TASK_DEFAULT_QUEUE = previous
 
 
 def _hold(statement: str, params) -> "psycopg2.extensions.connection":

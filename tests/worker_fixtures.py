@@ -27,6 +27,15 @@ CELERY = ROOT / ".venv" / "bin" / "celery"
 TEST_PROCESSOR_MODULE = "tests.worker_processors"
 # the variable naming the tests' sink database in a worker's environment (tests/sink_database.py)
 WORKER_SINK_ENV = "TM_TEST_WORKER_SINK_DSN"
+# The test JVMs (this process's session, every worker's): the client compiler only and the serial
+# collector. A test's Spark jobs are many and tiny, on a 2-core machine shared with other runs:
+# C2's compiler threads and a parallel collector cost more CPU than they win back there (a cold
+# session and 15 small jobs: about half the wall time). Semantics are the JVM's either way;
+# deployments keep the JVM's defaults (workers/spark/session.py). TIDEMARK_TEST_JVM_OPTIONS=""
+# runs the tests on the JVM's defaults too.
+TEST_JVM_OPTIONS = os.environ.get(
+    "TIDEMARK_TEST_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+)
 
 
 def wait_until(
@@ -117,9 +126,11 @@ class WorkerProcess:
         self.log_path = log_dir / f"{self.name}.log"
         self.concurrency = concurrency
         self.proc: subprocess.Popen | None = None
+        self._stopping = False
 
     def start(self, *, wait_for_spark: bool = True) -> "WorkerProcess":
         log = open(self.log_path, "wb")  # noqa: SIM115 - kept open by the child
+        self._stopping = False
         self.proc = subprocess.Popen(
             [
                 str(CELERY),
@@ -183,10 +194,18 @@ class WorkerProcess:
         except FileNotFoundError:
             return ""
 
+    def stop_begin(self) -> None:
+        """Ask for a warm shutdown (children stop their sessions) without waiting for it, so
+        several workers stop at once; `stop` then waits."""
+        if self.proc is None or self.proc.poll() is not None or self._stopping:
+            return
+        self._stopping = True
+        self.proc.send_signal(signal.SIGTERM)
+
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
-        self.proc.send_signal(signal.SIGTERM)  # warm shutdown: children stop their sessions
+        self.stop_begin()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -227,7 +246,9 @@ def worker_env(django_db_setup, celery_queue) -> dict:
         "TIDEMARK_DEV": "1",
         "TIDEMARK_DATA_DIR": str(settings.DATA_DIR),
         "SPARK_MASTER": os.environ.get("TEST_SPARK_MASTER", "local[2]"),
-        "SPARK_CONF": "spark.sql.shuffle.partitions=2",
+        "SPARK_CONF": ",".join(
+            ["spark.sql.shuffle.partitions=2", f"spark.driver.extraJavaOptions={TEST_JVM_OPTIONS}"]
+        ),
         "PYTHONUNBUFFERED": "1",
     }
 
@@ -274,6 +295,8 @@ def start_worker(worker_env, celery_queue, worker_log_dir):
         return worker.start(**options)
 
     yield start
+    for worker in started:
+        worker.stop_begin()  # all of them at once
     for worker in started:
         worker.stop()
 

@@ -137,6 +137,8 @@ def chaos_worker(worker_env, chaos_queue, worker_log_dir):
                 os.killpg(worker.proc.pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
+        worker.stop_begin()  # all of them at once: each warm shutdown stops its JVMs
+    for worker in started:
         worker.stop()
 
 
