@@ -177,7 +177,7 @@ $$;
 -- at the next acquire and is retried, without waiting for the reaper. This comes after every other
 -- lock (job -> backfill -> throttle -> batch): those batches are rows of the last kind.
 -- Both searches it makes on every call are index searches whatever the statistics say (migration
--- 0034): the due incremental batch by batch_due_incremental_idx, the expired leases among the
+-- 0035): the due incremental batch by batch_due_incremental_idx, the expired leases among the
 -- running ones only (batch_running_lease_idx, expiry then job, or batch_open_status_idx); neither
 -- reads the job's committed batches.
 CREATE OR REPLACE FUNCTION tidemark_acquire(
