@@ -89,15 +89,10 @@ def single_call():
     return transaction.atomic() if connection.in_atomic_block else nullcontext()
 
 
-def one(raw_queryset) -> Batch | None:
-    rows = list(raw_queryset)
-    return rows[0] if rows else None
-
-
 def batch_fetch(sql: str, params) -> Batch | None:
     """The first batch row that `sql` (a SQL function returning inventory_batch rows) returns, as
-    a Batch, or None: what `one(Batch.objects.raw(...))` gives, for the hot paths (acquire,
-    succeed). The raw queryset works out the column-to-field mapping and the converters on every
+    a Batch, or None: what `Batch.objects.raw(...)` gives for that row, for the single-batch calls
+    (plan, acquire, succeed). The raw queryset works out the column-to-field mapping and the converters on every
     call, which cost the Python side of a call about as much as the rest of it; here they are
     worked out once per column list."""
     with connection.cursor() as cursor:

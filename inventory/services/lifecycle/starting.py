@@ -14,7 +14,6 @@ from inventory.services.lifecycle.shared import (
     batches_transition,
     config_snapshot,
     job_blocked_reason,
-    one,
     single_call,
 )
 from inventory.services.planning import BAD_WEIGHT_CODE, SOURCE_UNREADABLE_CODES
@@ -34,7 +33,7 @@ def batch_plan_next(*, job: Job, source: ItemSource | None = None) -> Batch | No
     params = [job.pk, source.planning_query(), json.dumps(config_snapshot(job))]
     with _source_errors(source), transaction.atomic():
         # a savepoint: a source refusing to be read must not leave the caller's transaction aborted
-        return one(Batch.objects.raw(query("batch_plan_next"), params))
+        return batch_fetch(query("batch_plan_next"), params)
 
 
 class _source_errors:
