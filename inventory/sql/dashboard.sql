@@ -27,8 +27,8 @@ open_batches AS (
     GROUP BY job_id
 ),
 tips AS (
-    -- each connector's last asset id: one index-only probe per connector, however many jobs
-    -- read it (its prefix sums are read only for the rows a statement returns)
+    -- each connector's last asset id: one probe of asset_connector_id_idx per connector, however
+    -- many jobs read it (the lag, tidemark_lag, is read only for the rows a statement returns)
     SELECT c.id AS connector_id, (SELECT t.id FROM tidemark_asset_before(c.id, NULL) AS t) AS tip_id
     FROM inventory_connector AS c
 ),
