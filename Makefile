@@ -3,6 +3,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export TIDEMARK_DEV ?= 1
+# `make test` runs the suite in this many pytest processes (pytest-xdist, a module's tests stay in
+# one process): the suite mostly waits on workers, Spark and leases, not on the CPU. Each process
+# has its own test database, Celery queue, cache prefix and SparkSession (tests/conftest.py).
+TEST_PROCESSES ?= 3
 
 .PHONY: demo test chaos soak screenshots bench lint format stop clean
 
@@ -24,7 +28,7 @@ test: $(VENV)/.installed /usr/bin/chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile
 
 # the soak's clock_jump fault moves a worker's wall clock with Debian's libfaketime
 /usr/bin/faketime:

@@ -8,6 +8,11 @@ documented response matches its schema.
 
 import pytest
 import schemathesis
+
+# imported at collection, before any test starts a thread: pytest rewrites schemathesis's modules
+# (a pytest plugin) as they are imported, and on Python 3.11 an AST parse racing another thread's
+# compile fails with "AST constructor recursion depth mismatch"; `from_wsgi` imports this lazily
+import schemathesis.specs.openapi.schemas  # noqa: F401
 from django.conf import settings as django_settings
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections, transaction
