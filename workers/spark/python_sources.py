@@ -37,15 +37,20 @@ def _registered(spark: SparkSession, base: type[DataSource], secrets: dict) -> s
         if key not in _registered_names:
             number = len(_registered_names) + 1
             name = f"tidemark_{base.name()}_{number}"
-            # a class made here is pickled by value, with its secrets; the base by reference
-            source = type(
-                f"{base.__name__}{number}",
-                (base,),
-                {"secrets": dict(secrets), "name": classmethod(lambda cls, _n=name: _n)},
-            )
-            spark.dataSource.register(source)
+            spark.dataSource.register(source_class(base, secrets, name, number))
             _registered_names[key] = name
         return _registered_names[key]
+
+
+def source_class(base: type[DataSource], secrets: dict, name: str, number: int) -> type:
+    """The class registered as `name`: pickled by value, with its secrets; the base by reference,
+    so a process that unpickles it (the driver's planner processes, each executor's reader)
+    imports the base's module."""
+    return type(
+        f"{base.__name__}{number}",
+        (base,),
+        {"secrets": dict(secrets), "name": classmethod(lambda cls, _n=name: _n)},
+    )
 
 
 def plan_of(options: dict) -> dict:

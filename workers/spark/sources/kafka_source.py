@@ -6,18 +6,27 @@ credentials by variable name, "ranges": [[partition, start, end], ...], "timeout
 range `[start, end)` is consumed from `start` until the message at `end - 1` or any position at or
 past `end` (a compacted or transactional tail has no message at `end - 1`); nothing past `end` is
 kept. An offset the broker no longer has is an error (`auto.offset.reset: error`), never a jump.
+
+pyarrow and confluent_kafka are imported where a range is read, not here: the driver's planner
+processes (`create_data_source`, `plan_data_source_read`) import this module to unpickle the data
+source and call only `schema()`, `reader()` and `partitions()`
+(tests/test_python_sources_imports.py).
 """
 
-import time
+from __future__ import annotations
 
-import pyarrow as pa
-from confluent_kafka import KafkaError, TopicPartition
+import functools
+import time
+from typing import TYPE_CHECKING
+
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from workers.spark.errors import ReadError
 from workers.spark.python_sources import note_read, plan_of
-from workers.spark.sources.kafka_client import KafkaSourceError, open_consumer
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # Spark's own Kafka source's columns
 SCHEMA = T.StructType(
@@ -31,17 +40,26 @@ SCHEMA = T.StructType(
         T.StructField("timestampType", T.IntegerType()),
     ]
 )
-ARROW_SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("timestampType", pa.int32()),
-    ]
-)
+
+
+@functools.cache
+def arrow_schema() -> pa.Schema:
+    """SCHEMA in Arrow's types, as the executors' record batches carry it."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("timestampType", pa.int32()),
+        ]
+    )
+
+
 # librdkafka's timestamp types -> Spark's timestampType (0 CreateTime, 1 LogAppendTime)
 _TIMESTAMP_TYPES = {1: 0, 2: 1}
 _POLL_MESSAGES = 10_000
@@ -79,6 +97,8 @@ class KafkaRangeReader(DataSourceReader):
         return [OffsetRange(*piece) for piece in self.plan["ranges"]]
 
     def read(self, partition: OffsetRange):
+        from workers.spark.sources.kafka_client import KafkaSourceError, open_consumer
+
         source = self.plan["source"]
         try:
             consumer = open_consumer(
@@ -104,6 +124,8 @@ class KafkaRangeReader(DataSourceReader):
 
 def _consume(consumer, topic: str, piece: OffsetRange, timeout: float):
     """Record batches of exactly the messages of `piece`."""
+    from confluent_kafka import KafkaError, TopicPartition
+
     end = piece.end
     position = piece.start
     consumer.assign([TopicPartition(topic, piece.partition, piece.start)])
@@ -142,6 +164,8 @@ def _consume(consumer, topic: str, piece: OffsetRange, timeout: float):
 
 
 def _record_batch(topic: str, messages: list) -> pa.RecordBatch:
+    import pyarrow as pa
+
     stamps = [message.timestamp() for message in messages]
     return pa.RecordBatch.from_arrays(
         [
@@ -156,5 +180,5 @@ def _record_batch(topic: str, messages: list) -> pa.RecordBatch:
             ).cast(pa.timestamp("us", tz="UTC")),
             pa.array([_TIMESTAMP_TYPES.get(kind) for kind, _stamp in stamps], pa.int32()),
         ],
-        schema=ARROW_SCHEMA,
+        schema=arrow_schema(),
     )

@@ -6,18 +6,26 @@ The plan (built by `read_object_store.read` on the driver) is {"source": endpoin
 credential variable names, "format", "options": reader options, "lineage": bool, "schema": the
 Spark schema as JSON, "groups": [[location, ...], ...]}. Credentials arrive as the data source
 class's `secrets` ({variable: value}), read on the driver.
+
+pyarrow is imported where an object is read, not here: the driver's planner processes
+(`create_data_source`, `plan_data_source_read`) import this module to unpickle the data source and
+call only `schema()`, `reader()` and `partitions()` (tests/test_python_sources_imports.py).
 """
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from workers.spark.errors import ReadError
 from workers.spark.python_sources import note_read, plan_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 S3_SCHEMES = ("s3", "s3a")
 SOURCE_FILE = "_tm_source_file"
@@ -60,6 +68,9 @@ class ObjectGroupReader(DataSourceReader):
         return [ObjectGroup(locations) for locations in self.plan["groups"]]
 
     def read(self, partition: ObjectGroup):
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
         plan = self.plan
         target = to_arrow_schema(self.schema)
         fmt = plan["format"]
@@ -109,6 +120,8 @@ def read_object(fs, path: str, fmt: str, options: dict, *, first_block: bool = F
 def conform(table: pa.Table, target: pa.Schema, location: str) -> pa.Table:
     """`table` with exactly the columns of `target`, in its order and types; a column the object
     lacks is null, one the plan did not see is an error (the batch would lose it silently)."""
+    import pyarrow as pa
+
     unknown = [name for name in table.column_names if target.get_field_index(name) < 0]
     if unknown:
         raise ReadError(
