@@ -14,12 +14,17 @@ importer re-reads its directory only when its archive's size or modification tim
 when it last read it; files added by `addPyFile` land beside them as plain files or new
 archives, whose importers are new and read theirs.
 
+This is CPython's gh-103200 (https://github.com/python/cpython/issues/103200, found on Spark's
+workers): fixed in 3.12, where `invalidate_caches` only marks the directory stale, and not
+backported to 3.11, the Python this project runs. On 3.12 and later `install` does nothing.
+
 Installed when `workers.spark` is imported, so in every Python worker process that runs
 Tidemark code (the planner processes import it by unpickling a data source class), from its
 second request on.
 """
 
 import os
+import sys
 import zipimport
 
 _real_invalidate = getattr(zipimport.zipimporter, "invalidate_caches", None)
@@ -42,6 +47,7 @@ def _invalidate_if_changed(self) -> None:
 
 
 def install() -> None:
-    """Idempotent; nothing to do on a Python whose zipimporter has no `invalidate_caches`."""
-    if _real_invalidate is not None:
+    """Idempotent; nothing to do on Python 3.12+ (fixed there) or a zipimporter without
+    `invalidate_caches`."""
+    if _real_invalidate is not None and sys.version_info < (3, 12):
         zipimport.zipimporter.invalidate_caches = _invalidate_if_changed
