@@ -7,6 +7,10 @@ export TIDEMARK_DEV ?= 1
 # one process): the suite mostly waits on workers, Spark and leases, not on the CPU. Each process
 # has its own test database, Celery queue, cache prefix and SparkSession (tests/conftest.py).
 TEST_PROCESSES ?= 3
+# `make chaos`: every scenario runs its own workers on its own queue, so they run side by side in
+# this many processes, except the PostgreSQL restart, which cuts every connection to the server
+# and runs alone after them
+CHAOS_PROCESSES ?= 2
 
 .PHONY: demo test chaos soak screenshots bench lint format stop clean
 
@@ -38,7 +42,9 @@ test: $(VENV)/.installed /usr/bin/chromium
 # CHAOS_CPU_HOG=N runs N busy processes beside the whole suite (.ci/run uses 2: the suite waits on
 # facts, not clocks, so it must pass on a busy machine)
 chaos: $(VENV)/.installed
-	$(VENV)/bin/pytest -m chaos tests/chaos
+	$(VENV)/bin/pytest -m chaos -n $(CHAOS_PROCESSES) --dist load tests/chaos \
+		--ignore=tests/chaos/test_postgres_restart.py
+	$(VENV)/bin/pytest -m chaos tests/chaos/test_postgres_restart.py
 
 # the large soak: 10,000 batches through real workers and sinks under faults (bench/bench_soak.py)
 soak: $(VENV)/.installed /usr/bin/faketime

@@ -1,5 +1,6 @@
 """Shared fixtures: real PostgreSQL (a test database of its own per pytest process), named users."""
 
+import fcntl
 import getpass
 import os
 import tempfile
@@ -46,13 +47,34 @@ pytest_plugins = [
 ]
 
 
+# Test databases are created and migrated one at a time on this machine: the baseline migration
+# creates a role (`tidemark_reader`), which is the server's, not the database's, and two processes
+# migrating at once (`make test` runs several) would both try to create it.
+_DATABASE_SETUP_LOCK = os.path.join(tempfile.gettempdir(), "tidemark-test-database-setup.lock")
+_database_setup_lock: list = []
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings():
-    """Give every pytest process its own test database, so parallel runs never collide."""
+    """Give every pytest process its own test database, so parallel runs never collide; and take
+    the setup lock, which `django_db_setup` (pytest-django's, which asks for this first) holds
+    while it creates and migrates the database."""
     from django.conf import settings
 
     suffix = os.environ.get("TIDEMARK_TEST_DB_SUFFIX") or str(os.getpid())
     settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_tidemark_{suffix}"
+    lock = open(_DATABASE_SETUP_LOCK, "a")  # noqa: SIM115 - closed by django_db_setup below
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    _database_setup_lock.append(lock)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """pytest-django's, then the setup lock released (a failed setup releases it when this
+    process ends)."""
+    while _database_setup_lock:
+        _database_setup_lock.pop().close()  # closing the file releases its flock
+    return django_db_setup
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -44,6 +44,23 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _hogs_of_this_process(count: int) -> int:
+    """This process's share of CHAOS_CPU_HOG: all of them, or under pytest-xdist (`make chaos`
+    runs the scenarios in several processes) one in every `PYTEST_XDIST_WORKER_COUNT`, so the
+    machine carries N hogs whatever the number of processes."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    return len(range(index, count, workers))
+
+
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: print each process's hog summary (see `cpu_hog`)."""
+    summary = getattr(node, "workeroutput", {}).get("cpu_hog")
+    reporter = node.config.pluginmanager.get_plugin("terminalreporter")
+    if summary and reporter is not None:
+        reporter.write_line(f"[{node.gateway.id}] {summary}")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def cpu_hog(request):
     """N processes spinning on the CPU for the whole session, at the suite's own priority, so
@@ -51,7 +68,7 @@ def cpu_hog(request):
     CPU time and the load average are printed, and the run fails if the hog did not really burn
     CPU while the scenarios ran (at least 5% of a core each, on average: at load 38 on 2 cores
     each still got 17%)."""
-    count = int(os.environ.get("CHAOS_CPU_HOG", "0") or 0)
+    count = _hogs_of_this_process(int(os.environ.get("CHAOS_CPU_HOG", "0") or 0))
     if count <= 0:
         yield []
         return
@@ -75,7 +92,11 @@ def cpu_hog(request):
             f"start, {load_end:.1f} at the end"
         )
         reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
+        if hasattr(
+            request.config, "workeroutput"
+        ):  # a pytest-xdist process: its controller prints it
+            request.config.workeroutput["cpu_hog"] = summary
+        elif reporter is not None:
             reporter.write_line(summary)
         assert len(burnt) == count, f"a hog process died early: {summary}"
         assert all(b >= 0.05 * wall for b in burnt), f"the hog did not burn CPU: {summary}"
