@@ -53,12 +53,21 @@ def _hogs_of_this_process(count: int) -> int:
     return len(range(index, count, workers))
 
 
+# the hogs' summaries, printed after the run (a session fixture's teardown output is captured)
+_HOG_SUMMARIES: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
-    """pytest-xdist's controller: print each process's hog summary (see `cpu_hog`)."""
+    """pytest-xdist's controller: a process's hog summary (see `cpu_hog`)."""
     summary = getattr(node, "workeroutput", {}).get("cpu_hog")
-    reporter = node.config.pluginmanager.get_plugin("terminalreporter")
-    if summary and reporter is not None:
-        reporter.write_line(f"[{node.gateway.id}] {summary}")
+    if summary:
+        _HOG_SUMMARIES.append(f"[{node.gateway.id}] {summary}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    for summary in _HOG_SUMMARIES:
+        terminalreporter.write_line(summary)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -91,13 +100,10 @@ def cpu_hog(request):
             f"{', '.join(f'{b:.0f}' for b in burnt)} CPU s; load average {load_start:.1f} at the "
             f"start, {load_end:.1f} at the end"
         )
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        if hasattr(
-            request.config, "workeroutput"
-        ):  # a pytest-xdist process: its controller prints it
-            request.config.workeroutput["cpu_hog"] = summary
-        elif reporter is not None:
-            reporter.write_line(summary)
+        if hasattr(request.config, "workeroutput"):
+            request.config.workeroutput["cpu_hog"] = summary  # pytest-xdist: for its controller
+        else:
+            _HOG_SUMMARIES.append(summary)
         assert len(burnt) == count, f"a hog process died early: {summary}"
         assert all(b >= 0.05 * wall for b in burnt), f"the hog did not burn CPU: {summary}"
 
