@@ -48,7 +48,7 @@ chaos: $(VENV)/.installed
 
 # the large soak: 10,000 batches through real workers and sinks under faults (bench/bench_soak.py)
 soak: $(VENV)/.installed /usr/bin/faketime
-	SOAK_FILES=$${SOAK_FILES:-2000} SOAK_FAULTS_PER_KIND=$${SOAK_FAULTS_PER_KIND:-100} SOAK_TIMEOUT=$${SOAK_TIMEOUT:-14400} $(VENV)/bin/pytest -m soak -s tests/test_soak.py
+	SOAK_FILES=$${SOAK_FILES:-2000} SOAK_FAULTS_PER_KIND=$${SOAK_FAULTS_PER_KIND:-30} SOAK_TIMEOUT=$${SOAK_TIMEOUT:-14400} $(VENV)/bin/pytest -m soak -s tests/test_soak.py
 
 # the README's screenshots: the browser tests, saving their pages under docs/screenshots/
 screenshots: $(VENV)/.installed /usr/bin/chromium
