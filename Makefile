@@ -28,13 +28,14 @@ demo: $(VENV)/.installed
 /usr/bin/chromium:
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
-test: $(VENV)/.installed /usr/bin/chromium
+test: $(VENV)/.installed /usr/bin/chromium /usr/bin/faketime
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile
 
-# the soak's clock_jump fault moves a worker's wall clock with Debian's libfaketime
+# the soak's clock_jump fault, and the test of a worker whose clock is ahead, move a worker's
+# wall clock with Debian's libfaketime
 /usr/bin/faketime:
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime
 

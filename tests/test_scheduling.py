@@ -10,10 +10,11 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.db.models.functions import Now
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from inventory.models import Batch, BatchKind, BatchStatus, ConnectorState
+from inventory.models import Batch, BatchKind, BatchStatus, ConnectorState, MaintenanceRun
 from inventory.services import dispatch, scheduling
 from inventory.services import lifecycle as batches
 from inventory.services.backfills import backfill_create
@@ -63,11 +64,11 @@ def test_sync_registers_job_schedules_discovery_and_fixed_steps(tmp_path):
 
 
 @pytest.mark.django_db
-def test_beat_sends_housekeeping_ahead_of_work_and_drops_it_when_stale(tmp_path):
+def test_beat_sends_housekeeping_ahead_of_work_and_never_expiring(tmp_path):
     """What beat sends (django-celery-beat's entry options): the fixed steps without a priority
-    (the queue's plain list, taken first) and expiring after their interval; job runs and
-    discovery a step behind (dispatch.WORK_PRIORITY), as every nudge is. An entry synced before
-    (no priority, no expiry) is updated."""
+    (the queue's plain list, taken first) and without an expiry (a worker would read it against
+    its own clock); job runs and discovery a step behind (dispatch.WORK_PRIORITY), as every nudge
+    is. An entry synced before (an expiry on the steps, no priority on work) is updated."""
     from django_celery_beat.schedulers import ModelEntry
 
     from controlplane.celery import app
@@ -76,7 +77,7 @@ def test_beat_sends_housekeeping_ahead_of_work_and_drops_it_when_stale(tmp_path)
     make_job(connector=connector, name="every-30s", schedule_seconds=30)
     scheduling.schedules_sync()
     PeriodicTask.objects.filter(name__startswith="tidemark:").update(
-        priority=None, expire_seconds=None
+        priority=None, expire_seconds=5
     )
 
     report = scheduling.schedules_sync()
@@ -84,12 +85,36 @@ def test_beat_sends_housekeeping_ahead_of_work_and_drops_it_when_stale(tmp_path)
     entries = {e.name: e for e in PeriodicTask.objects.filter(name__startswith="tidemark:")}
     assert sorted(report.updated) == sorted(entries)
     options = {name: ModelEntry(entry, app=app).options for name, entry in entries.items()}
-    for name, (_task, every) in scheduling.FIXED_STEPS.items():
+    for name in scheduling.FIXED_STEPS:
         assert "priority" not in options[name], name
-        assert options[name]["expires"] == every, name
+        assert "expires" not in options[name], name
     for name in ("tidemark:run-job:every-30s", "tidemark:discover:landing"):
         assert options[name]["priority"] == dispatch.WORK_PRIORITY, name
         assert "expires" not in options[name], name
+
+
+@pytest.mark.django_db
+def test_a_fixed_step_copy_within_half_its_interval_is_skipped_by_the_database_clock():
+    """Copies of a step that waited in the broker: the first runs, the next is skipped at the cost
+    of one statement, and once half the interval has passed (by the database's clock) it runs."""
+    runs = []
+
+    def step():
+        runs.append(1)
+        return "ran"
+
+    assert scheduling.fixed_step_run(scheduling.REQUEUE, step) == "ran"
+    skipped = scheduling.fixed_step_run(scheduling.REQUEUE, step)
+    assert isinstance(skipped, scheduling.StepSkipped)
+    assert str(skipped) == "skipped tidemark:requeue-due: it ran less than 2.5 s ago"
+    # another step is not held back by this one
+    assert scheduling.fixed_step_run(scheduling.PACE_BACKFILLS, step) == "ran"
+    assert len(runs) == 2
+    MaintenanceRun.objects.filter(name=scheduling.REQUEUE).update(
+        last_run_at=Now() - timedelta(minutes=1)
+    )
+    assert scheduling.fixed_step_run(scheduling.REQUEUE, step) == "ran"
+    assert len(runs) == 3
 
 
 @pytest.mark.django_db

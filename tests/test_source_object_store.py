@@ -3,6 +3,8 @@ when the connector is saved, and batches read by a real Celery worker through py
 
 import io
 import json
+import socket
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -192,6 +194,40 @@ def test_an_unreachable_endpoint_is_refused_naming_config_path(s3_server):
         connector_create(name="nowhere", kind="files", config=config)
     assert refused.value.field == "config.path"
     assert "cannot list s3://bucket/landing/" in str(refused.value)
+
+
+@pytest.mark.django_db
+def test_a_store_that_stops_answering_fails_the_look_within_the_listing_timeout(
+    s3_server, s3_bucket, monkeypatch
+):
+    """Found by the large soak: a listing that never got its answer held discovery forever.
+    The store here accepts the connection and never answers (botocore's own read timeout is 20 s
+    a try); the look fails after the listing's bound, naming config.path and the store."""
+    from inventory.sources.object_store import access
+
+    connector = connector_create(
+        name="s3-silent", kind="files", config=_config(s3_server, s3_bucket)
+    )
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # the kernel completes the handshakes; nothing ever reads or answers
+    try:
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        Connector.objects.filter(pk=connector.pk).update(
+            config={**connector.config, "endpoint_url": endpoint}
+        )
+        connector.refresh_from_db()
+        monkeypatch.setattr(access, "LIST_TIMEOUT_SECONDS", 1)
+        started = time.monotonic()
+        with pytest.raises(InvalidInput) as failed:
+            discovery.discover(connector)
+        took = time.monotonic() - started
+    finally:
+        silent.close()
+    assert failed.value.field == "config.path"
+    assert f"listing s3://{s3_bucket}/landing/ got no answer within 1 s" in str(failed.value)
+    assert took < 15, took  # the bound, not botocore's 20 s read timeout and its retry
+    assert not Asset.objects.filter(connector=connector).exists()
 
 
 @pytest.mark.django_db

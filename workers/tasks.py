@@ -49,26 +49,36 @@ def discover_assets(connector_id: int) -> dict:
     return {"connector": connector.name, "new": scheduling.connector_discover(connector=connector)}
 
 
+# beat's fixed steps: a copy that waited in the broker while the step ran is skipped
+# (scheduling.fixed_step_run, by the database's clock)
+def _fixed_step(name: str, step):
+    outcome = scheduling.fixed_step_run(name, step)
+    return str(outcome) if isinstance(outcome, scheduling.StepSkipped) else outcome
+
+
 @shared_task(name="tidemark.reap_leases", time_limit=120, ignore_result=True)
-def reap_leases() -> list[int]:
-    return scheduling.leases_reap()
+def reap_leases() -> list[int] | str:
+    return _fixed_step(scheduling.REAPER, scheduling.leases_reap)
 
 
 @shared_task(name="tidemark.requeue_due", time_limit=120, ignore_result=True)
-def requeue_due() -> list[int]:
-    return dispatch.batches_dispatch_due()
+def requeue_due() -> list[int] | str:
+    return _fixed_step(scheduling.REQUEUE, dispatch.batches_dispatch_due)
 
 
 @shared_task(name="tidemark.pace_backfills", time_limit=120, ignore_result=True)
-def pace_backfills() -> dict:
-    return {str(k): v for k, v in dispatch.backfills_pace().items()}
+def pace_backfills() -> dict | str:
+    return _fixed_step(
+        scheduling.PACE_BACKFILLS,
+        lambda: {str(k): v for k, v in dispatch.backfills_pace().items()},
+    )
 
 
 @shared_task(name="tidemark.release_connectors", time_limit=120, ignore_result=True)
-def release_connectors() -> list[str]:
-    return scheduling.connectors_orchestrate()
+def release_connectors() -> list[str] | str:
+    return _fixed_step(scheduling.RELEASE_CONNECTORS, scheduling.connectors_orchestrate)
 
 
 @shared_task(name="tidemark.sync_schedules", time_limit=120, ignore_result=True)
-def sync_schedules() -> dict:
-    return scheduling.schedules_sync().as_dict()
+def sync_schedules() -> dict | str:
+    return _fixed_step(scheduling.SYNC_SCHEDULES, lambda: scheduling.schedules_sync().as_dict())

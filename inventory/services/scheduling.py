@@ -5,15 +5,18 @@
 paused), one discovery entry per `files` connector that scans a directory, and the fixed steps
 (lease reaper, retry requeue, backfill pacing, connector orchestration, and this sync itself, so
 jobs created later get their schedule without anyone running a command). The fixed steps are sent
-ahead of work (job runs and discovery carry `dispatch.WORK_PRIORITY`) and expire after their
-interval. Entries Tidemark created for jobs or connectors that are gone are removed; entries made
+ahead of work (job runs and discovery carry `dispatch.WORK_PRIORITY`); a copy of a step that waited
+in the broker while the step ran is skipped by the database's clock (`fixed_step_run`), never by a
+worker's, whose clock may be wrong. Entries Tidemark created for jobs or connectors that are gone are removed; entries made
 by hand are left alone.
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TypeVar
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
@@ -34,19 +37,27 @@ from inventory.services.lifecycle import batches_reap_expired
 from inventory.services.metrics_rollup import attempt_rollup_advance
 from inventory.services.orchestration import orchestrate
 from inventory.sources.discovery import discover, discovers
+from inventory.sql import query
 
 PREFIX = "tidemark:"
 JOB_PREFIX = f"{PREFIX}run-job:"
 DISCOVER_PREFIX = f"{PREFIX}discover:"
 DEFAULT_DISCOVER_SECONDS = 60
+T = TypeVar("T")
+
+REAPER = f"{PREFIX}reap-leases"
+REQUEUE = f"{PREFIX}requeue-due"
+PACE_BACKFILLS = f"{PREFIX}pace-backfills"
+RELEASE_CONNECTORS = f"{PREFIX}release-connectors"
+SYNC_SCHEDULES = f"{PREFIX}sync-schedules"
 
 # name -> (task, every seconds)
 FIXED_STEPS = {
-    f"{PREFIX}reap-leases": ("tidemark.reap_leases", 15),
-    f"{PREFIX}requeue-due": ("tidemark.requeue_due", 5),
-    f"{PREFIX}pace-backfills": ("tidemark.pace_backfills", 5),
-    f"{PREFIX}release-connectors": ("tidemark.release_connectors", 30),
-    f"{PREFIX}sync-schedules": ("tidemark.sync_schedules", 60),
+    REAPER: ("tidemark.reap_leases", 15),
+    REQUEUE: ("tidemark.requeue_due", 5),
+    PACE_BACKFILLS: ("tidemark.pace_backfills", 5),
+    RELEASE_CONNECTORS: ("tidemark.release_connectors", 30),
+    SYNC_SCHEDULES: ("tidemark.sync_schedules", 60),
 }
 
 
@@ -154,16 +165,17 @@ def schedules_sync() -> SyncReport:
     """Make django-celery-beat's entries match the jobs and connectors (idempotent)."""
     sync = _Sync()
     for name, (task, every) in FIXED_STEPS.items():
-        # housekeeping: ahead of work (dispatch.WORK_PRIORITY), and a message not taken within
-        # its interval is dropped, as the next one is due then (no pile of stale steps behind
-        # busy workers)
+        # housekeeping: ahead of work (dispatch.WORK_PRIORITY). No expiry: Celery would compare
+        # it, set by beat's clock, with the receiving worker's clock, and a worker whose clock
+        # is ahead would discard every step, the reaper's too; stale copies are skipped by
+        # fixed_step_run instead. Entries synced with an expiry before are updated.
         sync.upsert(
             name=name,
             task=task,
             args=[],
             enabled=True,
             interval=sync.interval(every),
-            expire_seconds=every,
+            expire_seconds=None,
         )
 
     scheduled = Job.objects.filter(Q(schedule_seconds__gt=0) | ~Q(schedule_cron="")).only(
@@ -230,7 +242,31 @@ def connector_discover(*, connector: Connector) -> int:
     return registered
 
 
-REAPER = f"{PREFIX}reap-leases"
+@dataclass(frozen=True)
+class StepSkipped:
+    """A fixed step's message that was not run: the same step ran `gap` seconds ago or less."""
+
+    step: str
+    gap: float
+
+    def __str__(self) -> str:
+        return f"skipped {self.step}: it ran less than {self.gap:g} s ago"
+
+
+def fixed_step_run(name: str, step: Callable[[], T]) -> T | StepSkipped:
+    """Run fixed step `name` unless it ran less than half its interval ago, by the database's
+    clock (query step_claim). Beat sends a step every interval; behind busy workers several copies
+    wait in the broker, and all but the first are skipped here at the cost of one statement.
+    Celery's message expiry would do the same by the worker's clock, which a worker whose clock
+    is wrong (an hour ahead) turns into discarding every step."""
+    _task, every = FIXED_STEPS[name]
+    gap = every / 2
+    with connection.cursor() as cursor:
+        cursor.execute(query("step_claim"), {"name": name, "gap": gap})
+        claimed = cursor.fetchone() is not None
+    if not claimed:
+        return StepSkipped(step=name, gap=gap)
+    return step()
 
 
 def leases_reap() -> list[int]:

@@ -293,6 +293,16 @@ SET weight = %(size)s,
 WHERE id = %(id)s AND weight = %(old_size)s
   AND coalesce(extra ->> 'etag', '') = %(old_etag)s;
 
+-- name: step_claim
+-- A fixed housekeeping step is about to run: recorded by the database's clock, and refused (no row
+-- returned) when the same step already ran less than %(gap)s seconds ago, as a copy of it that
+-- waited in the broker behind busy workers has (services/scheduling.py: fixed_step_run).
+INSERT INTO inventory_maintenancerun (name, last_run_at, outcome)
+VALUES (%(name)s, now(), '{}'::jsonb)
+ON CONFLICT (name) DO UPDATE SET last_run_at = now()
+WHERE inventory_maintenancerun.last_run_at <= now() - make_interval(secs => %(gap)s)
+RETURNING name;
+
 -- name: job_lock_for_reaper
 -- The reaper waits for the job's row as every acquirer does (lock order job -> batch).
 SELECT id FROM inventory_job WHERE id = %s FOR UPDATE;

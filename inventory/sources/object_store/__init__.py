@@ -41,6 +41,7 @@ from inventory.sources.object_store.access import (
     check_keys,
     check_scheme,
     fsspec_root,
+    list_page,
     probe_fsspec,
     probe_s3,
     s3_filesystem,
@@ -83,12 +84,13 @@ def discover(connector: Connector) -> int:
 
 def list_s3(fs, *, bucket: str, prefix: str, start_after: str = ""):
     """Every object under `prefix` whose key sorts after `start_after`, in key order, one
-    ListObjectsV2 page at a time: {"Key", "Size", "ETag", "LastModified"}."""
+    ListObjectsV2 page at a time: {"Key", "Size", "ETag", "LastModified"}. A page that gets no
+    answer within access.LIST_TIMEOUT_SECONDS fails the look (InvalidInput naming config.path)."""
     request = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": PAGE_SIZE}
     if start_after:
         request["StartAfter"] = start_after
     while True:
-        page = fs.call_s3("list_objects_v2", **request)
+        page = list_page(fs, **request)
         yield from page.get("Contents", ())
         if not page.get("IsTruncated"):
             return

@@ -10,6 +10,9 @@ from inventory.services.secrets import credential_value
 
 # a bucket that does not answer fails the connector's save in seconds, not minutes
 _CONNECT = {"connect_timeout": 5, "read_timeout": 20, "retries": {"max_attempts": 2}}
+# and one listing page, retries and all, is given this long as a whole: botocore's timeouts bound
+# each read, not a request whose connection never frees or an event loop that stopped answering
+LIST_TIMEOUT_SECONDS = 60
 
 CREDENTIAL_KEYS = ("key_env", "secret_env", "session_token_env")
 S3_SCHEMES = ("s3", "s3a")
@@ -115,6 +118,22 @@ def s3_filesystem(config: dict):
     )
 
 
+def list_page(fs, **request) -> dict:
+    """One ListObjectsV2 call, bounded by LIST_TIMEOUT_SECONDS as a whole (fsspec's `sync`
+    timeout): a store that stops answering fails the listing naming `config.path`, never hangs
+    the process that asked (a worker's discovery step, an operator's "look now")."""
+    from fsspec.exceptions import FSTimeoutError
+
+    try:
+        return fs.call_s3("list_objects_v2", timeout=LIST_TIMEOUT_SECONDS, **request)
+    except FSTimeoutError as exc:
+        raise InvalidInput(
+            "config.path",
+            f"listing s3://{request['Bucket']}/{request.get('Prefix', '')} got no answer "
+            f"within {LIST_TIMEOUT_SECONDS} s",
+        ) from exc
+
+
 def probe_s3(config: dict) -> None:
     bucket, prefix = s3_location(config["path"])
     if not bucket:
@@ -122,7 +141,9 @@ def probe_s3(config: dict) -> None:
     fs = s3_filesystem(config)
     where = config.get("endpoint_url") or "AWS S3"
     try:
-        fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
+        list_page(fs, Bucket=bucket, Prefix=prefix, MaxKeys=1)
+    except InvalidInput:
+        raise
     except FileNotFoundError as exc:
         raise InvalidInput("config.path", f"bucket {bucket} does not exist at {where}") from exc
     except PermissionError as exc:
