@@ -80,6 +80,8 @@ class Run:
     gave_up: Counter = field(default_factory=Counter)  # injected, never seen landing
     not_possible: dict = field(default_factory=dict)  # kind -> why it cannot land here
     redeliveries_seen: int = 0
+    # discovery looks that failed with an error (the next loop looks again, as beat's next step)
+    discovery_failures: Counter = field(default_factory=Counter)
     backfills_asked: int = 0  # through the REST API (bench/soak_web.py)
     backfills_created: int = 0
     asks: dict = field(default_factory=dict)  # replays and source backfills (bench/soak_asks.py)
@@ -205,6 +207,7 @@ def soak(
 def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progress, run):
     from inventory.models import Asset, Batch, BatchAttempt, Watermark
     from inventory.services import dispatch, scheduling
+    from inventory.services.errors import InvalidInput
 
     if sources is None:
         sources = [ss.FilesSource(work=work, tag=tag, rows=settings.rows, modes=MODES)]
@@ -253,7 +256,11 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
                     source.tick(landed)
                 landed += 1
             for source in sources:
-                source.discover()
+                try:
+                    source.discover()
+                except InvalidInput as exc:  # e.g. a listing without an answer: look again
+                    run.discovery_failures[source.name] += 1
+                    run.events.append((time.monotonic(), f"discovery of {source.name}: {exc}"))
             if beat is None:
                 scheduling.leases_reap()
                 dispatch.backfills_pace()
@@ -347,6 +354,7 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
         "gave_up": dict(run.gave_up),
         "not_possible": run.not_possible,
         "redeliveries_seen": run.redeliveries_seen,
+        "discovery_failures": dict(run.discovery_failures),
         "seconds": round(run.seconds, 1),
         # when each fault was injected and each replay or backfill asked (s from the start)
         "timeline": [f"{at - started:.0f}s {what}" for at, what in sorted(run.events)],
