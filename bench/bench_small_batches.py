@@ -26,6 +26,11 @@ sink's observed metrics ignored: the 0.5 s wait and the second read of the input
 
 BENCH_QUICK=1 runs fewer rounds; BENCH_ROUNDS sets them; BENCH_CASES (comma-separated parts of
 the names below) runs only some paths. Writes the section `small_batches` of docs/benchmarks.md.
+
+BENCH_IDLE_SECONDS=N (70: past Spark's one idle minute, after which it closes its Python workers)
+measures the batch that follows a quiet spell instead: each measured batch, Tidemark's and bare's
+alike, comes N seconds after the one before, so both start new Python workers; the `before`
+variant is left out, and the figures go to the section `small_batches_idle`.
 """
 
 import os
@@ -53,6 +58,7 @@ DB_NAME = "tidemark_bench_small"
 WARMUP = int(os.environ.get("BENCH_WARMUP") or (3 if common.QUICK else 6))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS") or (6 if common.QUICK else 20))
 TARGET_MS = 100
+IDLE_SECONDS = float(os.environ.get("BENCH_IDLE_SECONDS") or 0)
 
 
 class Steps:
@@ -192,9 +198,12 @@ def measure() -> dict:
                 def theirs(what=what, bare_read=bare_read, bare_write=bare_write):
                     bare_read(spark, data, what, bare_write)
 
-                calls = [ours, before, theirs]
-                order = calls[n % 3 :] + calls[: n % 3]
+                calls = [ours, theirs] if IDLE_SECONDS else [ours, before, theirs]
+                order = calls[n % len(calls) :] + calls[: n % len(calls)]
+                old = (float("nan"), 0)
                 for call in order:
+                    if IDLE_SECONDS and n >= WARMUP:
+                        time.sleep(IDLE_SECONDS)  # Spark closes idle Python workers after 60 s
                     result, seconds, count = _jobs(spark, call)
                     if call is theirs:
                         other = (seconds, count)
@@ -214,16 +223,11 @@ def measure() -> dict:
                     old_jobs.append(old[1])
             t_ms = statistics.median(tidemark) * 1000
             b_ms = statistics.median(bare) * 1000
-            o_ms = statistics.median(olds) * 1000
             figures[name] = {
                 "tidemark_ms": round(t_ms, 1),
                 "bare_ms": round(b_ms, 1),
                 "over_ms": round(t_ms - b_ms, 1),
                 "ratio": round(b_ms / t_ms, 2),
-                "before_ms": round(o_ms, 1),
-                "before_over_ms": round(o_ms - b_ms, 1),
-                "before_ratio": round(b_ms / o_ms, 2),
-                "before_spark_jobs": max(old_jobs),
                 "spark_jobs": max(jobs),
                 "bare_spark_jobs": max(bare_jobs),
                 "steps_ms": {
@@ -231,6 +235,14 @@ def measure() -> dict:
                     for step in ("read", "write", "profile")
                 },
             }
+            if not IDLE_SECONDS:
+                o_ms = statistics.median(olds) * 1000
+                figures[name].update(
+                    before_ms=round(o_ms, 1),
+                    before_over_ms=round(o_ms - b_ms, 1),
+                    before_ratio=round(b_ms / o_ms, 2),
+                    before_spark_jobs=max(old_jobs),
+                )
             print(name, figures[name], flush=True)
             loads.append(os.getloadavg()[0])
     finally:
@@ -238,7 +250,44 @@ def measure() -> dict:
         data.conn.close()
         if os.environ.get("BENCH_KEEP") != "1":
             common.drop_database(base, DB_NAME)
-    return {"rounds": ROUNDS, "warmup": WARMUP, "rows": ROWS, "cases": figures, "loads": loads}
+    return {
+        "rounds": ROUNDS,
+        "warmup": WARMUP,
+        "rows": ROWS,
+        "idle_seconds": IDLE_SECONDS,
+        "cases": figures,
+        "loads": loads,
+    }
+
+
+def report_idle(figures: dict) -> str:
+    rows = []
+    for name, f in figures["cases"].items():
+        over = f"{f['over_ms']:+.0f} ms"
+        if f["over_ms"] > TARGET_MS:
+            over += " **missed**"
+        rows.append(
+            [
+                name,
+                f"{f['tidemark_ms']:.0f}",
+                f"{f['bare_ms']:.0f}",
+                over,
+                " / ".join(f"{f['steps_ms'][s]:.0f}" for s in ("read", "write", "profile")),
+            ]
+        )
+    loads = ", ".join(f"{x:.1f}" for x in figures["loads"])
+    return (
+        "## A small batch after a quiet spell (bench_small_batches.py, BENCH_IDLE_SECONDS)\n\n"
+        f"Measured {common.now_utc()} at commit {common.git_revision()}, load {loads} "
+        "(2 cores, shared). The same batches and bare side as `small_batches`, but each measured "
+        f"batch comes {figures['idle_seconds']:g} s after the one before (Spark closes a Python "
+        "worker idle for a minute, so each starts new ones), Tidemark's and bare's alternating, "
+        f"{figures['rounds']} rounds after {figures['warmup']} warm-up rounds without the wait; "
+        f"medians. Target: <= +{TARGET_MS} ms over bare Spark.\n\n"
+        + common.table(
+            ["path", "Tidemark ms", "bare ms", "over bare", "read / write / profile ms"], rows
+        )
+    )
 
 
 def report(figures: dict) -> str:
@@ -297,7 +346,10 @@ def main() -> int:
 
     django.setup()
     figures = measure()
-    common.write_section("small_batches", report(figures), figures)
+    if IDLE_SECONDS:
+        common.write_section("small_batches_idle", report_idle(figures), figures)
+    else:
+        common.write_section("small_batches", report(figures), figures)
     return 0
 
 
