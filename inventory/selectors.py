@@ -57,6 +57,7 @@ def job_lag(*, job: Job) -> Lag | None:
     these cost their own lag (in rows of their table, in commits), and only on the page showing
     them."""
     config = job.connector.config or {}
+    # the rule of SQL's tidemark_lag_outside (schema/prefix_sums.sql), for the one job in hand
     local_meta_table = "meta_table" in config and "dsn_env" not in config
     # a job_output job's items are its upstream's commits, not assets: counted below
     if not local_meta_table and job.connector.kind != "job_output":

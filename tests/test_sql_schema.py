@@ -46,24 +46,14 @@ def test_a_database_migrated_step_by_step_defines_exactly_the_current_functions(
 
 
 MODEL_KINDS = ("tables", "constraints", "indexes")
-# Watermark.job is a OneToOneField (its own unique constraint) and has the named constraint
-# watermark_one_per_job on the same column: a migration adds the named one to the existing table,
-# so the database holds both, while one CREATE TABLE with both (the models' DDL below) gets one,
-# PostgreSQL merging the two.
-MERGED_BY_CREATE_TABLE = {
-    "constraints": {"inventory_watermark.inventory_watermark_job_id_key"},
-    "indexes": {"inventory_watermark.inventory_watermark_job_id_key"},
-}
 
 
 def _inventory(snapshot: dict) -> dict:
     """The tables, constraints and indexes of inventory's tables (the other apps' migrations are
-    theirs), without the objects of MERGED_BY_CREATE_TABLE."""
+    theirs)."""
     return {
         kind: {
-            name: value
-            for name, value in snapshot[kind].items()
-            if name.startswith("inventory_") and name not in MERGED_BY_CREATE_TABLE.get(kind, ())
+            name: value for name, value in snapshot[kind].items() if name.startswith("inventory_")
         }
         for kind in MODEL_KINDS
     }
@@ -83,8 +73,6 @@ def test_a_database_migrated_step_by_step_has_the_tables_constraints_and_indexes
                     editor.create_model(model)
         declared = catalog(cursor, SCRATCH)
         cursor.execute("SET LOCAL search_path TO DEFAULT")
-    for kind, names in MERGED_BY_CREATE_TABLE.items():
-        assert names <= set(migrated[kind]), f"{names} gone: drop MERGED_BY_CREATE_TABLE"
     assert len(_inventory(declared)["tables"]) >= 10, "the models' tables were not created"
     found = differences(_inventory(migrated), _inventory(declared))
     assert found == [], "migrated (left) and declared by the models (right):\n" + "\n".join(found)

@@ -18,8 +18,8 @@ class Watermark(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        # one watermark per job: the OneToOneField's own unique constraint (job_id_key)
         constraints = [
-            models.UniqueConstraint(fields=["job"], name="watermark_one_per_job"),
             models.CheckConstraint(
                 condition=Q(type__in=WatermarkType.values), name="watermark_type_valid"
             ),

@@ -50,11 +50,7 @@ facts AS (
     JOIN inventory_connector AS c ON c.id = j.connector_id
     JOIN inventory_watermark AS w ON w.job_id = j.id
     -- the jobs whose lag the caller counted (see queries.sql: jobs_lag)
-    CROSS JOIN LATERAL (
-        SELECT c.kind = 'job_output'
-               OR (coalesce(c.config ? 'meta_table', false)
-                   AND NOT coalesce(c.config ? 'dsn_env', false)) AS outside
-    ) AS x
+    CROSS JOIN LATERAL (SELECT tidemark_lag_outside(c.kind, c.config) AS outside) AS x
     LEFT JOIN open_batches AS o ON o.job_id = j.id
     LEFT JOIN ext AS e ON e.job_id = j.id
     LEFT JOIN tips AS tp ON tp.connector_id = j.connector_id
@@ -89,8 +85,7 @@ health AS (
 -- The jobs whose lag job_health does not read from prefix sums (their lag is counted in their own
 -- tables): few, loaded as models by the caller.
 SELECT j.id FROM inventory_job AS j JOIN inventory_connector AS c ON c.id = j.connector_id
-WHERE c.kind = 'job_output'
-   OR (coalesce(c.config ? 'meta_table', false) AND NOT coalesce(c.config ? 'dsn_env', false));
+WHERE tidemark_lag_outside(c.kind, c.config);
 
 -- name: health_read
 -- One read of `health` for a page (the overview, /api/v1/alerts/): its counts and its slices.

@@ -214,9 +214,7 @@ FROM inventory_job AS j
 JOIN inventory_watermark AS w ON w.job_id = j.id
 JOIN inventory_connector AS c ON c.id = j.connector_id
 CROSS JOIN LATERAL tidemark_lag(j.connector_id, w.position) AS lag
-WHERE j.id = ANY(%s) AND c.kind <> 'job_output'
-  -- a remote meta table (dsn_env) is read through its mirror, Tidemark's asset table
-  AND NOT (coalesce(c.config ? 'meta_table', false) AND NOT coalesce(c.config ? 'dsn_env', false));
+WHERE j.id = ANY(%s) AND NOT tidemark_lag_outside(c.kind, c.config);
 
 -- name: jobs_blockers
 -- (job, batch, status) of the batch each job's watermark waits for (selectors.job_blocker), of the

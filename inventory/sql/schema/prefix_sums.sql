@@ -39,6 +39,16 @@ RETURNS TABLE (items bigint, weight numeric) LANGUAGE sql STABLE AS $$
     LEFT JOIN tidemark_asset_before(p_connector, p_position) AS done ON true
 $$;
 
+-- Whether a job's lag is counted outside the prefix sums, in the tables it reads: a job_output
+-- connector's (the upstream job's commits) and a local meta table read in place. A remote meta
+-- table (dsn_env) is mirrored into Tidemark's asset table, so it has prefix sums. The one rule,
+-- for queries.sql (jobs_lag) and dashboard.sql (job_health, outside_jobs); inlined (SQL, IMMUTABLE).
+CREATE OR REPLACE FUNCTION tidemark_lag_outside(p_kind text, p_config jsonb)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT p_kind = 'job_output'
+           OR (coalesce(p_config ? 'meta_table', false) AND NOT coalesce(p_config ? 'dsn_env', false))
+$$;
+
 -- Recompute the sums of a connector's assets from id p_from on, continuing from the asset before
 -- it. The caller holds the connector's row lock. Costs the rows from p_from to the end (only those
 -- whose sums change are written): a change near the end, where restatements and registrations
