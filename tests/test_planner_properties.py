@@ -191,3 +191,62 @@ def test_the_reference_itself_follows_the_rule():
     assert reference_batches([5, 50, 0, 0, 3, 4], budget=10, cap=3) == [[0], [1], [2, 3, 4], [5]]
     assert reference_batches([], budget=10, cap=3) == []
     assert reference_batches([0, 0, 0, 0], budget=1, cap=2) == [[0, 1], [2, 3]]
+
+
+@EXAMPLES
+@given(
+    items=item_sets(),
+    owners=st.lists(st.sampled_from("bta"), min_size=30, max_size=30),
+    budget=st.integers(1, 100),
+    cap=st.integers(1, 7),
+    bounds=st.tuples(st.integers(-3, 120), st.one_of(st.none(), st.integers(0, 120))),
+    many=st.sampled_from([1, 2, None]),
+)
+def test_prefix_sum_planning_among_other_connectors_assets_equals_the_item_walk(
+    db, items, owners, budget, cap, bounds, many
+):
+    """The assets of a connector before and after it (by connector id) lie between its own ids:
+    the index searches of tidemark_plan_assets must never step into them. Planned both ways in
+    the database, the prefix-sum searches and the walk over the item query (tidemark_plan_batches,
+    the planner of meta tables), and against the reference."""
+    from django.db import connection
+
+    ids, weights = items
+    first, length = bounds
+    end = None if length is None else first + length + 1
+    with transaction.atomic():
+        before, target, after = ConnectorFactory(), ConnectorFactory(), ConnectorFactory()
+        owner_of = {"b": before, "t": target, "a": after}
+        mine = []
+        for n, (i, w) in enumerate(zip(ids, weights, strict=False)):
+            owner = owner_of[owners[n]]
+            Asset.objects.create(id=i, connector=owner, location=f"/p/{i}", weight=w)
+            if owner is target:
+                mine.append((i, w))
+        with connection.cursor() as cursor:
+            by_sums, by_walk = (
+                _rows(cursor, "tidemark_plan_assets(%s", target.pk, first, end, budget, cap, many),
+                _rows(
+                    cursor,
+                    "tidemark_plan_batches(%s",
+                    assets_source(target.pk).planning_query(),
+                    first,
+                    end,
+                    budget,
+                    cap,
+                    many,
+                ),
+            )
+        transaction.set_rollback(True)
+    expected = expected_ranges(
+        [i for i, _ in mine], [w for _, w in mine], budget, cap, start=first, end=end
+    )
+    assert by_sums == by_walk
+    assert by_sums == (expected if many is None else expected[:many])
+
+
+def _rows(cursor, call: str, *args) -> list[tuple]:
+    cursor.execute(
+        f"SELECT lower, upper, item_count, weight FROM {call}, %s, %s, %s, %s, %s)", args
+    )
+    return [tuple(row) for row in cursor.fetchall()]

@@ -192,3 +192,51 @@ def test_a_plan_step_prepares_its_statement_once_and_again_after_a_deallocate():
         cursor.execute("DEALLOCATE ALL")  # what a pooler's DISCARD ALL does to the session
     assert step() == first
     assert (first.lower, first.upper, first.item_count, first.weight) == (ids[0], ids[1] + 1, 2, 10)
+
+
+@pytest.mark.django_db
+def test_the_sources_planned_by_prefix_sums_are_the_ones_whose_lag_is_read_from_them():
+    """Two readers of one rule: Python plans by prefix sums the sources whose items are the
+    connector's assets (ItemSource.prefix_sums_of), SQL's incremental planner the jobs whose lag is
+    not counted outside them (tidemark_job_assets -> tidemark_lag_outside). Every kind of source
+    agrees, so acquire, a plan step and a backfill plan cut the same ranges."""
+    from django.db import connection
+
+    from inventory.sources.registry import source_for_connector
+
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE public.events_meta (uid bigint, item text, weight int)")
+    upstream = make_job(name="up")
+    configs = {
+        "files": ("files", {"path": "/data/landing"}),
+        "local meta table": ("files", {"meta_table": {"table": "public.events_meta"}}),
+        "remote meta table (mirrored)": (
+            "files",
+            {"meta_table": {"table": "public.events_meta"}, "dsn_env": "TM_META_DSN"},
+        ),
+        "job_output": ("job_output", {"job": upstream.name}),
+        "table": ("table", {"dsn_env": "TM_DSN", "table": "public.orders", "column": "id"}),
+        "kafka": ("kafka", {"bootstrap_servers": "127.0.0.1:9092", "topic": "orders"}),
+        "delta": ("delta", {"path": "/data/delta"}),
+    }
+    watermark_types = {"kafka": "key_value", "delta": "key_value"}
+    seen = {}
+    for label, (kind, config) in configs.items():
+        connector = ConnectorFactory(kind=kind, config=config)
+        options = {"watermark_type": watermark_types[kind]} if kind in watermark_types else {}
+        job = make_job(connector=connector, **options)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT tidemark_job_assets(%s)", [job.pk])
+            by_sql = cursor.fetchone()[0]
+        by_python = source_for_connector(connector).prefix_sums_of
+        assert by_python == by_sql, label
+        seen[label] = by_sql is not None
+    assert seen == {
+        "files": True,
+        "local meta table": False,
+        "remote meta table (mirrored)": True,
+        "job_output": False,
+        "table": True,
+        "kafka": True,
+        "delta": True,
+    }

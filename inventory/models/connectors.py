@@ -125,6 +125,12 @@ class Asset(models.Model):
         indexes = [
             # batch planning: "items of connector C with id >= x, in id order"
             models.Index(fields=["connector", "id"], name="asset_connector_id_idx"),
+            # planning's searches of the prefix sums (sql/schema/prefix_sums.sql:
+            # tidemark_asset_batch): the last asset within a weight budget, within an item cap
+            models.Index(
+                fields=["connector", "cum_weight", "id"], name="asset_connector_cum_weight_idx"
+            ),
+            models.Index(fields=["connector", "cum_count"], name="asset_connector_cum_count_idx"),
         ]
 
     def __str__(self) -> str:

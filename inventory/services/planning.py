@@ -1,8 +1,10 @@
 """Batch planning in the database: continuous id ranges bounded by a weight budget and an item cap.
 
-Planning runs inside PostgreSQL: the function tidemark_plan_batches walks the item index in id
-order and reads only as many rows as the batches it cuts, so one incremental
-step costs the same whatever the backlog, and a whole backfill plan is one pass. Planners of one
+Planning runs inside PostgreSQL (tidemark_plan_items). A connector's assets, the items of most
+jobs, are planned by index searches on their prefix sums (tidemark_plan_assets): a batch's end
+under the weight budget and the item cap costs a few probes, whatever the batch's size or the
+backlog. Any other item query (a local meta table read in place, a job_output's commits) is walked
+in id order by tidemark_plan_batches, reading as many rows as the batches it cuts. Planners of one
 job serialize on the job's row lock; the exclusion constraint on Batch.span is the backstop.
 """
 
@@ -64,13 +66,21 @@ def _plan(
     max_items: int,
     limit: int | None = None,
 ) -> list[PlannedRange]:
-    """Run tidemark_plan_batches (migration 0002) over the source's items in id order."""
+    """Run tidemark_plan_items over the source's items in id order."""
     try:
         # a savepoint: a bad weight must not leave the caller's transaction aborted
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 query("plan_batches"),
-                [source.planning_query(), first, end, budget, max_items, limit],
+                [
+                    source.prefix_sums_of,
+                    source.planning_query(),
+                    first,
+                    end,
+                    budget,
+                    max_items,
+                    limit,
+                ],
             )
             rows = cursor.fetchall()
     except DataError as exc:

@@ -70,6 +70,9 @@ class ItemSource:
     config_field: str = "config.meta_table"
     # the role a read of the rows takes (a user's table: READER_ROLE), None: Tidemark's own
     reads_as: str | None = None
+    # the connector whose assets these are (Tidemark's asset table): planning searches their
+    # prefix sums instead of reading the rows (tidemark_plan_assets); None for any other source
+    prefix_sums_of: int | None = None
 
     def select(
         self, *, lower: int, upper: int | None, limit: int | None, with_item: bool = True
@@ -126,6 +129,7 @@ def assets_source(connector_id: int) -> ItemSource:
         item="location",
         where=["connector_id = %s"],
         params=[connector_id],
+        prefix_sums_of=connector_id,
     )
 
 

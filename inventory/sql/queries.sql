@@ -104,7 +104,9 @@ WHERE id = %(id)s;
 -- ---- planning (inventory/services/planning.py) -------------------------------------------------
 
 -- name: plan_batches
-SELECT lower, upper, item_count, weight FROM tidemark_plan_batches(%s, %s, %s, %s, %s, %s);
+-- (the connector whose assets are the items, or NULL; the item query; first id; end; budget; cap;
+-- at most this many batches, NULL: all)
+SELECT lower, upper, item_count, weight FROM tidemark_plan_items(%s, %s, %s, %s, %s, %s, %s);
 
 -- name: incremental_next
 SELECT lo, hi FROM tidemark_incremental_next(%s, %s);

@@ -297,8 +297,10 @@ DECLARE
     up bigint;
     blocked bigint;
     ext bigint;
+    assets_of bigint := tidemark_job_assets(p_job);  -- NULL: items read from p_items_sql
 BEGIN
-    SELECT * INTO planned FROM tidemark_plan_batches(p_items_sql, p_lo, p_hi, p_budget, p_cap, 1);
+    SELECT * INTO planned
+    FROM tidemark_plan_items(assets_of, p_items_sql, p_lo, p_hi, p_budget, p_cap, 1);
     IF planned.lower IS NULL THEN
         RETURN;
     END IF;
@@ -310,7 +312,8 @@ BEGIN
         IF blocked <= p_lo THEN
             RETURN;
         END IF;
-        SELECT * INTO planned FROM tidemark_plan_batches(p_items_sql, p_lo, blocked, p_budget, p_cap, 1);
+        SELECT * INTO planned
+        FROM tidemark_plan_items(assets_of, p_items_sql, p_lo, blocked, p_budget, p_cap, 1);
         IF planned.lower IS NULL THEN
             RETURN;
         END IF;

@@ -49,6 +49,112 @@ RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
            OR (coalesce(p_config ? 'meta_table', false) AND NOT coalesce(p_config ? 'dsn_env', false))
 $$;
 
+-- The next batch of connector p_connector's assets from id p_lo on (and below p_hi, when given)
+-- by the greedy rule of tidemark_plan_batches, found by index searches on the prefix sums instead
+-- of a read of the batch's items: the connector's sums before p_lo (asset_connector_id_idx), its
+-- first asset from p_lo, its last below p_hi, the last whose running weight stays within the
+-- budget (asset_connector_cum_weight_idx), the last within the item cap
+-- (asset_connector_cum_count_idx), and the row that ends the batch by its id: six probes,
+-- whatever the batch's size or the backlog. A batch holds at least one asset even when that one
+-- alone is over the budget. `exhausted`: the batch reaches the last asset below p_hi, so its
+-- range ends at p_hi (or after that asset, when p_hi is NULL). One statement, so one snapshot:
+-- sums a concurrent restatement rewrites are read all old or all new. No row: no asset there.
+CREATE OR REPLACE FUNCTION tidemark_asset_batch(
+    p_connector bigint, p_lo bigint, p_hi bigint, p_budget bigint, p_cap integer
+) RETURNS TABLE(upper bigint, item_count integer, weight bigint, exhausted boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN stop.id = last_in.id THEN coalesce(p_hi, stop.id + 1) ELSE stop.id + 1 END,
+           (stop.cum_count - base.n)::integer,
+           (stop.cum_weight - base.w)::bigint,
+           stop.id = last_in.id
+    FROM (
+        SELECT coalesce(b.cum_count, 0) AS n, coalesce(b.cum_weight, 0) AS w
+        FROM (SELECT 1) AS one LEFT JOIN tidemark_asset_before(p_connector, p_lo) AS b ON true
+    ) AS base
+    CROSS JOIN LATERAL (
+        SELECT a.connector_id, a.id FROM inventory_asset AS a
+        WHERE (a.connector_id, a.id) >= (p_connector, p_lo)
+        ORDER BY a.connector_id, a.id
+        LIMIT 1
+    ) AS first_in
+    CROSS JOIN LATERAL tidemark_asset_before(p_connector, p_hi) AS last_in
+    LEFT JOIN LATERAL (
+        SELECT a.connector_id, a.id FROM inventory_asset AS a
+        WHERE (a.connector_id, a.cum_weight, a.id)
+              <= (p_connector, base.w + p_budget, 9223372036854775807)
+        ORDER BY a.connector_id DESC, a.cum_weight DESC, a.id DESC
+        LIMIT 1
+    ) AS by_weight ON by_weight.connector_id = p_connector
+    LEFT JOIN LATERAL (
+        SELECT a.connector_id, a.id FROM inventory_asset AS a
+        WHERE (a.connector_id, a.cum_count) <= (p_connector, base.n + p_cap)
+        ORDER BY a.connector_id DESC, a.cum_count DESC
+        LIMIT 1
+    ) AS by_count ON by_count.connector_id = p_connector
+    CROSS JOIN LATERAL (
+        SELECT a.id, a.cum_count, a.cum_weight FROM inventory_asset AS a
+        WHERE a.id = greatest(
+            first_in.id, least(last_in.id, coalesce(by_weight.id, first_in.id), by_count.id)
+        )
+    ) AS stop
+    WHERE first_in.connector_id = p_connector AND (p_hi IS NULL OR first_in.id < p_hi)
+$$;
+
+-- tidemark_plan_batches over a connector's assets (the items of every job whose lag is not counted
+-- outside, tidemark_lag_outside): the same ranges, each found by tidemark_asset_batch's probes, so
+-- a plan costs O(batches x log(assets)), never a read of the items it covers (a backfill over a
+-- million assets plans in a few thousand probes).
+CREATE OR REPLACE FUNCTION tidemark_plan_assets(
+    p_connector bigint, first_id bigint, end_id bigint, budget bigint, cap integer,
+    max_batches integer
+) RETURNS TABLE(lower bigint, upper bigint, item_count integer, weight bigint)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    lo bigint := first_id;
+    found record;
+    emitted integer := 0;
+BEGIN
+    LOOP
+        EXIT WHEN max_batches IS NOT NULL AND emitted >= max_batches;
+        SELECT * INTO found FROM tidemark_asset_batch(p_connector, lo, end_id, budget, cap);
+        EXIT WHEN found.upper IS NULL;
+        lower := lo; upper := found.upper; item_count := found.item_count; weight := found.weight;
+        RETURN NEXT;
+        emitted := emitted + 1;
+        EXIT WHEN found.exhausted;
+        lo := found.upper;
+    END LOOP;
+END
+$$;
+
+-- The one planner entry: a connector's assets by their prefix sums (p_assets_of, the connector),
+-- any other item query (a local meta table, a job_output's commits) by reading its rows.
+CREATE OR REPLACE FUNCTION tidemark_plan_items(
+    p_assets_of bigint, items_sql text, first_id bigint, end_id bigint, budget bigint,
+    cap integer, max_batches integer
+) RETURNS TABLE(lower bigint, upper bigint, item_count integer, weight bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_assets_of IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM tidemark_plan_assets(
+            p_assets_of, first_id, end_id, budget, cap, max_batches
+        );
+    ELSE
+        RETURN QUERY SELECT * FROM tidemark_plan_batches(
+            items_sql, first_id, end_id, budget, cap, max_batches
+        );
+    END IF;
+END
+$$;
+
+-- The connector whose assets are job p_job's items, or NULL when its items are counted outside
+-- them (tidemark_lag_outside: a job_output's commits, a local meta table).
+CREATE OR REPLACE FUNCTION tidemark_job_assets(p_job bigint)
+RETURNS bigint LANGUAGE sql STABLE AS $$
+    SELECT c.id FROM inventory_job AS j JOIN inventory_connector AS c ON c.id = j.connector_id
+    WHERE j.id = p_job AND NOT tidemark_lag_outside(c.kind, c.config)
+$$;
+
 -- Recompute the sums of a connector's assets from id p_from on, continuing from the asset before
 -- it. The caller holds the connector's row lock. Costs the rows from p_from to the end (only those
 -- whose sums change are written): a change near the end, where restatements and registrations
