@@ -46,10 +46,13 @@ LANGUAGE sql STABLE AS $$
         LIMIT 1
     ) AS by_count ON by_count.connector_id = p_connector
     CROSS JOIN LATERAL (
+        -- LIMIT 1: a lookup of the primary key by the id found above (unlimited, the planner
+        -- may join it as a scan of every asset filtered by that id)
         SELECT a.id, a.cum_count, a.cum_weight FROM inventory_asset AS a
         WHERE a.id = greatest(
             first_in.id, least(last_in.id, coalesce(by_weight.id, first_in.id), by_count.id)
         )
+        LIMIT 1
     ) AS stop
     WHERE first_in.connector_id = p_connector AND (p_hi IS NULL OR first_in.id < p_hi)
 $$;
