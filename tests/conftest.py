@@ -7,6 +7,16 @@ import tempfile
 
 import pytest
 from django.conf import settings as _settings
+from hypothesis import HealthCheck
+from hypothesis import settings as _hypothesis_settings
+
+# Property tests run on a shared machine, often at load 10 or more: Hypothesis's timing checks
+# (an example's deadline, "input generation is slow") would fail them for the machine's load,
+# not for what they test. Their examples and shrinking are unchanged.
+_hypothesis_settings.register_profile(
+    "tidemark", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+_hypothesis_settings.load_profile("tidemark")
 
 
 def _names_the_tests_may_use() -> None:
