@@ -5,10 +5,10 @@
 paused), one discovery entry per `files` connector that scans a directory, and the fixed steps
 (lease reaper, retry requeue, backfill pacing, connector orchestration, and this sync itself, so
 jobs created later get their schedule without anyone running a command). The fixed steps are sent
-ahead of work (job runs and discovery carry `dispatch.WORK_PRIORITY`); a copy of a step that waited
-in the broker while the step ran is skipped by the database's clock (`fixed_step_run`), never by a
-worker's, whose clock may be wrong. Entries Tidemark created for jobs or connectors that are gone are removed; entries made
-by hand are left alone.
+ahead of work (job runs and discovery carry `dispatch.WORK_PRIORITY`); a copy of a step that
+waited in the broker while the step ran is skipped by the database's clock (`fixed_step_run`),
+never by a worker's, whose clock may be wrong. Entries Tidemark created for jobs or connectors
+that are gone are removed; entries made by hand are left alone.
 """
 
 import json
