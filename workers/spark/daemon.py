@@ -25,7 +25,10 @@ import workers.spark  # noqa: F401 - installs zip_imports in this process, befor
 # is unchanged: the workers forked below start from that, not from a re-read
 importlib.invalidate_caches()
 
-import pyarrow  # noqa: E402, F401 - shared by every forked worker (the sources' readers)
+try:  # shared by every forked worker (the sources' readers); a Python without it still runs
+    import pyarrow  # noqa: E402, F401
+except ImportError:
+    pass
 from pyspark import daemon  # noqa: E402 - reads its worker module from sys.argv when imported
 
 if __name__ == "__main__":
