@@ -130,7 +130,10 @@ def measure() -> dict:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     work = Path(tempfile.mkdtemp(prefix="tidemark-bench-small-"))
-    spark = get_session(master="local[*]")
+    from django.conf import settings
+
+    # the worker's session: its defaults and the deployment's SPARK_CONF (as a worker starts it)
+    spark = get_session(master="local[*]", conf=settings.SPARK_CONF)
     steps = Steps()
     data = Data(f"http://127.0.0.1:{port}", dsn, work)
     with data.conn.cursor() as cur:

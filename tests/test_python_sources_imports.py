@@ -155,34 +155,3 @@ def test_a_changed_zip_is_read_again_when_caches_are_invalidated(tmp_path, monke
     _zip(archive, {"tm_zipped_b": "B = 1\n", "tm_zipped_c": "C = 2\n"})
     importlib.invalidate_caches()
     assert importlib.import_module("tm_zipped_c").C == 2
-
-
-def _task_facts(_rows):
-    """Run in a Python worker Spark forked: its parent's command line, and what was imported and
-    read before this task's code ran."""
-    import sys as worker_sys
-    import zipimport as worker_zipimport
-
-    with open(f"/proc/{os.getppid()}/cmdline", "rb") as parent:
-        cmdline = parent.read().split(b"\0")
-    stamped = [
-        finder.archive
-        for finder in worker_sys.path_importer_cache.values()
-        if isinstance(finder, worker_zipimport.zipimporter)
-        and getattr(finder, "_tidemark_stamp", None) is not None
-    ]
-    yield {
-        "parent": [part.decode() for part in cmdline if part],
-        "pyarrow": "pyarrow" in worker_sys.modules,
-        "stamped": stamped,
-    }
-
-
-def test_executor_workers_are_forked_by_tidemarks_daemon_with_pyarrow_and_archives_read(spark):
-    """The executors' daemon (workers/spark/daemon.py, `spark.python.daemon.module`) imports
-    pyarrow and reads the archives' directories before it forks, so a worker Spark starts afresh
-    (after a minute without batches) pays for neither at its first request."""
-    facts = spark.sparkContext.parallelize([0], 1).mapPartitions(_task_facts).collect()[0]
-    assert facts["parent"][-2:] == ["workers.spark.daemon", "pyspark.worker"], facts["parent"]
-    assert facts["pyarrow"]
-    assert any(archive.endswith("pyspark.zip") for archive in facts["stamped"]), facts["stamped"]

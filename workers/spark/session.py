@@ -32,9 +32,6 @@ DEFAULT_CONF: dict[str, str] = {
     # a corrupt input must fail its batch, never be skipped silently (DESIGN.md invariant 9)
     "spark.sql.files.ignoreCorruptFiles": "false",
     "spark.sql.files.ignoreMissingFiles": "false",
-    # the executors' Python daemon, forking every Python worker with pyarrow imported and the
-    # archives' directories read (daemon.py): a worker started afresh skips both
-    "spark.python.daemon.module": "workers.spark.daemon",
 }
 
 # The directory holding the `workers` package, so Python workers can import project code.
