@@ -47,9 +47,11 @@ chaos: $(VENV)/.installed
 		--ignore=tests/chaos/test_postgres_restart.py
 	$(VENV)/bin/pytest -m chaos tests/chaos/test_postgres_restart.py
 
-# the large soak: 10,000 batches through real workers and sinks under faults (bench/bench_soak.py)
+# the large soak: 10,000 batches through real workers and sinks under faults (bench/bench_soak.py);
+# 32 of each fault kind: the redelivery kind may be given up before its count (it was at 18 of 30
+# in the run of 2026-11-27, 296 faults in all), and the issue asks for at least 300
 soak: $(VENV)/.installed /usr/bin/faketime
-	SOAK_FILES=$${SOAK_FILES:-2000} SOAK_FAULTS_PER_KIND=$${SOAK_FAULTS_PER_KIND:-30} SOAK_TIMEOUT=$${SOAK_TIMEOUT:-14400} $(VENV)/bin/pytest -m soak -s tests/test_soak.py
+	SOAK_FILES=$${SOAK_FILES:-2000} SOAK_FAULTS_PER_KIND=$${SOAK_FAULTS_PER_KIND:-32} SOAK_TIMEOUT=$${SOAK_TIMEOUT:-14400} $(VENV)/bin/pytest -m soak -s tests/test_soak.py
 
 # the README's screenshots: the browser tests, saving their pages under docs/screenshots/
 screenshots: $(VENV)/.installed /usr/bin/chromium
