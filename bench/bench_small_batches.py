@@ -263,21 +263,20 @@ def measure() -> dict:
     }
 
 
+def _over(f: dict) -> str:
+    over = f"{f['over_ms']:+.0f} ms"
+    return over + (" **missed**" if f["over_ms"] > TARGET_MS else "")
+
+
+def _steps(f: dict) -> str:
+    return " / ".join(f"{f['steps_ms'][s]:.0f}" for s in ("read", "write", "profile"))
+
+
 def report_idle(figures: dict) -> str:
-    rows = []
-    for name, f in figures["cases"].items():
-        over = f"{f['over_ms']:+.0f} ms"
-        if f["over_ms"] > TARGET_MS:
-            over += " **missed**"
-        rows.append(
-            [
-                name,
-                f"{f['tidemark_ms']:.0f}",
-                f"{f['bare_ms']:.0f}",
-                over,
-                " / ".join(f"{f['steps_ms'][s]:.0f}" for s in ("read", "write", "profile")),
-            ]
-        )
+    rows = [
+        [name, f"{f['tidemark_ms']:.0f}", f"{f['bare_ms']:.0f}", _over(f), _steps(f)]
+        for name, f in figures["cases"].items()
+    ]
     loads = ", ".join(f"{x:.1f}" for x in figures["loads"])
     return (
         "## A small batch after a quiet spell (bench_small_batches.py, BENCH_IDLE_SECONDS)\n\n"
@@ -296,19 +295,16 @@ def report_idle(figures: dict) -> str:
 def report(figures: dict) -> str:
     rows = []
     for name, f in figures["cases"].items():
-        over = f"{f['over_ms']:+.0f} ms"
-        if f["over_ms"] > TARGET_MS:
-            over += " **missed**"
         rows.append(
             [
                 name,
                 f"{f['tidemark_ms']:.0f}",
                 f"{f['before_ms']:.0f}",
                 f"{f['bare_ms']:.0f}",
-                over,
+                _over(f),
                 f"{f['ratio']:.2f}x (before {f['before_ratio']:.2f}x)",
                 f"{f['spark_jobs']} / {f['before_spark_jobs']} / {f['bare_spark_jobs']}",
-                " / ".join(f"{f['steps_ms'][s]:.0f}" for s in ("read", "write", "profile")),
+                _steps(f),
             ]
         )
     loads = ", ".join(f"{x:.1f}" for x in figures["loads"])
