@@ -110,11 +110,26 @@ def test_a_fixed_step_copy_within_half_its_interval_is_skipped_by_the_database_c
     # another step is not held back by this one
     assert scheduling.fixed_step_run(scheduling.PACE_BACKFILLS, step) == "ran"
     assert len(runs) == 2
-    MaintenanceRun.objects.filter(name=scheduling.REQUEUE).update(
+    MaintenanceRun.objects.filter(name=f"{scheduling.REQUEUE}:claimed").update(
         last_run_at=Now() - timedelta(minutes=1)
     )
     assert scheduling.fixed_step_run(scheduling.REQUEUE, step) == "ran"
     assert len(runs) == 3
+
+
+@pytest.mark.django_db
+def test_a_claimed_reaper_step_that_fails_still_shows_the_reaper_overdue():
+    """The claim is a row of its own: the reaper's row says when it last ran to the end, so a
+    reaper that is taken and then fails every time still shows as overdue (selectors)."""
+    from inventory import selectors
+
+    def broken():
+        raise RuntimeError("the reaper failed")
+
+    with pytest.raises(RuntimeError):
+        scheduling.fixed_step_run(scheduling.REAPER, broken)
+    assert not MaintenanceRun.objects.filter(name=scheduling.REAPER).exists()
+    assert selectors.reaper_status().last_run_at is None
 
 
 @pytest.mark.django_db

@@ -262,7 +262,9 @@ def fixed_step_run(name: str, step: Callable[[], T]) -> T | StepSkipped:
     _task, every = FIXED_STEPS[name]
     gap = every / 2
     with connection.cursor() as cursor:
-        cursor.execute(query("step_claim"), {"name": name, "gap": gap})
+        # a row of its own: the step's row (the reaper's) says when it last ran to the end, which
+        # the dashboard's and /metrics' "overdue" read; a claim that then fails must not look fresh
+        cursor.execute(query("step_claim"), {"name": f"{name}:claimed", "gap": gap})
         claimed = cursor.fetchone() is not None
     if not claimed:
         return StepSkipped(step=name, gap=gap)

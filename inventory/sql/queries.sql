@@ -294,9 +294,10 @@ WHERE id = %(id)s AND weight = %(old_size)s
   AND coalesce(extra ->> 'etag', '') = %(old_etag)s;
 
 -- name: step_claim
--- A fixed housekeeping step is about to run: recorded by the database's clock, and refused (no row
--- returned) when the same step already ran less than %(gap)s seconds ago, as a copy of it that
--- waited in the broker behind busy workers has (services/scheduling.py: fixed_step_run).
+-- A fixed housekeeping step is about to run: its claim (row `<step>:claimed`) recorded by the
+-- database's clock, and refused (no row returned) when the same step was claimed less than
+-- %(gap)s seconds ago, as a copy of it that waited in the broker behind busy workers is
+-- (services/scheduling.py: fixed_step_run).
 INSERT INTO inventory_maintenancerun (name, last_run_at, outcome)
 VALUES (%(name)s, now(), '{}'::jsonb)
 ON CONFLICT (name) DO UPDATE SET last_run_at = now()
