@@ -63,6 +63,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CLOCK_JUMP_SECONDS = 3600
 FULL_DISK_HOLD_SECONDS = 60  # at most, when no attempt meets the full disk
 REDELIVERY_WAIT_SECONDS = 60  # for a task id received by a second worker after a rotation
+# a running batch's holder whose clock moved more recently than this may hold its message under
+# the jumped clock (see Faults._clock_real_since)
+REDELIVERY_CLOCK_QUIET_SECONDS = 300
 MAX_GIVE_UPS = 5  # tries of one kind that did not land before the soak stops trying it
 
 
@@ -139,6 +142,7 @@ class Faults:
         self.resume_after = 0
         self.frozen: dict[int, threading.Timer] = {}
         self.pending = None  # (kind, check, give_up_at)
+        self.clock_moved: dict[str, float] = {}  # a worker's name: when clock_jump last moved it
         self.pg_dir, self.redis_dir = embedded_dirs()
         self.sink_disk = work / "sink-files"
         self._possible()
@@ -266,7 +270,7 @@ class Faults:
             return False
         parent = _parent_pid(int(running[1].rsplit(":", 1)[1]))
         holder = next((w for w in self.pool.live() if w.proc.pid == parent), None)
-        if holder is None:
+        if holder is None or not self._clock_real_since(holder, REDELIVERY_CLOCK_QUIET_SECONDS):
             return False
         before = redeliveries_seen(self.pool.logs())
         os.killpg(holder.proc.pid, signal.SIGSTOP)
@@ -295,6 +299,21 @@ class Faults:
 
         self.pending = ("redelivery", landed, give_up_at)
         return True
+
+    def _clock_real_since(self, worker, seconds: float) -> bool:
+        """The worker's clock is real and was not moved in the last `seconds`. Kombu scores a
+        message it holds unacknowledged by its holder's wall clock, and the other workers restore
+        it once their clocks pass that score plus the visibility timeout: a message taken while
+        its holder's clock ran an hour ahead (clock_jump) comes back an hour late, so a redelivery
+        tried on it could never land in time."""
+        if not self.pool.clocks:
+            return True
+        try:
+            offset = int((self.work / "clocks" / f"{worker.soak_name}.offset").read_text() or 0)
+        except (OSError, ValueError):
+            return False
+        moved_at = self.clock_moved.get(worker.soak_name, float("-inf"))
+        return offset == 0 and time.monotonic() - moved_at > seconds
 
     def release(self) -> None:
         for pid, timer in list(self.frozen.items()):
@@ -395,6 +414,7 @@ class Faults:
         offset = 0 if now else CLOCK_JUMP_SECONDS
         clock.write_text(f"{offset:+d}\n")
         jumped_at = time.time()
+        self.clock_moved[worker.soak_name] = time.monotonic()
 
         def landed() -> bool:
             """A batch of that worker read its clock after the jump: the probe file's content is
