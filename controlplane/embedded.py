@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+import warnings
 from pathlib import Path
 
 from controlplane.env import ConfigError
@@ -16,7 +17,12 @@ from controlplane.env import ConfigError
 
 def postgres_url(data_dir: Path) -> str:
     """Start (or reuse) the embedded PostgreSQL under data_dir/pg and return its URL."""
-    import pgserver
+    with warnings.catch_warnings():
+        # pgserver keeps its start lock under platformdirs' runtime folder, which warns on every
+        # import where XDG_RUNTIME_DIR is unset (a server, a container, CI) and falls back to
+        # /tmp/runtime-<uid>: a fine place for that lock, so the warning says nothing to a user
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        import pgserver
 
     # pgserver logs every handle at INFO, also from atexit hooks after logging has shut down
     logging.getLogger("pgserver").setLevel(logging.WARNING)

@@ -75,6 +75,7 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("TIDEMARK_LOGIN_COOLOFF_MINUTES", 
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_ENABLE_ACCESS_FAILURE_LOG = True  # every failure, with its address, in the admin
+AXES_VERBOSE = False  # no banner on stdout at every start of every process (the lockouts still log)
 # the client address is REMOTE_ADDR (behind a reverse proxy: every client is the proxy's
 # address; see docs/security.md)
 # bad API tokens: past this many per address within the window (seconds), 429 for the window
