@@ -112,14 +112,17 @@ counted AS (
     FROM matched GROUP BY state
 ),
 picked AS (
-    (SELECT 'page' AS part, row_number() OVER (ORDER BY state_rank, name) AS ord, m.*
+    -- each slice sorted by a bounded (top-N) sort, which keeps only the slice's rows: a
+    -- row_number() over the same order would sort every job first (at 10,000 jobs a third of the
+    -- statement's time); `ord` and the name put the slices' rows in order at the end
+    (SELECT 'page' AS part, m.state_rank AS ord, m.*
      FROM matched AS m WHERE matches AND (%(state)s = '' OR state = %(state)s)
      ORDER BY state_rank, name LIMIT %(limit)s OFFSET %(offset)s)
     UNION ALL
-    (SELECT 'dead', row_number() OVER (ORDER BY name), m.* FROM matched AS m WHERE n_dead > 0
+    (SELECT 'dead', 0, m.* FROM matched AS m WHERE n_dead > 0
      ORDER BY name LIMIT %(alert_limit)s OFFSET %(alert_offset)s)
     UNION ALL
-    (SELECT 'late', row_number() OVER (ORDER BY name), m.* FROM matched AS m
+    (SELECT 'late', 0, m.* FROM matched AS m
      WHERE late IS NOT NULL ORDER BY name LIMIT %(alert_limit)s
      OFFSET greatest(%(alert_offset)s - %(reaper)s
                      - (SELECT coalesce(sum(n_dead_jobs), 0) FROM counted), 0))
@@ -150,7 +153,7 @@ JOIN inventory_watermark AS wx ON wx.job_id = p.id
 CROSS JOIN LATERAL tidemark_lag(
     CASE WHEN p.behind AND NOT p.outside THEN p.connector_id END, p.wm_position
 ) AS lag
-ORDER BY part, ord;
+ORDER BY part, ord, name;
 
 -- name: health_all
 -- Every job's row, by name, with its lag and the dead batch its watermark waits for, if any
