@@ -28,9 +28,11 @@ open_batches AS (
 ),
 tips AS (
     -- each connector's last asset id: one probe of asset_connector_id_idx per connector, however
-    -- many jobs read it (the lag, tidemark_lag, is read only for the rows a statement returns)
-    SELECT c.id AS connector_id, (SELECT t.id FROM tidemark_asset_before(c.id, NULL) AS t) AS tip_id
-    FROM inventory_connector AS c
+    -- many jobs read it (the lag, tidemark_lag, is read only for the rows a statement returns).
+    -- A join, not a scalar subquery: `behind` below is computed from it and passed to
+    -- tidemark_lag, which PostgreSQL inlines only when its arguments hold no subquery
+    SELECT c.id AS connector_id, t.id AS tip_id
+    FROM inventory_connector AS c LEFT JOIN LATERAL tidemark_asset_before(c.id, NULL) AS t ON true
 ),
 facts AS (
     -- behind: items wait at or after the watermark (NULL: unreadable now). A state needs no
