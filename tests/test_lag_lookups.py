@@ -21,6 +21,14 @@ pytestmark = pytest.mark.django_db
 
 BUSY = 20_000  # assets of another connector between the sparse connector's two
 PAGES = 60  # a few index and heap pages; the walk through BUSY assets reads hundreds
+# job_health's parameters (selectors_health.Health.params) with no job read outside prefix sums
+HEALTH_PARAMS = {
+    "ext_ids": [],
+    "ext_items": [],
+    "ext_weights": [],
+    "stale": 3,
+    "states": ["blocked", "late", "failing", "unreadable", "connector", "paused"],
+}
 
 
 def _insert(connector_id: int, count: int, first_cum: int) -> None:
@@ -80,13 +88,7 @@ def test_the_last_asset_of_a_connector_reads_a_few_pages_whatever_came_after_it(
 
 
 def test_the_overview_reads_a_few_pages_per_job_whatever_lies_between_its_assets(sparse_job):
-    params = {
-        "ext_ids": [],
-        "ext_items": [],
-        "ext_weights": [],
-        "stale": 3,
-        "states": ["blocked", "late", "failing", "unreadable", "connector", "paused"],
-    }
+    params = dict(HEALTH_PARAMS)
     sql = dashboard_query("health_all")
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -114,13 +116,7 @@ def test_the_statements_over_every_job_are_planned_at_one_row_per_job():
         _insert(job.connector_id, 5, 0)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE inventory_asset")
-    params = {
-        "ext_ids": [],
-        "ext_items": [],
-        "ext_weights": [],
-        "stale": 3,
-        "states": ["blocked", "late", "failing", "unreadable", "connector", "paused"],
-    }
+    params = dict(HEALTH_PARAMS)
     # the jobs, however many the planner guesses a small table holds: not jobs x 1,000 x 1,000
     assert _planned_rows(dashboard_query("health_all"), params) < 10_000
     window = {
