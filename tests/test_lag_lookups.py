@@ -58,13 +58,18 @@ def sparse_job():
     return job
 
 
-def _pages(sql: str, params) -> int:
-    """Shared pages (hit or read) the statement's plan touched."""
+def _top_plan(sql: str, params, options: str = "") -> dict:
+    """The top node of the statement's plan (EXPLAIN with `options`, as JSON)."""
     with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params)
+        cursor.execute(f"EXPLAIN ({options}FORMAT JSON) {sql}", params)
         plan = cursor.fetchone()[0]
     plan = plan if isinstance(plan, list) else json.loads(plan)
-    top = plan[0]["Plan"]
+    return plan[0]["Plan"]
+
+
+def _pages(sql: str, params) -> int:
+    """Shared pages (hit or read) the statement's plan touched."""
+    top = _top_plan(sql, params, "ANALYZE, BUFFERS, ")
     return top["Shared Hit Blocks"] + top["Shared Read Blocks"]
 
 
@@ -99,11 +104,7 @@ def test_the_overview_reads_a_few_pages_per_job_whatever_lies_between_its_assets
 
 
 def _planned_rows(sql: str, params) -> float:
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        plan = cursor.fetchone()[0]
-    plan = plan if isinstance(plan, list) else json.loads(plan)
-    return plan[0]["Plan"]["Plan Rows"]
+    return _top_plan(sql, params)["Plan Rows"]
 
 
 def test_the_statements_over_every_job_are_planned_at_one_row_per_job():
