@@ -101,8 +101,12 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
         + " / ".join(f"{parts[s]['collect_ms']}" for s in parts)
         + " ms, of which SQL "
         + " / ".join(f"{parts[s]['sql_ms']}" for s in parts)
-        + " ms; formatting them with `prometheus_client.generate_latest` "
+        + " ms; writing them (`inventory/api/exposition.py`) "
         + " / ".join(f"{parts[s]['format_ms']}" for s in parts)
+        + " ms, where building prometheus_client's families of the same samples and writing "
+        + "them with its `generate_latest` (the same bytes) takes "
+        + " / ".join(f"{parts[s]['library_ms']}" for s in parts)
+        + " ms"
         + f" ms; {parts['100x']['samples']:,} samples, {parts['100x']['bytes'] / 1e6:.1f} MB."
     )
     markdown = f"""### {counts["job"]:,} jobs

@@ -86,9 +86,9 @@ def test_a_render_pauses_the_cycle_collector_and_leaves_it_as_it_found_it(client
     from inventory.api import metrics
 
     seen = []
-    render = metrics.generate_latest
+    render = metrics.render
     monkeypatch.setattr(
-        metrics, "generate_latest", lambda registry: seen.append(gc.isenabled()) or render(registry)
+        metrics, "render", lambda families: seen.append(gc.isenabled()) or render(families)
     )
     make_inventory(weights=[40] * 2)
     assert gc.isenabled()
@@ -100,3 +100,18 @@ def test_a_render_pauses_the_cycle_collector_and_leaves_it_as_it_found_it(client
         assert seen == [False, False] and not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_the_collected_families_are_written_as_prometheus_client_writes_them():
+    from inventory.api.exposition import render
+    from inventory.api.metrics import InventoryCollector
+    from tests.test_metrics_exposition import reference
+
+    _, job = make_inventory(weights=[40] * 4)
+    failed = batches.batch_acquire(job=job, worker="w")
+    batches.batch_fail(batch_id=failed.pk, attempt=failed.attempt, error="boom")
+    batches.batch_acquire(job=job, worker="w")
+
+    families = list(InventoryCollector().collect())
+    assert sum(len(family.samples) for family in families) > 10
+    assert render(families) == reference(families)

@@ -12,12 +12,12 @@ from contextlib import contextmanager
 
 from django.conf import settings
 from django.http import HttpResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CONTENT_TYPE_LATEST
 from rest_framework.exceptions import AuthenticationFailed, Throttled
 
 from inventory import selectors, selectors_alerts, selectors_health
 from inventory.api.authentication import ThrottledTokenAuthentication
+from inventory.api.exposition import Family, render
 from inventory.roles import VIEWER, has_role
 
 
@@ -30,93 +30,94 @@ class InventoryCollector:
         jobs = health.rows()
         names = {job.pk: job.name for job in jobs}
 
-        batches = GaugeMetricFamily(
+        batches = Family(
             "tidemark_batches",
             "Open batches (queued, running, failed, dead) by job, kind and status",
             labels=["job", "kind", "status"],
         )
         for job_id, kind, status, count in selectors.batch_counts_by_job():
             if job_id in names:
-                batches.add_metric([names[job_id], kind, status], count)
+                batches.add([names[job_id], kind, status], count)
         yield batches
 
-        started = CounterMetricFamily(
+        started = Family(
             "tidemark_batch_attempts_started",
             "Batch attempts started (acquired by a worker or an API client)",
             labels=["job"],
+            type="counter",
         )
-        finished = CounterMetricFamily(
+        finished = Family(
             "tidemark_batch_attempts_finished",
             "Batch attempts finished, by outcome (succeeded / failed)",
             labels=["job", "outcome"],
+            type="counter",
         )
         for job_id, outcome, count in sorted(selectors_alerts.attempt_counts()):
             if job_id not in names:
                 continue
             if outcome:
-                finished.add_metric([names[job_id], outcome], count)
+                finished.add([names[job_id], outcome], count)
             else:
-                started.add_metric([names[job_id]], count)
+                started.add([names[job_id]], count)
         yield started
         yield finished
 
-        position = GaugeMetricFamily(
+        position = Family(
             "tidemark_watermark_position",
             "End of the job's contiguous committed item-id prefix",
             labels=["job"],
         )
-        lag_items = GaugeMetricFamily(
-            "tidemark_lag_items", "Items at or after the watermark", labels=["job"]
-        )
-        lag_weight = GaugeMetricFamily(
+        lag_items = Family("tidemark_lag_items", "Items at or after the watermark", labels=["job"])
+        lag_weight = Family(
             "tidemark_lag_weight",
             "Summed weight of the items at or after the watermark",
             labels=["job"],
         )
-        lag_seconds = GaugeMetricFamily(
+        lag_seconds = Family(
             "tidemark_lag_seconds",
             "For datetime watermarks: how far the watermark's source time is behind now",
             labels=["job"],
         )
-        blocked = GaugeMetricFamily(
+        blocked = Family(
             "tidemark_watermark_blocked",
             "1 when the watermark waits for a dead batch (needs retry or skip)",
             labels=["job"],
         )
-        updated = GaugeMetricFamily(
+        updated = Family(
             "tidemark_watermark_updated_timestamp_seconds",
             "When the watermark last moved",
             labels=["job"],
         )
         for job in jobs:
-            position.add_metric([job.name], job.watermark.position)
+            position.add([job.name], job.watermark.position)
             if job.lag is not None:
-                lag_items.add_metric([job.name], job.lag.items)
-                lag_weight.add_metric([job.name], job.lag.weight)
+                lag_items.add([job.name], job.lag.items)
+                lag_weight.add([job.name], job.lag.weight)
             if job.time_lag is not None:
-                lag_seconds.add_metric([job.name], job.time_lag.total_seconds())
+                lag_seconds.add([job.name], job.time_lag.total_seconds())
             dead = job.blocker is not None and job.blocker.status == "dead"
-            blocked.add_metric([job.name], int(dead))
-            updated.add_metric([job.name], job.watermark.updated_at.timestamp())
+            blocked.add([job.name], int(dead))
+            updated.add([job.name], job.watermark.updated_at.timestamp())
         yield from (position, lag_items, lag_weight, lag_seconds, blocked, updated)
 
         reaper = selectors.reaper_status()
-        last_run = GaugeMetricFamily(
+        last_run = Family(
             "tidemark_reaper_last_run_timestamp_seconds",
             "When the lease reaper last ran (absent: never)",
         )
         if reaper.last_run_at is not None:
-            last_run.add_metric([], reaper.last_run_at.timestamp())
+            last_run.add([], reaper.last_run_at.timestamp())
         yield last_run
-        yield GaugeMetricFamily(
+        overdue = Family(
             "tidemark_reaper_overdue",
             "1 when the lease reaper has not run for longer than it should (is beat running? "
             "a worker?): batches of dead workers stay running until it does",
-            value=int(reaper.overdue),
         )
+        overdue.add([], int(reaper.overdue))
+        yield overdue
 
         alerts = selectors_alerts.alert_labels(jobs)
-        active = GaugeMetricFamily(
+        active = Family(
             "tidemark_alert",
             "1 for each active alert (the dashboard's alert strip, GET /api/v1/alerts/): "
             "kind is dead_batches, watermark_late, connector_waiting, reaper_overdue or "
@@ -124,18 +125,15 @@ class InventoryCollector:
             labels=["kind", "subject", "severity"],
         )
         for labels in alerts:
-            active.add_metric(labels, 1)
+            active.add(labels, 1)
         yield active
-        by_kind = GaugeMetricFamily(
-            "tidemark_alerts", "Active alerts by kind (0 when none)", labels=["kind"]
-        )
+        by_kind = Family("tidemark_alerts", "Active alerts by kind (0 when none)", labels=["kind"])
         for kind in selectors_alerts.ALERT_KINDS:
-            by_kind.add_metric([kind], sum(1 for labels in alerts if labels[0] == kind))
+            by_kind.add([kind], sum(1 for labels in alerts if labels[0] == kind))
         yield by_kind
 
 
-_registry = CollectorRegistry(auto_describe=False)
-_registry.register(InventoryCollector())
+_collector = InventoryCollector()
 
 # The exposition is reused for METRICS_CACHE_SECONDS (settings; 0: render on every scrape) by the
 # scrapes of one process: Prometheus scrapes every 15-60 s, so a few seconds old is what it would
@@ -165,7 +163,7 @@ def exposition() -> bytes:
     with _cache_lock:
         if ttl <= 0 or time.monotonic() - _cache["at"] >= ttl:
             with _cycle_collector_paused():
-                _cache["body"] = generate_latest(_registry)
+                _cache["body"] = render(_collector.collect())
             _cache["at"] = time.monotonic()
         return _cache["body"]
 

@@ -1,0 +1,77 @@
+"""Prometheus's text format (0.0.4) for many samples that share their label values.
+
+`prometheus_client.generate_latest` checks and escapes every label name and value of every sample
+again: about 8 us a sample, a second for the 130,000 samples of 10,000 jobs. Here a family's
+names are checked once, when it is made, and a label value (a job's name is in ten families) is
+escaped once per render, so a sample costs one formatted line. The output is byte for byte what
+generate_latest writes for the same families (tests/test_metrics_exposition.py compares them).
+"""
+
+import re
+from collections.abc import Iterable, Sequence
+
+from prometheus_client.utils import floatToGoString
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+TYPES = ("counter", "gauge")
+
+
+class Family:
+    """One metric family: a name, its help text, counter or gauge, its label names, and its
+    samples as (label values in the order of `labels`, value). A counter's samples are written
+    as `<name>_total`, as prometheus_client does."""
+
+    __slots__ = ("name", "documentation", "type", "labels", "samples")
+
+    def __init__(
+        self, name: str, documentation: str, labels: Sequence[str] = (), *, type: str = "gauge"
+    ):
+        if _METRIC_NAME.fullmatch(name) is None:
+            raise ValueError(f"not a Prometheus metric name: {name!r}")
+        for label in labels:
+            if _LABEL_NAME.fullmatch(label) is None or label.startswith("__"):
+                raise ValueError(f"not a Prometheus label name: {label!r}")
+        if type not in TYPES:
+            raise ValueError(f"type must be one of {', '.join(TYPES)}, not {type!r}")
+        self.name = name
+        self.documentation = documentation
+        self.type = type
+        self.labels = tuple(labels)
+        self.samples: list[tuple[Sequence[str], float]] = []
+
+    def add(self, values: Sequence[str], value: float) -> None:
+        self.samples.append((values, value))
+
+
+def render(families: Iterable[Family]) -> bytes:
+    escaped: dict[str, str] = {}  # label value -> its escaped text, for this render
+
+    def escape(value: str) -> str:
+        text = escaped.get(value)
+        if text is None:
+            text = value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+            escaped[value] = text
+        return text
+
+    out: list[str] = []
+    for family in families:
+        name = family.name + "_total" if family.type == "counter" else family.name
+        help_text = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {family.type}\n")
+        # generate_latest writes the labels sorted by name
+        order = sorted(range(len(family.labels)), key=family.labels.__getitem__)
+        keys = [(family.labels[i], i) for i in order]
+        if not keys:
+            out.extend(f"{name} {floatToGoString(value)}\n" for _, value in family.samples)
+        elif len(keys) == 1:
+            head = f'{name}{{{keys[0][0]}="'
+            out.extend(
+                f'{head}{escape(values[0])}"}} {floatToGoString(value)}\n'
+                for values, value in family.samples
+            )
+        else:
+            for values, value in family.samples:
+                labels = ",".join(f'{k}="{escape(values[i])}"' for k, i in keys)
+                out.append(f"{name}{{{labels}}} {floatToGoString(value)}\n")
+    return "".join(out).encode("utf-8")

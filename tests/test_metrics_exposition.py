@@ -1,0 +1,99 @@
+"""inventory/api/exposition.py writes what prometheus_client.generate_latest writes for the same
+families, byte for byte, and Prometheus's parser reads it back."""
+
+import math
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.parser import text_string_to_metric_families
+
+from inventory.api.exposition import Family, render
+
+
+def reference(families: list[Family]) -> bytes:
+    """The same families through prometheus_client's own families and writer."""
+    built = []
+    for family in families:
+        kind = CounterMetricFamily if family.type == "counter" else GaugeMetricFamily
+        metric = kind(family.name, family.documentation, labels=list(family.labels))
+        for values, value in family.samples:
+            metric.add_metric(list(values), value)
+        built.append(metric)
+
+    class Collector:
+        def collect(self):
+            return built
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collector())
+    return generate_latest(registry)
+
+
+TRICKY = ["plain", 'say "hi"', "back\\slash", "two\nlines", "ünïcødé ✓", "", "a,b}={c"]
+
+
+def tricky_families() -> list[Family]:
+    jobs = Family("tm_lag_items", "Items behind\\the watermark\nsecond line", labels=["job"])
+    for n, name in enumerate(TRICKY):
+        jobs.add([name], n)
+    values = Family("tm_values", "odd numbers", labels=["job"])
+    for name, value in zip(
+        TRICKY,
+        [0, -3, 12345678, 1.5e-9, 2**53 + 1, math.inf, -math.inf],
+        strict=True,
+    ):
+        values.add([name], value)
+    # label names given out of order: written sorted, as generate_latest does
+    alerts = Family("tm_alert", "alerts", labels=["kind", "subject", "severity"])
+    alerts.add(["dead_batches", 'job "x"', "critical"], 1)
+    alerts.add(["watermark_late", "job\\y", "warning"], 1)
+    started = Family("tm_started", "attempts", labels=["job", "outcome"], type="counter")
+    started.add(["a", "succeeded"], 7)
+    started.add(["b\nc", "failed"], 2.25)
+    empty = Family("tm_empty", "no samples", labels=["job"])
+    bare = Family("tm_reaper_overdue", "no labels")
+    bare.add([], 1)
+    return [jobs, values, alerts, started, empty, bare]
+
+
+def test_the_text_is_byte_for_byte_what_prometheus_client_writes():
+    families = tricky_families()
+    assert render(families) == reference(families)
+
+
+def test_prometheus_reads_back_every_label_value_and_number():
+    text = render(tricky_families()).decode()
+    parsed = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    for n, name in enumerate(TRICKY):
+        assert parsed[("tm_lag_items", (("job", name),))] == n
+    assert parsed[("tm_values", (("job", 'say "hi"'),))] == -3
+    assert parsed[("tm_values", (("job", "two\nlines"),))] == 1.5e-9
+    assert parsed[("tm_values", (("job", "a,b}={c"),))] == -math.inf
+    alert = (("kind", "dead_batches"), ("severity", "critical"), ("subject", 'job "x"'))
+    assert parsed[("tm_alert", alert)] == 1
+    assert parsed[("tm_started_total", (("job", "b\nc"), ("outcome", "failed")))] == 2.25
+    assert parsed[("tm_reaper_overdue", ())] == 1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("tm-lag", "x"), "not a Prometheus metric name: 'tm-lag'"),
+        (("tm_lag", "x", ["job name"]), "not a Prometheus label name: 'job name'"),
+        (("tm_lag", "x", ["__job"]), "not a Prometheus label name: '__job'"),
+    ],
+)
+def test_a_family_refuses_names_prometheus_cannot_read(args, message):
+    with pytest.raises(ValueError) as error:
+        Family(*args)
+    assert str(error.value) == message
+
+
+def test_a_family_is_a_counter_or_a_gauge():
+    with pytest.raises(ValueError, match="type must be one of counter, gauge, not 'summary'"):
+        Family("tm_x", "x", type="summary")
