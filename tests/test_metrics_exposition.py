@@ -52,9 +52,12 @@ def tricky_families() -> list[Family]:
     started.add(["a", "succeeded"], 7)
     started.add(["b\nc", "failed"], 2.25)
     empty = Family("tm_empty", "no samples", labels=["job"])
+    counts = Family("tm_counts", "integers either side of the exponent form", labels=["n"])
+    for value in [0, 1, 999_999, 1_000_000, 1_234_567, 10**17, -1, -1_000_000, True, 3.0]:
+        counts.add([str(value)], value)
     bare = Family("tm_reaper_overdue", "no labels")
     bare.add([], 1)
-    return [jobs, values, alerts, started, empty, bare]
+    return [jobs, values, alerts, started, empty, counts, bare]
 
 
 def test_the_text_is_byte_for_byte_what_prometheus_client_writes():

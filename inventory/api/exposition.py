@@ -44,6 +44,14 @@ class Family:
         self.samples.append((values, value))
 
 
+def number(value: float) -> str:
+    """floatToGoString's text, without its float conversion and branches for the common case of
+    a count under a million (Go writes 1e+06 and above in exponent form)."""
+    if type(value) is int and 0 <= value < 1_000_000:
+        return f"{value}.0"
+    return floatToGoString(value)
+
+
 def render(families: Iterable[Family]) -> bytes:
     escaped: dict[str, str] = {}  # label value -> its escaped text, for this render
 
@@ -63,15 +71,15 @@ def render(families: Iterable[Family]) -> bytes:
         order = sorted(range(len(family.labels)), key=family.labels.__getitem__)
         keys = [(family.labels[i], i) for i in order]
         if not keys:
-            out.extend(f"{name} {floatToGoString(value)}\n" for _, value in family.samples)
+            out.extend(f"{name} {number(value)}\n" for _, value in family.samples)
         elif len(keys) == 1:
             head = f'{name}{{{keys[0][0]}="'
             out.extend(
-                f'{head}{escape(values[0])}"}} {floatToGoString(value)}\n'
+                f'{head}{escape(values[0])}"}} {number(value)}\n'
                 for values, value in family.samples
             )
         else:
             for values, value in family.samples:
                 labels = ",".join(f'{k}="{escape(values[i])}"' for k, i in keys)
-                out.append(f"{name}{{{labels}}} {floatToGoString(value)}\n")
+                out.append(f"{name}{{{labels}}} {number(value)}\n")
     return "".join(out).encode("utf-8")

@@ -88,16 +88,19 @@ class InventoryCollector:
             "When the watermark last moved",
             labels=["job"],
         )
-        for job in jobs:
-            position.add([job.name], job.watermark.position)
-            if job.lag is not None:
-                lag_items.add([job.name], job.lag.items)
-                lag_weight.add([job.name], job.lag.weight)
-            if job.time_lag is not None:
-                lag_seconds.add([job.name], job.time_lag.total_seconds())
-            dead = job.blocker is not None and job.blocker.status == "dead"
-            blocked.add([job.name], int(dead))
-            updated.add([job.name], job.watermark.updated_at.timestamp())
+        one = [(job, (job.name,)) for job in jobs]  # the label values of the per-job families
+        position.samples = [(name, job.watermark.position) for job, name in one]
+        lagging = [(job.lag, name) for job, name in one if job.lag is not None]
+        lag_items.samples = [(name, lag.items) for lag, name in lagging]
+        lag_weight.samples = [(name, lag.weight) for lag, name in lagging]
+        lag_seconds.samples = [
+            (name, job.time_lag.total_seconds()) for job, name in one if job.time_lag is not None
+        ]
+        blocked.samples = [
+            (name, int(job.blocker is not None and job.blocker.status == "dead"))
+            for job, name in one
+        ]
+        updated.samples = [(name, job.watermark.updated_at.timestamp()) for job, name in one]
         yield from (position, lag_items, lag_weight, lag_seconds, blocked, updated)
 
         reaper = selectors.reaper_status()
