@@ -164,20 +164,9 @@ def metrics_breakdown(repeat: int) -> dict:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
     from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    from inventory.api.exposition import render
+    from inventory.api.exposition import as_prometheus_client, render
     from inventory.api.metrics import InventoryCollector, _cycle_collector_paused
-
-    def library_families(families):
-        built = []
-        for family in families:
-            kind = CounterMetricFamily if family.type == "counter" else GaugeMetricFamily
-            metric = kind(family.name, family.documentation, labels=list(family.labels))
-            for values, value in family.samples:
-                metric.add_metric(list(values), value)
-            built.append(metric)
-        return built
 
     collector = InventoryCollector()
     runs = []
@@ -192,7 +181,7 @@ def metrics_breakdown(repeat: int) -> dict:
             done = time.perf_counter()
             library_start = time.perf_counter()
             registry = CollectorRegistry(auto_describe=False)
-            registry.register(_Collected(library_families(families)))
+            registry.register(_Collected(as_prometheus_client(families)))
             library_body = generate_latest(registry)
             library_done = time.perf_counter()
         assert library_body == body, "the two writers differ"

@@ -5,21 +5,14 @@ import math
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from inventory.api.exposition import Family, render
+from inventory.api.exposition import Family, as_prometheus_client, render
 
 
 def reference(families: list[Family]) -> bytes:
     """The same families through prometheus_client's own families and writer."""
-    built = []
-    for family in families:
-        kind = CounterMetricFamily if family.type == "counter" else GaugeMetricFamily
-        metric = kind(family.name, family.documentation, labels=list(family.labels))
-        for values, value in family.samples:
-            metric.add_metric(list(values), value)
-        built.append(metric)
+    built = as_prometheus_client(families)
 
     class Collector:
         def collect(self):

@@ -44,6 +44,21 @@ class Family:
         self.samples.append((values, value))
 
 
+def as_prometheus_client(families: Iterable[Family]) -> list:
+    """The same families as prometheus_client's own metric objects: what the tests and the
+    dashboard benchmark hold `render` against (its generate_latest writes the same bytes)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    built = []
+    for family in families:
+        kind = CounterMetricFamily if family.type == "counter" else GaugeMetricFamily
+        metric = kind(family.name, family.documentation, labels=list(family.labels))
+        for values, value in family.samples:
+            metric.add_metric(list(values), value)
+        built.append(metric)
+    return built
+
+
 def number(value: float) -> str:
     """floatToGoString's text, without its float conversion and branches for the common case of
     a count under a million (Go writes 1e+06 and above in exponent form)."""
