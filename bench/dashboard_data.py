@@ -144,16 +144,6 @@ def lag_statements(repeat: int) -> dict:
     return {name: round(_p95(t), 1) for name, t in times.items()}
 
 
-class _Collected:
-    """The families of one collect, formatted again on their own."""
-
-    def __init__(self, families):
-        self.families = families
-
-    def collect(self):
-        return self.families
-
-
 def metrics_breakdown(repeat: int) -> dict:
     """Where a rendered /metrics spends its time, median of `repeat` renders: collecting the
     metric families (their SQL apart) and writing them (inventory/api/exposition.py), the cyclic
@@ -163,9 +153,8 @@ def metrics_breakdown(repeat: int) -> dict:
 
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
-    from prometheus_client import CollectorRegistry, generate_latest
 
-    from inventory.api.exposition import as_prometheus_client, render
+    from inventory.api.exposition import render, written_by_prometheus_client
     from inventory.api.metrics import InventoryCollector, _cycle_collector_paused
 
     collector = InventoryCollector()
@@ -180,9 +169,7 @@ def metrics_breakdown(repeat: int) -> dict:
             body = render(families)
             done = time.perf_counter()
             library_start = time.perf_counter()
-            registry = CollectorRegistry(auto_describe=False)
-            registry.register(_Collected(as_prometheus_client(families)))
-            library_body = generate_latest(registry)
+            library_body = written_by_prometheus_client(families)
             library_done = time.perf_counter()
         assert library_body == body, "the two writers differ"
         sql = sum(float(q["time"]) for q in queries.captured_queries)

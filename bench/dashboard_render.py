@@ -106,7 +106,6 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
         + " ms, where building prometheus_client's families of the same samples and writing "
         + "them with its `generate_latest` (the same bytes) takes "
         + " / ".join(f"{parts[s]['library_ms']}" for s in parts)
-        + " ms"
         + f" ms; {parts['100x']['samples']:,} samples, {parts['100x']['bytes'] / 1e6:.1f} MB."
     )
     markdown = f"""### {counts["job"]:,} jobs

@@ -103,9 +103,8 @@ def test_a_render_pauses_the_cycle_collector_and_leaves_it_as_it_found_it(client
 
 
 def test_the_collected_families_are_written_as_prometheus_client_writes_them():
-    from inventory.api.exposition import render
+    from inventory.api.exposition import render, written_by_prometheus_client
     from inventory.api.metrics import InventoryCollector
-    from tests.test_metrics_exposition import reference
 
     _, job = make_inventory(weights=[40] * 4)
     failed = batches.batch_acquire(job=job, worker="w")
@@ -114,4 +113,4 @@ def test_the_collected_families_are_written_as_prometheus_client_writes_them():
 
     families = list(InventoryCollector().collect())
     assert sum(len(family.samples) for family in families) > 10
-    assert render(families) == reference(families)
+    assert render(families) == written_by_prometheus_client(families)

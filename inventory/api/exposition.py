@@ -44,9 +44,10 @@ class Family:
         self.samples.append((values, value))
 
 
-def as_prometheus_client(families: Iterable[Family]) -> list:
-    """The same families as prometheus_client's own metric objects: what the tests and the
-    dashboard benchmark hold `render` against (its generate_latest writes the same bytes)."""
+def written_by_prometheus_client(families: Iterable[Family]) -> bytes:
+    """The same families as prometheus_client's own metric objects, written by its
+    generate_latest: what the tests and the dashboard benchmark hold `render` against."""
+    from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     built = []
@@ -56,7 +57,14 @@ def as_prometheus_client(families: Iterable[Family]) -> list:
         for values, value in family.samples:
             metric.add_metric(list(values), value)
         built.append(metric)
-    return built
+
+    class Built:
+        def collect(self):
+            return built
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Built())
+    return generate_latest(registry)
 
 
 def number(value: float) -> str:
