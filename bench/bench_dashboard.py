@@ -48,6 +48,8 @@ from dashboard_shape import (  # noqa: E402
     PAGE_TARGET_MS_10K,
     REPEAT,
     REUSE,
+    ROUNDS,
+    SCALES,
     SCAN_REPEAT,
     SECTION,
     SIZES,
@@ -84,7 +86,9 @@ def prepare_database() -> dict:
     return base
 
 
-def measure(urls) -> list[dict]:
+def measure(urls, repeat: int, capture: bool) -> list[dict]:
+    """`repeat` timed requests of each URL after two warm-ups: {"times": [ms, ...], "queries": n
+    or None}, where `capture` counts one request's queries (and logs the two slowest)."""
     from django.conf import settings
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -95,19 +99,30 @@ def measure(urls) -> list[dict]:
         settings.METRICS_CACHE_SECONDS = 0 if kind == "metrics_uncached" else 5
         for _ in range(2):
             assert CLIENT.get(url, **headers).status_code == 200, url
-        connection.queries_log.clear()  # a full log (9,000 entries) would capture nothing
-        with CaptureQueriesContext(connection) as queries:
-            CLIENT.get(url, **headers)
-        query_count = len(queries)
-        slowest = sorted(queries.captured_queries, key=lambda q: -float(q["time"]))[:2]
-        for query in slowest:
-            log(f"  {query['time']} s: {query['sql'][:300]}")
+        query_count = None
+        if capture:
+            connection.queries_log.clear()  # a full log (9,000 entries) would capture nothing
+            with CaptureQueriesContext(connection) as queries:
+                CLIENT.get(url, **headers)
+            query_count = len(queries)
+            slowest = sorted(queries.captured_queries, key=lambda q: -float(q["time"]))[:2]
+            for query in slowest:
+                log(f"  {query['time']} s: {query['sql'][:300]}")
         times = []
-        for _ in range(REPEAT):
+        for _ in range(repeat):
             start = time.perf_counter()
             response = CLIENT.get(url, **headers)
             times.append((time.perf_counter() - start) * 1000)
             assert response.status_code == 200, url
+        rows.append({"times": times, "queries": query_count})
+    return rows
+
+
+def summarize(urls, timed: list[dict]) -> list[dict]:
+    """One row per URL from its requests of every round: median, p95, target, met."""
+    rows = []
+    for (kind, url), part in zip(urls, timed, strict=True):
+        times = part["times"]
         target = {
             "metrics": METRICS_TARGET_MS,
             "metrics_uncached": METRICS_TARGET_MS,
@@ -121,13 +136,14 @@ def measure(urls) -> list[dict]:
                 "url": url,
                 "median_ms": round(statistics.median(times), 1),
                 "p95_ms": round(_p95(times), 1),
-                "queries": query_count,
+                "queries": part["queries"],
                 "target_ms": target,
                 "met": target is None or _p95(times) < target,
             }
         )
         log(
-            f"{url}: median {rows[-1]['median_ms']} ms, p95 {rows[-1]['p95_ms']} ms, {query_count} queries"
+            f"{url}: median {rows[-1]['median_ms']} ms, p95 {rows[-1]['p95_ms']} ms, "
+            f"{part['queries']} queries"
         )
     return rows
 
@@ -207,12 +223,25 @@ def main() -> int:
             ("metrics", "/metrics"),
             ("metrics_uncached", "/metrics"),
         ]
-        for scale in ("100x", "1x"):
-            shape = backlog(scale)
-            log(f"{scale}: {shape}")
-            load_before = os.getloadavg()[0]
-            rows = measure(urls)
-            shape["load"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
+        # the two backlogs alternate, round after round (100x then 1x, then 1x then 100x, ...), so
+        # neither is measured only first (the freshly loaded database's cold cache and hint bits)
+        timed = {scale: None for scale in SCALES}
+        shapes = {scale: None for scale in SCALES}
+        for round_ in range(ROUNDS):
+            for scale in SCALES if round_ % 2 == 0 else SCALES[::-1]:
+                shape = backlog(scale)
+                load_before = os.getloadavg()[0]
+                part = measure(urls, REPEAT // ROUNDS, capture=timed[scale] is None)
+                if timed[scale] is None:
+                    timed[scale], shapes[scale] = part, {**shape, "load": []}
+                else:
+                    for row, more in zip(timed[scale], part, strict=True):
+                        row["times"] += more["times"]
+                shapes[scale]["load"] += [round(load_before, 1), round(os.getloadavg()[0], 1)]
+                log(f"{scale}, round {round_ + 1} of {ROUNDS}: {shape}")
+        for scale in SCALES:
+            rows = summarize(urls, timed[scale])
+            backlog(scale)
             breakdown = metrics_breakdown(5)
             log(f"{scale}: a rendered /metrics taken apart: {breakdown}")
             # after the pages: the old scan reads the whole backlog, which would leave the pages
@@ -220,7 +249,7 @@ def main() -> int:
             statements = lag_statements(SCAN_REPEAT)
             log(f"{scale}: lag of every job, p95 ms: {statements}")
             results[scale] = {
-                "shape": shape,
+                "shape": shapes[scale],
                 "statements": statements,
                 "rows": rows,
                 "metrics": breakdown,

@@ -13,6 +13,7 @@ from dashboard_shape import (  # noqa: E402
     LAG_LONG,
     PER_CONNECTOR,
     REPEAT,
+    ROUNDS,
     SCAN_REPEAT,
 )
 
@@ -119,10 +120,13 @@ leave a hundredth of each lag ("1x"), so the two columns differ only in the back
 covers a {BIG_ITEMS_PER_BATCH * BATCHES_PER_JOB:,}-item range (its coverage strip and gap report read
 all of it); every job has {BATCHES_PER_JOB:,} batches, among them a dead, a failed, a cancelled and two running batches. No backfill is
 loaded (`/backfills/` shows its forms and an empty list). Server time through Django's test client
-(middleware, views, SQL, templates; no network), {REPEAT} requests after two warm-ups per URL and
-backlog; the floor is the cheapest API page (p95 {floor["100x"]} / {floor["1x"]} ms). On
+(middleware, views, SQL, templates; no network), {REPEAT} requests per URL and backlog, in {ROUNDS}
+rounds that alternate the backlogs (100x then 1x, then 1x then 100x, ...), each URL after two
+warm-up requests in every round, so neither backlog is only measured first on the freshly loaded
+database; the floor is the cheapest API page (p95 {floor["100x"]} / {floor["1x"]} ms). On
 {machine["nproc"]} CPUs ({machine["cpu"]}, shared with other work: absolute figures move with the
-load, ratios within the run less; 1-minute load average before and after the pages: {loads}),
+load, ratios within the run less; 1-minute load average before and after the pages of each
+round: {loads}),
 revision {revision}, {when}.
 
 The lag of every job, by Tidemark's statement (prefix sums: two index lookups per job,

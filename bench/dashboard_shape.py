@@ -18,7 +18,9 @@ BIG_ITEMS_PER_BATCH = 1000  # the first job: 1,000 batches of 1,000 items = a 1,
 LAG_ITEMS = 20
 LAG_LONG = 10_000 if common.QUICK else 100_000
 LAG_HUGE = 200_000 if common.QUICK else 2_000_000
-REPEAT = 30
+REPEAT = 30  # requests per URL and backlog, in ROUNDS rounds that alternate the backlogs
+ROUNDS = 3
+SCALES = ("100x", "1x")
 SCAN_REPEAT = 5 if JOBS <= 1000 else 2  # the old scan reads the whole backlog each time
 # `make bench` (no BENCH_JOBS): this script runs itself at 1,000 and at 10,000 jobs, each into
 # its own database and part (bench/out/dashboard_<jobs>.md), and writes the section from both
@@ -39,26 +41,3 @@ def log(message: str) -> None:
 REUSE = os.environ.get("BENCH_REUSE", "") not in ("", "0", "false")
 # only load (and keep) the database, to measure it later with BENCH_REUSE=1
 LOAD_ONLY = os.environ.get("BENCH_LOAD_ONLY", "") not in ("", "0", "false")
-
-
-def prepare_database() -> dict:
-    base = common.base_database()
-    if not REUSE:
-        common.recreate_database(base, BENCH_DB)
-    from django.conf import settings
-
-    settings.DATABASES["default"]["NAME"] = BENCH_DB
-    settings.METRICS_TOKEN = "bench"
-    settings.ALLOWED_HOSTS = ["*"]
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    # pages name their static files through the manifest, as in production
-    import tempfile
-
-    settings.STATIC_ROOT = tempfile.mkdtemp(prefix="bench-static-")
-    call_command("collectstatic", interactive=False, verbosity=0)
-    return base
