@@ -114,7 +114,9 @@ def measure(urls, repeat: int, capture: bool) -> list[dict]:
             response = CLIENT.get(url, **headers)
             times.append((time.perf_counter() - start) * 1000)
             assert response.status_code == 200, url
-        rows.append({"times": times, "queries": query_count})
+        rows.append(
+            {"times": times, "queries": query_count, "rounds": [round(statistics.median(times), 1)]}
+        )
     return rows
 
 
@@ -137,13 +139,14 @@ def summarize(urls, timed: list[dict]) -> list[dict]:
                 "median_ms": round(statistics.median(times), 1),
                 "p95_ms": round(_p95(times), 1),
                 "queries": part["queries"],
+                "round_medians_ms": part["rounds"],
                 "target_ms": target,
                 "met": target is None or _p95(times) < target,
             }
         )
         log(
             f"{url}: median {rows[-1]['median_ms']} ms, p95 {rows[-1]['p95_ms']} ms, "
-            f"{part['queries']} queries"
+            f"{part['queries']} queries; medians by round {part['rounds']} ms"
         )
     return rows
 
@@ -237,6 +240,7 @@ def main() -> int:
                 else:
                     for row, more in zip(timed[scale], part, strict=True):
                         row["times"] += more["times"]
+                        row["rounds"] += more["rounds"]
                 shapes[scale]["load"] += [round(load_before, 1), round(os.getloadavg()[0], 1)]
                 log(f"{scale}, round {round_ + 1} of {ROUNDS}: {shape}")
         for scale in SCALES:
