@@ -228,3 +228,48 @@ def test_incremental_and_backfill_lanes_never_cover_the_same_item_at_once_in_eit
             job=other, range_start=running.span.lower, range_end=running.span.lower, reason="r"
         )
     assert _overlapping_open_batches(other) == []
+
+
+def _scan_nodes(plan: dict):
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _scan_nodes(child)
+
+
+@pytest.mark.django_db
+def test_the_planners_open_backfill_search_reads_no_other_jobs_batches():
+    """At every acquire the incremental planner asks whether an open backfill batch of its job
+    overlaps the range it plans (tidemark_open_backfill_starts). The jobs of one connector share
+    its ids, so a search by the span alone read every job's batches over those items and dropped
+    the other jobs' by a filter: a cost of every acquire that grew with the jobs reading a
+    connector. It searches the exclusion constraint's index by the job, the lane and the span."""
+    import json
+
+    from django.db import connection
+
+    connector = ConnectorFactory()
+    ids = [a.id for a in make_assets(connector, [1] * 120)]
+    busy = make_job(connector=connector, batch_weight=1, max_items=1)
+    for _ in range(100):  # 100 committed batches of another job over the same ids
+        taken = batches.batch_acquire(job=busy, worker="w")
+        batches.batch_succeed(batch_id=taken.pk, attempt=taken.attempt, result={})
+    job = make_job(connector=connector, batch_weight=1, max_items=1)
+    backfill_create(job=job, range_start=ids[110], range_end=ids[115], reason="r")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE inventory_batch")
+        cursor.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT min(lo) "
+            "FROM tidemark_open_backfill_starts(%s, int8range(%s, %s))",
+            [job.pk, ids[0], ids[112]],
+        )
+        plan = cursor.fetchone()[0]
+    plan = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
+    nodes = list(_scan_nodes(plan))
+    # it finds the backfill's open batches over the range, and only them
+    assert plan["Actual Rows"] == 1
+    read = sum(
+        n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0)
+        for n in nodes
+        if "Relation Name" in n or n["Node Type"].startswith("Bitmap Index")
+    )
+    assert 1 <= read <= 3, nodes  # its batches from ids[110] to ids[112]: none of busy's 100

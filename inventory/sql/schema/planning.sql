@@ -281,6 +281,22 @@ BEGIN
 END
 $$;
 
+-- The starts of job p_job's open backfill batches that overlap `p_range`, found by the exclusion
+-- constraint's GiST index on all three of its columns (the job, the lane, the span). Said with
+-- `span &&` alone, the search read every job's batches over the same items (the jobs of one
+-- connector share its ids) and filtered them by job: a cost of every acquire that grew with the
+-- number of jobs reading a connector (migration 0040). Inlined by PostgreSQL where it is called.
+CREATE OR REPLACE FUNCTION tidemark_open_backfill_starts(p_job bigint, p_range int8range)
+RETURNS TABLE(lo bigint) LANGUAGE sql STABLE AS $$
+    SELECT lower(b.span) FROM inventory_batch AS b
+    WHERE b.job_id = p_job AND b.backfill_id IS NOT NULL
+      AND b.status = ANY(tidemark_open_statuses()) AND b.span && p_range
+      -- the index's expressions (models.Batch: batch_no_overlap_per_job_lane)
+      AND int8range(b.job_id, b.job_id, '[]') && int8range(p_job, p_job, '[]')
+      AND int8range(coalesce(b.backfill_id, 0), coalesce(b.backfill_id, 0), '[]')
+          && int8range(1, NULL)
+$$;
+
 -- The next incremental range, which rewrites outputs in the sink whole (docs/guarantees.md):
 -- - it stops in front of an open batch of a backfill that covers items of the range, and plans
 --   nothing while one covers its first item (the two would process and publish the same items at
@@ -305,9 +321,7 @@ BEGIN
         RETURN;
     END IF;
     up := planned.upper;
-    SELECT min(lower(b.span)) INTO blocked FROM inventory_batch AS b
-    WHERE b.job_id = p_job AND b.backfill_id IS NOT NULL
-      AND b.status = ANY(tidemark_open_statuses()) AND b.span && int8range(p_lo, up);
+    SELECT min(o.lo) INTO blocked FROM tidemark_open_backfill_starts(p_job, int8range(p_lo, up)) AS o;
     IF blocked IS NOT NULL THEN
         IF blocked <= p_lo THEN
             RETURN;
@@ -325,11 +339,7 @@ BEGIN
           AND o.status = ANY(tidemark_output_statuses())
           AND o.span && int8range(p_lo, up) AND upper(o.span) > up;
         EXIT WHEN ext IS NULL OR (p_hi IS NOT NULL AND ext > p_hi);
-        EXIT WHEN EXISTS (
-            SELECT 1 FROM inventory_batch AS b
-            WHERE b.job_id = p_job AND b.backfill_id IS NOT NULL
-              AND b.status = ANY(tidemark_open_statuses()) AND b.span && int8range(up, ext)
-        );
+        EXIT WHEN EXISTS (SELECT 1 FROM tidemark_open_backfill_starts(p_job, int8range(up, ext)));
         up := ext;
     END LOOP;
     lower := p_lo;

@@ -114,7 +114,13 @@ CREATE OR REPLACE FUNCTION tidemark_batch_transition(
     p_lease_seconds integer DEFAULT NULL, p_attempt integer DEFAULT NULL,
     p_error jsonb DEFAULT NULL, p_result jsonb DEFAULT NULL, p_value jsonb DEFAULT NULL,
     p_skip_reason text DEFAULT NULL, p_more_attempts integer DEFAULT NULL
-) RETURNS SETOF inventory_batch LANGUAGE plpgsql AS $$
+) RETURNS SETOF inventory_batch LANGUAGE plpgsql
+-- Generic plans: every statement here finds its batches by primary key (`id = ANY(p_ids)`), which
+-- a generic plan does by index whatever the ids. Left to choose, PostgreSQL priced the generic
+-- plan for ten ids against a custom plan for the one id of a commit and planned the succeed's
+-- UPDATE anew at every call (0.29 ms of its 0.53 ms, migration 0040).
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     moved inventory_batch%ROWTYPE;
