@@ -28,7 +28,8 @@ RETURNS TABLE(lo bigint) LANGUAGE sql STABLE AS $$
     SELECT lower(b.span) FROM inventory_batch AS b
     WHERE b.job_id = p_job AND b.backfill_id IS NOT NULL
       AND b.status = ANY(tidemark_open_statuses()) AND b.span && p_range
-      -- the index's expressions (models.Batch: batch_no_overlap_per_job_lane)
+      -- the index's expressions (models.Batch: batch_no_overlap_per_job_lane); a backfill's
+      -- lane is its id, from 1 on (0 is the incremental lane)
       AND int8range(b.job_id, b.job_id, '[]') && int8range(p_job, p_job, '[]')
       AND int8range(coalesce(b.backfill_id, 0), coalesce(b.backfill_id, 0), '[]')
           && int8range(1, NULL)
