@@ -2,12 +2,14 @@
 and backfill batches that run in their own lane beside incremental work."""
 
 import pytest
+from django.db import connection
 
 from inventory.models import Backfill, BackfillStatus, Batch, BatchKind, BatchStatus, Watermark
 from inventory.services import lifecycle as batches
 from inventory.services.backfills import backfill_create, backfill_preview, backfill_set_status
 from inventory.services.errors import Conflict, InvalidInput
 from tests.factories import ConnectorFactory, make_assets, make_job
+from tests.query_plans import plan_nodes, plan_of
 
 
 def _setup(weights, **job_options):
@@ -230,12 +232,6 @@ def test_incremental_and_backfill_lanes_never_cover_the_same_item_at_once_in_eit
     assert _overlapping_open_batches(other) == []
 
 
-def _scan_nodes(plan: dict):
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _scan_nodes(child)
-
-
 @pytest.mark.django_db
 def test_the_planners_open_backfill_search_reads_no_other_jobs_batches():
     """At every acquire the incremental planner asks whether an open backfill batch of its job
@@ -243,10 +239,6 @@ def test_the_planners_open_backfill_search_reads_no_other_jobs_batches():
     its ids, so a search by the span alone read every job's batches over those items and dropped
     the other jobs' by a filter: a cost of every acquire that grew with the jobs reading a
     connector. It searches the exclusion constraint's index by the job, the lane and the span."""
-    import json
-
-    from django.db import connection
-
     connector = ConnectorFactory()
     ids = [a.id for a in make_assets(connector, [1] * 120)]
     busy = make_job(connector=connector, batch_weight=1, max_items=1)
@@ -257,14 +249,12 @@ def test_the_planners_open_backfill_search_reads_no_other_jobs_batches():
     backfill_create(job=job, range_start=ids[110], range_end=ids[115], reason="r")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE inventory_batch")
-        cursor.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT min(lo) "
-            "FROM tidemark_open_backfill_starts(%s, int8range(%s, %s))",
-            [job.pk, ids[0], ids[112]],
-        )
-        plan = cursor.fetchone()[0]
-    plan = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
-    nodes = list(_scan_nodes(plan))
+    plan = plan_of(
+        "SELECT min(lo) FROM tidemark_open_backfill_starts(%s, int8range(%s, %s))",
+        [job.pk, ids[0], ids[112]],
+        "ANALYZE, ",
+    )
+    nodes = list(plan_nodes(plan))
     # it finds the backfill's open batches over the range, and only them
     assert plan["Actual Rows"] == 1
     read = sum(

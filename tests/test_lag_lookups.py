@@ -8,14 +8,13 @@ assets are sparse among a busy one's cost a scan of the busy one's assets per lo
 not by a time.
 """
 
-import json
-
 import pytest
 from django.db import connection
 
 from inventory.models import Watermark
 from inventory.sql import dashboard_query, query
 from tests.factories import ConnectorFactory, make_job
+from tests.query_plans import plan_of
 
 pytestmark = pytest.mark.django_db
 
@@ -58,18 +57,9 @@ def sparse_job():
     return job
 
 
-def _top_plan(sql: str, params, options: str = "") -> dict:
-    """The top node of the statement's plan (EXPLAIN with `options`, as JSON)."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN ({options}FORMAT JSON) {sql}", params)
-        plan = cursor.fetchone()[0]
-    plan = plan if isinstance(plan, list) else json.loads(plan)
-    return plan[0]["Plan"]
-
-
 def _pages(sql: str, params) -> int:
     """Shared pages (hit or read) the statement's plan touched."""
-    top = _top_plan(sql, params, "ANALYZE, BUFFERS, ")
+    top = plan_of(sql, params, "ANALYZE, BUFFERS, ")
     return top["Shared Hit Blocks"] + top["Shared Read Blocks"]
 
 
@@ -104,7 +94,7 @@ def test_the_overview_reads_a_few_pages_per_job_whatever_lies_between_its_assets
 
 
 def _planned_rows(sql: str, params) -> float:
-    return _top_plan(sql, params)["Plan Rows"]
+    return plan_of(sql, params)["Plan Rows"]
 
 
 def test_the_statements_over_every_job_are_planned_at_one_row_per_job():
