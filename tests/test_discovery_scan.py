@@ -249,3 +249,48 @@ def test_a_scan_that_finds_nothing_new_asks_the_database_one_index_lookup(tmp_pa
     sent = [str(q["sql"]) for q in queries.captured_queries]
     statement = re.sub(r"--[^\n]*", "", sent[0]).lower()
     assert len(sent) == 1 and "count(" not in statement  # not a count of every asset
+
+
+def test_a_scan_after_its_own_registration_reads_nothing_back(
+    tmp_path, django_capture_on_commit_callbacks
+):
+    connector, folder = _connector(tmp_path)
+    for n in range(3):
+        _old_file(folder / f"f{n}.csv")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert directory_discover(connector=connector) == 3
+    late = _old_file(folder / "late.csv", size=8)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert directory_discover(connector=connector) == 1
+    assert len(callbacks) == 1  # the copy is extended only once the registration commits
+    with CaptureQueriesContext(connection) as queries:
+        assert directory_discover(connector=connector) == 0
+    assert len(queries.captured_queries) == 1  # the copy's check; the new rows are not read back
+    # the added row went to the recheck with its registered size and mtime: a rewrite is flagged
+    _old_file(late, size=20)
+    assert directory_discover(connector=connector) == 0
+    flagged = Asset.objects.get(location=str(late)).extra["changed_after_registration"]
+    assert flagged["size"] == 20
+
+
+def test_a_registration_that_commits_after_another_does_not_extend_the_copy_twice(
+    tmp_path, django_capture_on_commit_callbacks
+):
+    connector, folder = _connector(tmp_path)
+    _old_file(folder / "one.csv")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert directory_discover(connector=connector) == 1
+    _old_file(folder / "two.csv")
+    with django_capture_on_commit_callbacks(execute=False) as late_callbacks:
+        assert directory_discover(connector=connector) == 1
+    # before that callback runs, a producer registers a third file and a scan loads both rows
+    third = _old_file(folder / "three.csv")
+    assert assets_register(connector=connector, items=[(str(third), 8, {})]) == 1
+    assert directory_discover(connector=connector) == 0
+    known = files_known.known_files(connector, recheck_seconds=3600)
+    before = (known.count, known.max_id)
+    late_callbacks[0]()  # the late commit's rows are already in the copy: left as it is
+    assert (known.count, known.max_id) == before == (3, Asset.objects.latest("id").pk)
+    with CaptureQueriesContext(connection) as queries:
+        assert directory_discover(connector=connector) == 0
+    assert len(queries.captured_queries) == 1

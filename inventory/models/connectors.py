@@ -109,7 +109,7 @@ class Asset(models.Model):
     # The running count and weight of the connector's assets up to and including this one, in id
     # order: a job's lag is (cum at the connector's last asset) - (cum at the last asset before
     # its watermark), two index lookups whatever the backlog. Written by the registering INSERT
-    # under the connector's row lock (queries.sql: assets_register); any other insert, a delete,
+    # under the connector's row lock (sql/schema/registration.sql); any other insert, a delete,
     # or a weight change is put right by triggers (sql/schema/prefix_sums.sql).
     cum_count = models.BigIntegerField(null=True, editable=False)
     cum_weight = models.DecimalField(max_digits=38, decimal_places=0, null=True, editable=False)

@@ -8,6 +8,7 @@ connector never interleave: a reader resuming after id N can never later see a s
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -26,12 +27,31 @@ MAX_ANNOUNCED = 10_000  # items per producer call
 MAX_LOCATION_LENGTH = 4096
 
 
+@dataclass(frozen=True)
+class Registered:
+    """What one registration added: the connector's last asset id before it (0: none) and the new
+    rows, (id, location, registered at in epoch seconds), in id order. While the connector's row
+    lock is held no other asset of it can appear, so these are exactly its assets in
+    (`previous_id`, the last id here]."""
+
+    previous_id: int
+    assets: list[tuple[int, str, float]]
+
+
 @transaction.atomic
-def assets_register(*, connector: Connector, items: list[tuple[str, int, dict]]) -> int:
+def assets_register(
+    *,
+    connector: Connector,
+    items: list[tuple[str, int, dict]],
+    on_commit: Callable[[Registered], None] | None = None,
+) -> int:
     """Register new items (location, weight, extra) of a connector; known locations are left alone.
 
-    Returns how many were new. Ids are handed out under the connector's row lock, and only to
-    locations not registered yet (no id is spent on a known location).
+    Returns how many were new. Ids are handed out under the connector's row lock (taken even when
+    `items` is empty, and held until the outermost transaction commits), and only to locations
+    not registered yet (no id is spent on a known location). `on_commit`, when given, is called
+    with what was added once that transaction has committed, and not at all when nothing was
+    added or the transaction rolls back.
     """
     for location, weight, _extra in items:
         if isinstance(weight, bool) or not isinstance(weight, int):
@@ -39,19 +59,20 @@ def assets_register(*, connector: Connector, items: list[tuple[str, int, dict]])
         if weight < 0:
             raise InvalidInput("weight", f"{location}: weight must not be negative, got {weight}")
     with connection.cursor() as cursor:
-        cursor.execute(query("connector_lock_for_register"), [connector.pk])
-        if not items:
-            return 0
         cursor.execute(
             query("assets_register"),
-            {
-                "connector": connector.pk,
-                "locations": [item[0] for item in items],
-                "weights": [item[1] for item in items],
-                "extras": [json.dumps(item[2]) for item in items],
-            },
+            [
+                connector.pk,
+                [item[0] for item in items],
+                [item[1] for item in items],
+                [json.dumps(item[2]) for item in items],
+            ],
         )
-        return cursor.rowcount
+        rows = cursor.fetchall()
+    if rows and on_commit is not None:
+        added = Registered(previous_id=rows[0][0], assets=[row[1:] for row in rows])
+        transaction.on_commit(lambda: on_commit(added))
+    return len(rows)
 
 
 @dataclass

@@ -21,6 +21,7 @@ from inventory.sources.files_known import (
     DEFAULT_RECHECK_PER_SCAN,
     DEFAULT_RECHECK_SECONDS,
     known_files,
+    known_files_add,
     recent_recheck,
 )
 
@@ -230,4 +231,11 @@ def directory_discover(*, connector: Connector) -> int:
     recent_recheck(connector, known, recheck_seconds=recheck, per_scan=per_scan)
     if not found:
         return 0  # nothing new: no transaction, no connector row lock
-    return assets_register(connector=connector, items=complete_files(_oldest_first(found), config))
+    items = complete_files(_oldest_first(found), config)
+    return assets_register(
+        connector=connector,
+        items=items,
+        on_commit=lambda added: known_files_add(
+            connector, known, added, items=items, recheck_seconds=recheck
+        ),
+    )

@@ -6,7 +6,8 @@ them nor sends them to the database again. The copy is kept current by two queri
 connector's last asset (one index lookup: its id and its running count `cum_count`), and, when
 that moved, the rows above the highest id seen (ids follow visibility order, invariant 5, so no
 row can appear below it later). A count that does not add up (rows that left: a connector reset)
-loads the copy again.
+loads the copy again. What this process's own discovery registered is added as it commits, from
+the rows the registration returned (`known_files_add`), so the next look does not read it back.
 
 The recheck: a file registered before it was complete changes soon after, so the files
 registered within `recheck_seconds` are stat-ed again and flagged once when their size or
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from inventory.models import Connector
+from inventory.services.assets import Registered
 from inventory.sql import query
 
 log = logging.getLogger("inventory.sources.files")
@@ -88,6 +90,16 @@ def _load(cursor, connector: Connector, known: KnownFiles, *, upto: int, recheck
     `upto` is (invariant 5), so the copy then holds exactly the rows up to it."""
     cursor.execute(query("assets_known_since"), [recheck_seconds, connector.pk, known.max_id, upto])
     rows = cursor.fetchall()  # one call into the driver (iterating the cursor is a Python loop)
+    _add(known, rows)
+    if not known.count:
+        _compact(known.by_directory)
+    known.count += len(rows)
+    known.max_id = upto
+
+
+def _add(known: KnownFiles, rows) -> None:
+    """Put rows (location, id or None, size, mtime_ns, registered at) into the copy: every
+    location by its directory, and those with an id into the recheck's `recent` (in id order)."""
     by_directory = known.by_directory
     recent = known.recent
     for location, pk, size, mtime_ns, at in rows:
@@ -99,10 +111,42 @@ def _load(cursor, connector: Connector, known: KnownFiles, *, upto: int, recheck
             names.add(name)
         if pk is not None:
             recent.append((pk, location, size, mtime_ns, at))
-    if not known.count:
-        _compact(by_directory)
-    known.count += len(rows)
-    known.max_id = upto
+
+
+def known_files_add(
+    connector: Connector,
+    known: KnownFiles,
+    added: Registered,
+    *,
+    items: list[tuple[str, int, dict]],
+    recheck_seconds: float,
+) -> None:
+    """After a registration of this process committed (assets.assets_register's `on_commit`): put
+    the rows it added into the copy it was decided against, so the next look need not read them
+    back. Only when they directly follow the copy (`added.previous_id` is the last id it holds):
+    the added rows are then exactly the connector's rows up to the last of them (they were
+    inserted under the connector's row lock). Otherwise (another registration came between, or
+    the copy was loaded again meanwhile) the next look reads what it lacks, as it always did.
+
+    `items` are the (location, size, extra) the registration was given: a row's size and
+    `mtime_ns` for the recheck come from there. A new row is within `recheck_seconds` of its
+    registration; as assets_known_since does, only rows with an `mtime_ns` go to the recheck."""
+    given: dict[str, tuple[int, dict]] = {}
+    for location, size, extra in items:
+        given.setdefault(location, (size, extra))  # a location given twice counts at its first
+    rows = []
+    for pk, location, at in added.assets:
+        size, extra = given[location]
+        mtime_ns = extra.get("mtime_ns")
+        recent = recheck_seconds > 0 and mtime_ns is not None
+        rows.append((location, pk if recent else None, size, mtime_ns, at))
+    key = (connection.settings_dict["NAME"], connector.pk)
+    with _known_lock:
+        if _known.get(key) is not known or known.max_id != added.previous_id:
+            return
+        _add(known, rows)
+        known.count += len(rows)
+        known.max_id = added.assets[-1][0]
 
 
 def _compact(by_directory: dict[str, set[str]]) -> None:

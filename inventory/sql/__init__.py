@@ -27,6 +27,7 @@ SCHEMA_FILES = (
     "publish.sql",
     "acquire.sql",
     "prefix_sums.sql",
+    "registration.sql",
     "rates.sql",
 )
 

@@ -113,42 +113,11 @@ SELECT lo, hi FROM tidemark_incremental_next(%s, %s);
 
 -- ---- assets (inventory/services/assets.py) -----------------------------------------------------
 
--- name: connector_lock_for_register
--- Registration holds the connector's row until it commits (ids in visibility order, invariant 5).
-SELECT id FROM inventory_connector WHERE id = %s FOR UPDATE;
-
 -- name: assets_register
--- New locations only, in the order given; the caller holds the connector's row, so ids are
--- handed out in the order readers can see them (invariant 5) and none is spent on a known one.
--- Each row carries the connector's running count and weight up to it (Asset.cum_count,
--- cum_weight), continued from its last asset under the same lock: a job's lag is two lookups.
--- A location given twice counts once (its first place).
-WITH given AS (
-    SELECT DISTINCT ON (t.location) t.location, t.weight, t.extra, t.ord
-    FROM unnest(%(locations)s::text[], %(weights)s::bigint[], %(extras)s::text[]) WITH ORDINALITY
-         AS t(location, weight, extra, ord)
-    WHERE NOT EXISTS (
-        -- OFFSET 0 keeps this a lookup per given location on asset_connector_location_unique:
-        -- as an anti-join the planner read every asset of the connector (a hash of 50,000
-        -- locations to register 100; 5 of a warm discovery's 7 ms of registration)
-        SELECT 1 FROM inventory_asset known
-        WHERE known.connector_id = %(connector)s AND known.location = t.location
-        OFFSET 0
-    )
-    ORDER BY t.location, t.ord
-), last AS (
-    -- the connector's last asset, one step of asset_connector_id_idx
-    SELECT cum_count, cum_weight FROM tidemark_asset_before(%(connector)s, NULL)
-)
-INSERT INTO inventory_asset (
-    connector_id, location, weight, extra, discovered_at, cum_count, cum_weight
-)
-SELECT %(connector)s, g.location, g.weight, g.extra::jsonb, now(),
-       coalesce((SELECT cum_count FROM last), 0) + row_number() OVER w,
-       coalesce((SELECT cum_weight FROM last), 0) + sum(g.weight) OVER w
-FROM given AS g
-WINDOW w AS (ORDER BY g.ord)
-ORDER BY g.ord;
+-- (connector, locations, weights, extras as JSON text): takes the connector's row lock, held until
+-- the caller commits, and inserts the new locations (registration.sql); the added rows, in id order.
+SELECT previous_id, id, location, discovered_at
+FROM tidemark_assets_register(%s, %s::text[], %s::bigint[], %s::text[]);
 
 -- name: assets_known_size
 -- Discovery's check that its copy of the registered locations is current: the connector's last

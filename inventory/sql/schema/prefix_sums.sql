@@ -3,8 +3,8 @@
 -- (cum at the connector's last asset) - (cum at the last asset before its watermark): two index
 -- lookups on asset_connector_id_idx, whatever the backlog (tidemark_lag below).
 --
--- The registering INSERT fills them itself under the connector's row lock (queries.sql:
--- assets_register). These triggers keep them true for every other change: an insert that leaves
+-- Registration fills them itself under the connector's row lock (registration.sql:
+-- tidemark_assets_register). These triggers keep them true for every other change: an insert that leaves
 -- them NULL (the ORM, the admin, a test's factory), a delete of some of a connector's assets, a
 -- weight change (a table slice recounted by a restatement). Each takes the connector's row lock,
 -- the lock registration holds, so the sums never race a registration.
@@ -192,8 +192,8 @@ BEGIN
 END
 $$;
 
--- BEFORE INSERT, each row: an insert that did not compute its sums (anything but assets_register)
--- gets them here, under the connector's row lock; an id below the connector's last one (an
+-- BEFORE INSERT, each row: an insert that did not compute its sums (anything but registration; the
+-- trigger's WHEN clause, migration 0041, skips the rows that have them) gets them here, under the connector's row lock; an id below the connector's last one (an
 -- explicit id) moves the sums of the assets after it.
 CREATE OR REPLACE FUNCTION tidemark_asset_prefix_insert()
 RETURNS trigger LANGUAGE plpgsql AS $$
