@@ -71,7 +71,8 @@ def assets_register(
         rows = cursor.fetchall()
     if rows and on_commit is not None:
         added = Registered(previous_id=rows[0][0], assets=[row[1:] for row in rows])
-        transaction.on_commit(lambda: on_commit(added))
+        # robust: a failing callback is logged, and the registration it follows stays done
+        transaction.on_commit(lambda: on_commit(added), robust=True)
     return len(rows)
 
 
