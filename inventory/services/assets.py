@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from inventory.models import Asset, Connector, ConnectorKind, ConnectorState
 from inventory.services.confinement import location_within
 from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.transactions import single_call
 from inventory.sources.config import is_object_store_path
 from inventory.sql import query
 
@@ -38,7 +39,6 @@ class Registered:
     assets: list[tuple[int, str, float]]
 
 
-@transaction.atomic
 def assets_register(
     *,
     connector: Connector,
@@ -58,7 +58,7 @@ def assets_register(
             raise InvalidInput("weight", f"{location}: weight must be an integer, got {weight!r}")
         if weight < 0:
             raise InvalidInput("weight", f"{location}: weight must not be negative, got {weight}")
-    with connection.cursor() as cursor:
+    with single_call(), connection.cursor() as cursor:
         cursor.execute(
             query("assets_register"),
             [

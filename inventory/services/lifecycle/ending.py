@@ -17,8 +17,8 @@ from inventory.services.lifecycle.shared import (
     fence,
     locked,
     redacted,
-    single_call,
 )
+from inventory.services.transactions import single_call
 from inventory.sql import query
 
 log = logging.getLogger(__name__)

@@ -2,15 +2,15 @@
 (`batches_transition`, SQL tidemark_batch_transition), "due", "blocked", the row locks and fences."""
 
 import json
-from contextlib import nullcontext
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection
 from django.db.models import BooleanField, F, Func
 from django.db.models.functions import Now
 
 from inventory.models import Backfill, Batch, Connector, Job
 from inventory.services import secrets
 from inventory.services.errors import Conflict, NotFound, StaleAttempt
+from inventory.services.transactions import single_call
 from inventory.sql import query
 
 # a move not in tidemark_batch_move / tidemark_backfill_move (inventory/sql/schema/transitions.sql)
@@ -81,12 +81,6 @@ def batches_transition(
         if getattr(exc.__cause__, "pgcode", None) == MOVE_REFUSED:
             raise Conflict(str(exc).strip().splitlines()[0]) from None
         raise
-
-
-def single_call():
-    """Outside a transaction the call is its own transaction (one round trip); inside a caller's
-    transaction it runs in a savepoint, so a refusal leaves that transaction usable."""
-    return transaction.atomic() if connection.in_atomic_block else nullcontext()
 
 
 def batch_fetch(sql: str, params) -> Batch | None:
