@@ -138,6 +138,7 @@ def measure(work: Path) -> dict:
     rows = {"bare": [], "bare_stat": [], "warm": [], "none": [], "cold": []}
     loads = []
     next_file = KNOWN
+
     def warm() -> None:
         seconds, new = _timed(lambda: files.directory_discover(connector=connector))
         assert new == NEW, new
