@@ -294,7 +294,9 @@ class Health:
         return found["dead"][:limit], found["late"][:limit]
 
     def rows(self) -> list[JobRow]:
-        """Every job, by name, with its blocker when that is a dead batch (/metrics)."""
+        """Every job, by name, with its blocker when that is a dead batch (/metrics). Lean, as
+        /metrics reads it at every scrape: the connector carries no weight unit, and the
+        watermark its value only when it is a datetime (dashboard.sql: health_all)."""
         rows = []
         for values in self.fetch("health_all"):
             row = _job_row(values[:-1])

@@ -127,3 +127,37 @@ def test_the_statements_over_every_job_are_planned_at_one_row_per_job():
     assert _planned_rows(dashboard_query("health_read"), {**params, **window}) <= 10 * job_count
     ids = [job.pk for job in jobs]
     assert _planned_rows(query("jobs_lag"), [ids]) <= 10 * len(ids)  # not ids x 1,000
+
+
+def test_metrics_rows_take_the_connectors_last_sums_once_and_agree_with_each_jobs_lag():
+    """health_all (/metrics) reads each connector's last sums once (tips) and one probe per job
+    behind; every job's lag there is the one tidemark_lag gives it alone (queries.sql: jobs_lag):
+    jobs of one connector at its start, in its middle, at its end and past it, and a job of a
+    connector with no asset."""
+    from inventory import selectors_health
+
+    shared, empty = ConnectorFactory(), ConnectorFactory()
+    _insert(shared.pk, 7, 0)  # weights 10 each
+    ids = list(shared.assets.order_by("id").values_list("id", flat=True))
+    positions = [0, ids[2], ids[6], ids[6] + 1, ids[6] + 1000]
+    jobs = []
+    for position in positions:
+        job = make_job(connector=shared)
+        Watermark.objects.filter(job=job).update(position=position)
+        jobs.append(job)
+    jobs.append(make_job(connector=empty))
+    with connection.cursor() as cursor:
+        cursor.execute(query("jobs_lag"), [[job.pk for job in jobs]])
+        alone = {pk: (items, int(weight)) for pk, items, weight in cursor.fetchall()}
+    rows = {row.id: row for row in selectors_health.Health().rows()}
+    assert alone == {
+        jobs[0].pk: (7, 70),
+        jobs[1].pk: (5, 50),
+        jobs[2].pk: (1, 10),
+        jobs[3].pk: (0, 0),
+        jobs[4].pk: (0, 0),
+        jobs[5].pk: (0, 0),
+    }
+    for job in jobs:
+        lag = rows[job.pk].lag
+        assert (lag.items, lag.weight) == alone[job.pk], job

@@ -27,11 +27,12 @@ open_batches AS (
     GROUP BY job_id
 ),
 tips AS (
-    -- each connector's last asset id: one probe of asset_connector_id_idx per connector, however
-    -- many jobs read it (the lag, tidemark_lag, is read only for the rows a statement returns).
-    -- A join, not a scalar subquery: `behind` below is computed from it and passed to
+    -- each connector's last asset, its id and its prefix sums: one probe of asset_connector_id_idx
+    -- per connector, however many jobs read it (the lag is read only for the rows a statement
+    -- returns). A join, not a scalar subquery: `behind` below is computed from it and passed to
     -- tidemark_lag, which PostgreSQL inlines only when its arguments hold no subquery
-    SELECT c.id AS connector_id, t.id AS tip_id
+    SELECT c.id AS connector_id, t.id AS tip_id, t.cum_count AS tip_count,
+           t.cum_weight AS tip_weight
     FROM inventory_connector AS c LEFT JOIN LATERAL tidemark_asset_before(c.id, NULL) AS t ON true
 ),
 facts AS (
@@ -45,7 +46,8 @@ facts AS (
            w.position AS wm_position, w.updated_at AS wm_updated_at,
            coalesce(o.n_queued, 0) AS n_queued, coalesce(o.n_running, 0) AS n_running,
            coalesce(o.n_failed, 0) AS n_failed, coalesce(o.n_dead, 0) AS n_dead,
-           x.outside, tp.tip_id, e.items AS ext_items, e.weight AS ext_weight,
+           x.outside, tp.tip_id, tp.tip_count, tp.tip_weight,
+           e.items AS ext_items, e.weight AS ext_weight,
            CASE WHEN x.outside THEN e.items > 0
                 ELSE coalesce(tp.tip_id >= w.position, false) END AS behind
     FROM inventory_job AS j
@@ -159,23 +161,30 @@ ORDER BY part, ord, name;
 
 -- name: health_all
 -- Every job's row, by name, with its lag and the dead batch its watermark waits for, if any
--- (/metrics): the uncommitted incremental batch starting at the watermark (batch_job_lower_idx,
--- as in queries.sql: jobs_blockers), looked for in the jobs with dead batches only.
+-- (/metrics, at every scrape, so it reads no more than /metrics shows): the uncommitted
+-- incremental batch starting at the watermark (batch_job_lower_idx, as in queries.sql:
+-- jobs_blockers), looked for in the jobs with dead batches only. The lag is the sums at the
+-- connector's last asset, read once per connector (tips), minus those before the watermark: one
+-- probe per job behind, where tidemark_lag probes the connector's last asset again for each job.
+-- No connector config (the rows carry no weight unit), and a watermark's value only where the
+-- time lag reads it (datetime watermarks): jsonb is the costly part of a row to hand over.
 SELECT h.id, h.name, h.paused, h.schedule_seconds, h.lease_seconds, jx.watermark_type,
-       h.connector_name, h.connector_state, cx.kind, cx.config, wx.type,
-       wx.value, h.wm_position, h.wm_updated_at, h.n_queued, h.n_running, h.n_failed, h.n_dead,
-       CASE WHEN h.outside THEN h.ext_items ELSE lag.items END,
-       CASE WHEN h.outside THEN h.ext_weight ELSE lag.weight END,
+       h.connector_name, h.connector_state, NULL, NULL, wx.type,
+       CASE WHEN jx.watermark_type = 'datetime' THEN wx.value END,
+       h.wm_position, h.wm_updated_at, h.n_queued, h.n_running, h.n_failed, h.n_dead,
+       CASE WHEN h.outside THEN h.ext_items
+            WHEN h.behind THEN h.tip_count - coalesce(done.cum_count, 0) ELSE 0 END,
+       CASE WHEN h.outside THEN h.ext_weight
+            WHEN h.behind THEN h.tip_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
        h.late, h.state, held.id
 FROM health AS h
 -- the other columns of the rows returned, by primary key
 JOIN inventory_job AS jx ON jx.id = h.id
-JOIN inventory_connector AS cx ON cx.id = h.connector_id
 JOIN inventory_watermark AS wx ON wx.job_id = h.id
--- the lag of a job behind (two probes); (0, 0) without a probe for the others
-CROSS JOIN LATERAL tidemark_lag(
+-- the sums before the watermark of a job behind (one probe); none for the others
+LEFT JOIN LATERAL tidemark_asset_before(
     CASE WHEN h.behind AND NOT h.outside THEN h.connector_id END, h.wm_position
-) AS lag
+) AS done ON true
 LEFT JOIN LATERAL (
     SELECT b.id FROM inventory_batch AS b
     WHERE h.n_dead > 0 AND b.job_id = h.id AND lower(b.span) = h.wm_position
