@@ -209,7 +209,8 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    # page numbers, a page size, and a 400 naming a bad paging value (inventory/api/paging.py)
+    "DEFAULT_PAGINATION_CLASS": "inventory.api.paging.Numbered",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "inventory.api.exceptions.exception_handler",
     # token clients only (scripts, external processors); sessions are not throttled

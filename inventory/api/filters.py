@@ -9,6 +9,7 @@ from django_filters.fields import IsoDateTimeField
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework.exceptions import ValidationError
 
+from inventory.api.paging import paging_parameters
 from inventory.models import Backfill, BackfillStatus, Batch, BatchKind, BatchStatus
 
 
@@ -67,10 +68,6 @@ class BackfillFilter(django_filters.FilterSet):
         fields = ["job", "status"]
 
 
-# query parameters every list accepts besides its filters: pagination and DRF's format override
-PAGING_PARAMETERS = {"page", "page_size", "cursor", "format"}
-
-
 class StrictFilterBackend(DjangoFilterBackend):
     """django-filter, with an allow-list: a query parameter that is neither one of the view's
     declared filters nor a paging parameter is a 400 naming it. A lookup such as
@@ -80,7 +77,8 @@ class StrictFilterBackend(DjangoFilterBackend):
     def filter_queryset(self, request, queryset, view):
         filterset_class = self.get_filterset_class(view, queryset)
         allowed = set(filterset_class.base_filters) if filterset_class else set()
-        allowed |= PAGING_PARAMETERS
+        # besides its filters: what its paginator reads, and DRF's format override
+        allowed |= paging_parameters(view) | {"format"}
         unknown = sorted(set(request.query_params) - allowed)
         if unknown:
             raise ValidationError(

@@ -12,8 +12,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from inventory.actions import role_of, run
+from inventory.api.paging import NewestFirst
 from inventory.api.serializers import AnyJSONField, BackfillPreviewSerializer, ErrorSerializer
-from inventory.api.views import NewestFirst
 from inventory.models import Job, Restatement, RestatementStatus
 from inventory.roles import actor_name
 from inventory.selectors_coverage import job_restatements

@@ -12,7 +12,6 @@ from inventory.api.views.base import (
     NAME_PATTERN,
     IdViewSet,
     NamedViewSet,
-    NewestFirst,
     validated,
     with_errors,
 )
@@ -30,7 +29,6 @@ __all__ = [
     "JobViewSet",
     "NAME_PATTERN",
     "NamedViewSet",
-    "NewestFirst",
     "validated",
     "with_errors",
 ]

@@ -9,7 +9,8 @@ from inventory import selectors_backfills
 from inventory.actions import api_roles, run
 from inventory.api import serializers as s
 from inventory.api.filters import BackfillFilter, StrictFilterBackend
-from inventory.api.views.base import IdViewSet, NewestFirst, validated, with_errors
+from inventory.api.paging import NewestFirst
+from inventory.api.views.base import IdViewSet, validated, with_errors
 from inventory.roles import actor_name
 from inventory.services import backfills as backfill_services
 

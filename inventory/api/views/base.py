@@ -4,7 +4,6 @@ error responses the schema names."""
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import viewsets
-from rest_framework.pagination import CursorPagination
 
 from inventory.api import serializers as s
 from inventory.services.errors import NotFound
@@ -27,13 +26,6 @@ def validated(serializer_class, request, **kwargs) -> dict:
     serializer = serializer_class(data=request.data, **kwargs)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
-
-
-class NewestFirst(CursorPagination):
-    ordering = "-id"
-    page_size = 100
-    page_size_query_param = "page_size"
-    max_page_size = 1000
 
 
 class NamedViewSet(viewsets.GenericViewSet):

@@ -11,7 +11,8 @@ from inventory import selectors
 from inventory.actions import api_roles, run
 from inventory.api import serializers as s
 from inventory.api.filters import BatchFilter, StrictFilterBackend
-from inventory.api.views.base import IdViewSet, NewestFirst, validated, with_errors
+from inventory.api.paging import NewestFirst
+from inventory.api.views.base import IdViewSet, validated, with_errors
 from inventory.models import Batch, BatchAttempt
 from inventory.roles import actor_name
 from inventory.services.errors import NotFound

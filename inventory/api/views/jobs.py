@@ -10,7 +10,8 @@ from inventory import selectors
 from inventory.actions import api_roles, run
 from inventory.api import serializers as s
 from inventory.api.filters import StrictFilterBackend
-from inventory.api.views.base import NamedViewSet, NewestFirst, validated, with_errors
+from inventory.api.paging import NewestFirst
+from inventory.api.views.base import NamedViewSet, validated, with_errors
 from inventory.models import Batch, Job, WatermarkSource
 from inventory.roles import actor_name
 

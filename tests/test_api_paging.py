@@ -1,0 +1,84 @@
+"""Paging of the API's lists (inventory/api/paging.py): page numbers and a page size on the lists
+by name, a cursor and a page size on the newest-first ones; a paging value that is not one is a
+400 naming the parameter, never a silent fallback to the default page."""
+
+import pytest
+
+from inventory.services import lifecycle as batches
+from tests.api_support import make_inventory, token_client
+from tests.factories import ConnectorFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def api(role_users):
+    return token_client(role_users["viewer"])
+
+
+def test_lists_by_name_take_a_page_size_and_say_how_many_pages_there_are(api):
+    for n in range(5):
+        ConnectorFactory(name=f"paged-{n}")
+    first = api.get("/api/v1/connectors/?page_size=2")
+    assert first.status_code == 200, first.content
+    assert [c["name"] for c in first.json()["results"]] == ["paged-0", "paged-1"]
+    assert first.json()["count"] == 5
+    second = api.get(first.json()["next"])
+    assert [c["name"] for c in second.json()["results"]] == ["paged-2", "paged-3"]
+    past = api.get("/api/v1/connectors/?page_size=2&page=4")
+    assert past.status_code == 404
+    assert "past the last page (3)" in past.json()["detail"]
+
+
+def test_newest_first_lists_page_by_cursor_and_size(api):
+    _, job = make_inventory(weights=[40] * 6, batch_weight=40)
+    ids = []
+    for _ in range(3):
+        batch = batches.batch_acquire(job=job, worker="w")
+        batches.batch_succeed(batch_id=batch.pk, attempt=batch.attempt)
+        ids.append(batch.pk)
+    first = api.get("/api/v1/batches/?page_size=2")
+    assert [b["id"] for b in first.json()["results"]] == ids[::-1][:2]
+    rest = api.get(first.json()["next"])
+    assert [b["id"] for b in rest.json()["results"]] == ids[:1]
+
+
+@pytest.mark.parametrize(
+    ("url", "parameter"),
+    [
+        ("/api/v1/connectors/?page=0", "page"),
+        ("/api/v1/connectors/?page=abc", "page"),
+        ("/api/v1/connectors/?page=last", "page"),
+        ("/api/v1/connectors/?page=-1", "page"),
+        ("/api/v1/jobs/?page_size=0", "page_size"),
+        ("/api/v1/jobs/?page_size=1001", "page_size"),
+        ("/api/v1/jobs/?page_size=ten", "page_size"),
+        ("/api/v1/batches/?page_size=0", "page_size"),
+        ("/api/v1/batches/?page_size=99999999999999999999999", "page_size"),
+        ("/api/v1/backfills/?page_size=x", "page_size"),
+        ("/api/v1/batches/?cursor=zzz", "cursor"),
+        ("/api/v1/backfills/?cursor=cD0-", "cursor"),
+    ],
+)
+def test_a_paging_value_that_is_not_one_is_a_400_naming_it(api, url, parameter):
+    response = api.get(url)
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == [parameter]
+    assert (
+        "cursor" in response.json()[parameter][0] or "whole number" in response.json()[parameter][0]
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "parameter"),
+    [
+        # a newest-first list has no page numbers, and a list by name no cursor
+        ("/api/v1/batches/?page=2", "page"),
+        ("/api/v1/backfills/?page=2", "page"),
+        ("/api/v1/connectors/?cursor=abc", "cursor"),
+    ],
+)
+def test_a_paging_parameter_the_list_does_not_read_is_refused_not_ignored(api, url, parameter):
+    response = api.get(url)
+    assert response.status_code == 400, response.content
+    assert "unknown query parameter" in response.json()[parameter][0]
