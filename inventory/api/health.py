@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 
 from inventory import selectors_alerts, selectors_backfills
 from inventory.actions import role_of, run
+from inventory.api.serializers.strict import Input
 from inventory.models import Connector, Job
 from inventory.roles import actor_name
 from inventory.selectors_coverage import holes_to_backfill, job_gaps, job_restatements
@@ -66,7 +67,7 @@ class GapReportSerializer(serializers.Serializer):
     )
 
 
-class HolesBackfillSerializer(serializers.Serializer):
+class HolesBackfillSerializer(Input):
     lower = serializers.IntegerField(required=False, help_text="first item id of the range")
     upper = serializers.IntegerField(required=False, help_text="one past the range's last id")
     batch_weight = serializers.IntegerField(required=False, min_value=1)
@@ -206,7 +207,7 @@ class JobHolesBackfillView(APIView):
         )
 
 
-class ThrottleSetSerializer(serializers.Serializer):
+class ThrottleSetSerializer(Input):
     connector = serializers.CharField(
         required=False, allow_null=True, default=None, help_text="a connector's name; null: all"
     )

@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from inventory.actions import role_of, run
 from inventory.api.paging import NewestFirst
 from inventory.api.serializers import AnyJSONField, BackfillPreviewSerializer, ErrorSerializer
+from inventory.api.serializers.strict import Input
 from inventory.models import Job, Restatement, RestatementStatus
 from inventory.roles import actor_name
 from inventory.selectors_coverage import job_restatements
@@ -56,7 +57,7 @@ class RestatementSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ApplySerializer(serializers.Serializer):
+class ApplySerializer(Input):
     fingerprint = serializers.RegexField(
         r"^[0-9a-f]{16}$",
         required=False,
@@ -65,7 +66,7 @@ class ApplySerializer(serializers.Serializer):
     )
 
 
-class DismissSerializer(serializers.Serializer):
+class DismissSerializer(Input):
     reason = serializers.CharField(max_length=2000, help_text="why the outputs stay as they are")
 
 

@@ -5,6 +5,7 @@ from rest_framework import serializers
 
 from inventory.api.serializers.connectors import WEIGHT_UNIT_HELP
 from inventory.api.serializers.fields import BIGINT, INT, SMALLINT
+from inventory.api.serializers.strict import Input
 from inventory.models import Backfill, Job
 
 
@@ -78,7 +79,7 @@ class TimeOrValueField(serializers.Field):
         return value
 
 
-class BackfillPlanSerializer(serializers.Serializer):
+class BackfillPlanSerializer(Input):
     """A closed range of a job, by item ids or by time (exactly one of the two pairs), and the
     batch budget to cover it with."""
 

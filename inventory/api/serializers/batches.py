@@ -5,6 +5,7 @@ from rest_framework import serializers
 
 from inventory.api.serializers.connectors import WEIGHT_UNIT_HELP
 from inventory.api.serializers.fields import SMALLINT, AnyJSONField, PublicJSONField
+from inventory.api.serializers.strict import Input
 from inventory.models import Batch, BatchAttempt
 
 
@@ -84,7 +85,7 @@ class AcquiredBatchSerializer(BatchDetailSerializer):
         read_only_fields = fields
 
 
-class AcquireSerializer(serializers.Serializer):
+class AcquireSerializer(Input):
     worker = serializers.CharField(
         max_length=200, required=False, help_text="who takes the batch (default: api:<user>)"
     )
@@ -93,7 +94,7 @@ class AcquireSerializer(serializers.Serializer):
     )
 
 
-class AttemptSerializer(serializers.Serializer):
+class AttemptSerializer(Input):
     attempt = serializers.IntegerField(
         min_value=1, max_value=SMALLINT, help_text="the fencing token from acquire/"
     )
@@ -103,7 +104,7 @@ class HeartbeatSerializer(AttemptSerializer):
     lease_seconds = serializers.IntegerField(min_value=1, max_value=7 * 24 * 3600, required=False)
 
 
-class LeaseSerializer(serializers.Serializer):
+class LeaseSerializer(Input):
     lease_expires_at = serializers.DateTimeField()
 
 
@@ -123,9 +124,9 @@ class FailSerializer(AttemptSerializer):
     error = serializers.DictField(help_text='e.g. {"type": "ValueError", "message": "..."}')
 
 
-class CancelSerializer(serializers.Serializer):
+class CancelSerializer(Input):
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
-class SkipSerializer(serializers.Serializer):
+class SkipSerializer(Input):
     reason = serializers.CharField(max_length=2000)

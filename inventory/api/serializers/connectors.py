@@ -4,6 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inventory.api.serializers.fields import AnyJSONField, PublicJSONField
+from inventory.api.serializers.strict import Input
 from inventory.models import Asset, Connector, ConnectorKind
 from inventory.sources import registry as source_kinds
 
@@ -53,7 +54,7 @@ class ConnectorSerializer(serializers.ModelSerializer):
         return source_kinds.config_derived(connector)
 
 
-class ConnectorCreateSerializer(serializers.Serializer):
+class ConnectorCreateSerializer(Input):
     name = serializers.SlugField(max_length=100)
     kind = serializers.ChoiceField(choices=ConnectorKind.choices)
     config = serializers.DictField(required=False, default=dict)
@@ -70,7 +71,7 @@ class ConnectorCreateSerializer(serializers.Serializer):
         return value
 
 
-class ConnectorUpdateSerializer(serializers.Serializer):
+class ConnectorUpdateSerializer(Input):
     """Name and kind are fixed; config, labels and start_after may change (the source identity in
     the config only without jobs: see reset/)."""
 
@@ -79,7 +80,7 @@ class ConnectorUpdateSerializer(serializers.Serializer):
     start_after = serializers.CharField(max_length=100, required=False, allow_blank=True)
 
 
-class ConnectorResetSerializer(serializers.Serializer):
+class ConnectorResetSerializer(Input):
     config = serializers.DictField(
         help_text="the new config, source identity (path, meta_table, table, topic) included"
     )
@@ -101,7 +102,7 @@ class DiscoverResultSerializer(serializers.Serializer):
     registered = serializers.IntegerField(help_text="files registered by this scan")
 
 
-class AnnounceAssetsSerializer(serializers.Serializer):
+class AnnounceAssetsSerializer(Input):
     # each element is checked by the service (inventory.services.assets), naming assets[i].field
     assets = serializers.ListField(
         child=serializers.JSONField(),

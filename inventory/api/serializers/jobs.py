@@ -4,6 +4,7 @@ from rest_framework import serializers
 
 from inventory.api.serializers.connectors import WEIGHT_UNIT_HELP
 from inventory.api.serializers.fields import BIGINT, AnyJSONField, PublicJSONField
+from inventory.api.serializers.strict import Input, KnownFieldsOnly
 from inventory.models import Connector, ConnectorEvent, Job, Watermark, WatermarkEvent
 from inventory.services.jobs import FIXED_JOB_FIELDS, JOB_SETTINGS
 
@@ -41,7 +42,7 @@ class WatermarkStateSerializer(WatermarkSerializer):
         read_only_fields = fields
 
 
-class WatermarkCorrectionSerializer(serializers.Serializer):
+class WatermarkCorrectionSerializer(Input):
     value = AnyJSONField(
         allow_null=True,
         help_text="the new value; for an int watermark the last committed item id",
@@ -119,7 +120,7 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
 
 
-class JobWriteSerializer(serializers.ModelSerializer):
+class JobWriteSerializer(KnownFieldsOnly, serializers.ModelSerializer):
     """Validates job settings against the model's own bounds, so the database never refuses them."""
 
     connector = serializers.SlugRelatedField(slug_field="name", queryset=Connector.objects.all())

@@ -1,0 +1,72 @@
+"""A request body's unknown keys are a 400 naming each, and nothing changes (inventory/api/
+serializers/strict.py): DRF drops them without a word, so a misspelt setting silently kept its
+old value or the default."""
+
+import pytest
+from django.conf import settings
+
+from inventory.models import Backfill, Batch, Connector, Job
+from inventory.services import lifecycle as batches
+from tests.api_support import make_inventory, token_client
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin(role_users):
+    return token_client(role_users["admin"])
+
+
+def _refused(response, *names):
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert sorted(body) == sorted(names)
+    for name in names:
+        assert body[name][0].startswith("unknown field; this call accepts ")
+
+
+def test_a_misspelt_job_setting_is_refused_and_the_job_keeps_its_own(admin):
+    _, job = make_inventory(batch_weight=100)
+    response = admin.patch(f"/api/v1/jobs/{job.name}/", {"batch_weigth": 5}, format="json")
+    _refused(response, "batch_weigth")
+    assert "batch_weight" in response.json()["batch_weigth"][0]
+    job.refresh_from_db()
+    assert job.batch_weight == 100
+    # the right name still works
+    fixed = admin.patch(f"/api/v1/jobs/{job.name}/", {"batch_weight": 5}, format="json")
+    assert fixed.status_code == 200, fixed.content
+    job.refresh_from_db()
+    assert job.batch_weight == 5
+
+
+def test_a_new_job_or_connector_with_an_unknown_key_is_not_created(admin):
+    connector, _ = make_inventory()
+    body = {
+        "name": "typo-job",
+        "connector": connector.name,
+        "batch_weight": 100,
+        "processor": "passthrough",
+        "sql": "SELECT 1",  # not a job setting: a processor's params carry its SQL
+        "sink": {"kind": "files", "path": str(settings.DATA_DIR / "out")},
+    }
+    _refused(admin.post("/api/v1/jobs/", body, format="json"), "sql")
+    assert not Job.objects.filter(name="typo-job").exists()
+    landing = str(settings.DATA_DIR / "in")
+    body = {"name": "typo-c", "kind": "files", "config": {"path": landing}, "lables": ["a"]}
+    _refused(admin.post("/api/v1/connectors/", body, format="json"), "lables")
+    assert not Connector.objects.filter(name="typo-c").exists()
+
+
+def test_a_backfill_asked_with_a_misspelt_priority_does_not_start(admin):
+    _, job = make_inventory()
+    body = {"job": job.name, "range_start": 1, "range_end": 2, "priorty": 5, "resaon": "x"}
+    _refused(admin.post("/api/v1/backfills/", body, format="json"), "priorty", "resaon")
+    assert not Backfill.objects.exists()
+
+
+def test_a_batch_call_with_an_unknown_key_changes_nothing(admin):
+    _, job = make_inventory()
+    batch = batches.batch_acquire(job=job, worker="w")
+    body = {"attempt": batch.attempt, "results": {"rows": 3}}
+    _refused(admin.post(f"/api/v1/batches/{batch.pk}/succeed/", body, format="json"), "results")
+    assert Batch.objects.get(pk=batch.pk).status == "running"
