@@ -11,29 +11,26 @@ from tests.factories import ConnectorFactory
 pytestmark = pytest.mark.django_db
 
 
-def test_it_creates_a_connector_and_shows_env_var_names_not_secrets(role_users, tmp_path):
+def test_it_creates_a_connector_and_refuses_a_key_its_kind_does_not_read(role_users, tmp_path):
+    """A local directory reads no credential: a `*_env` key there (or a misspelt setting such as
+    `patern`) is refused naming it, not stored as a setting nothing reads."""
     api = token_client(role_users["admin"])
+    for key in ("dsn_env", "password_env", "patern"):
+        config = {"path": str(tmp_path), key: "WAREHOUSE_DSN"}
+        body = {"name": "warehouse", "kind": "files", "config": config}
+        response = api.post("/api/v1/connectors/", body, format="json")
+        assert response.status_code == 400, response.content
+        assert "is not a files (local directory) setting" in response.json()[f"config.{key}"][0]
+    assert not Connector.objects.filter(name="warehouse").exists()
+    config = {"path": str(tmp_path), "patterns": ["*.csv"], "settle_seconds": 0}
     response = api.post(
         "/api/v1/connectors/",
-        {
-            "name": "warehouse",
-            "kind": "files",
-            "config": {
-                "dsn_env": "WAREHOUSE_DSN",
-                "password_env": "WAREHOUSE_PW",
-                "path": str(tmp_path),
-            },
-            "labels": ["nightly"],
-        },
+        {"name": "warehouse", "kind": "files", "config": config, "labels": ["nightly"]},
         format="json",
     )
     assert response.status_code == 201, response.content
     body = response.json()
-    assert body["config"] == {
-        "dsn_env": "WAREHOUSE_DSN",
-        "password_env": "WAREHOUSE_PW",
-        "path": str(tmp_path),
-    }
+    assert body["config"] == config
     assert body["state"] == "active"
     assert Connector.objects.get(name="warehouse").labels == ["nightly"]
 
@@ -188,3 +185,17 @@ def test_kinds_that_cannot_be_planned_yet_are_refused_not_accepted(role_users, k
     )
     assert response.status_code == 400
     assert field in response.json()
+
+
+@pytest.mark.parametrize("key", ["stable_probe_seconds", "recheck_per_scan", "patern"])
+def test_an_object_store_config_refuses_a_key_it_does_not_read_before_reaching_the_store(
+    role_users, key
+):
+    """Refused before any request to the store (no server listens on this endpoint)."""
+    api = token_client(role_users["admin"])
+    config = {"path": "s3://bucket/prefix/", "endpoint_url": "http://127.0.0.1:9", key: "SOME_NAME"}
+    response = api.post(
+        "/api/v1/connectors/", {"name": "store", "kind": "files", "config": config}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert "is not a files (object store) setting" in response.json()[f"config.{key}"][0]

@@ -18,7 +18,8 @@ from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.orchestration import connector_transition, predecessors_completed
 from inventory.services.secrets import check_no_secrets
 from inventory.sources import job_output as source_job_output
-from inventory.sources.files import check_completion_config
+from inventory.sources.config import check_known_keys
+from inventory.sources.files import DIRECTORY_KEYS, check_completion_config
 from inventory.sources.identity import (
     check_local_directory,
     identity_changes,
@@ -59,6 +60,7 @@ def validate_config(kind: str, config: dict) -> dict:
             raise InvalidInput(
                 "config.path", "a files connector needs a directory path (or a meta_table)"
             )
+        check_known_keys(config, DIRECTORY_KEYS, kind="files (local directory)")
         check_local_directory(config["path"], field="config.path")
         check_completion_config(config)
     if not isinstance(config.get("snapshot", False), bool):

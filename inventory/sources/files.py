@@ -35,6 +35,26 @@ DEFAULT_PATTERNS = ["*.parquet", "*.json", "*.jsonl", "*.csv"]
 DEFAULT_SETTLE_SECONDS = 5
 DEFAULT_STABLE_PROBE_SECONDS = 0.25
 
+# what a local directory's config may hold: discovery's and completeness's settings here, the
+# workers' read (workers/specs.py), the schedule (services/scheduling.py), snapshots; any other key
+# is a typo reported (sources/config.py: check_known_keys), never a setting ignored
+DIRECTORY_KEYS = (
+    "path",
+    "patterns",
+    "marker_suffix",
+    "settle_seconds",
+    "stable_probe_seconds",
+    "recheck_seconds",
+    "recheck_per_scan",
+    "discover_seconds",
+    "snapshot",
+    "format",
+    "read_options",
+    "schema",
+    "lineage",
+    "watermark_column",
+)
+
 
 def check_completion_config(config: dict) -> None:
     """InvalidInput naming the key when a files connector's completion settings are unusable."""

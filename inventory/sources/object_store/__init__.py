@@ -35,6 +35,7 @@ from django.db import connection, transaction
 from inventory.models import Asset, Batch, Connector
 from inventory.services import assets
 from inventory.sources import files, files_known
+from inventory.sources.config import check_known_keys
 from inventory.sources.object_store.access import (
     CREDENTIAL_KEYS,
     S3_SCHEMES,
@@ -57,8 +58,24 @@ PAGE_SIZE = 1000
 # ---- config ------------------------------------------------------------------------------------
 
 
+# a local directory's keys but the two its stat-based checks read, and the store's own
+KEYS = (
+    *(
+        key
+        for key in files.DIRECTORY_KEYS
+        if key not in ("stable_probe_seconds", "recheck_per_scan")
+    ),
+    "endpoint_url",
+    "region",
+    *CREDENTIAL_KEYS,
+    "listing",
+    "spark_native",
+)
+
+
 def validate(config: dict) -> dict:
     """The config checked, and the bucket reached with it (InvalidInput naming `config.<key>`)."""
+    check_known_keys(config, KEYS, kind="files (object store)")
     path = config.get("path")
     scheme = urlparse(path).scheme if isinstance(path, str) else ""
     check_keys(config, scheme)
