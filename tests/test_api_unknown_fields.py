@@ -70,3 +70,23 @@ def test_a_batch_call_with_an_unknown_key_changes_nothing(admin):
     body = {"attempt": batch.attempt, "results": {"rows": 3}}
     _refused(admin.post(f"/api/v1/batches/{batch.pk}/succeed/", body, format="json"), "results")
     assert Batch.objects.get(pk=batch.pk).status == "running"
+
+
+@pytest.mark.parametrize(
+    ("sink", "key"),
+    [
+        ({"kind": "files", "path": "OUT", "partiton_by": ["day"]}, "partiton_by"),
+        ({"kind": "postgres", "table": "t", "dsn_env": "X", "mode": "append", "keys": []}, "keys"),
+        ({"kind": "delta", "path": "OUT", "format": "parquet"}, "format"),
+    ],
+)
+def test_a_sink_key_its_kind_does_not_read_is_refused_naming_it(admin, sink, key):
+    connector, _ = make_inventory()
+    out = str(settings.DATA_DIR / "out")
+    sink = {k: (out if v == "OUT" else v) for k, v in sink.items()}
+    body = {"name": "sinky", "connector": connector.name, "batch_weight": 100, "sink": sink}
+    response = admin.post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == [f"sink.{key}"]
+    assert f"is not a {sink['kind']} sink setting" in response.json()[f"sink.{key}"][0]
+    assert not Job.objects.filter(name="sinky").exists()

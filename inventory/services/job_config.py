@@ -46,8 +46,15 @@ def job_validate_runtime(
     Tidemark knows of; a worker run of such a job fails with the sink error stored."""
     if sink:
         from workers.spark.errors import SinkError
-        from workers.spark.sinks import check_sink
+        from workers.spark.sinks import SINK_KEYS, check_sink, sink_unknown_keys
 
+        unknown = sink_unknown_keys(sink)
+        if unknown:
+            kind = sink["kind"]
+            raise InvalidInput(
+                f"sink.{unknown[0]}",
+                f"is not a {kind} sink setting; use {', '.join(SINK_KEYS[kind])}",
+            )
         try:
             check_sink(sink)
         except SinkError as exc:

@@ -31,6 +31,13 @@ from workers.spark.sink_files import local_path, sink_files
 
 FILE_FORMATS = ("parquet", "json", "csv", "orc")
 SINK_KINDS = "files, postgres, delta"
+# what each kind of sink reads: a job is saved with no other key (`sink_unknown_keys`); a job
+# saved before that rule still runs (the delta sink refused unknown keys from the start)
+SINK_KEYS = {
+    "files": ("kind", "path", "format", "partition_by", "options"),
+    "postgres": ("kind", "table", "mode", "key", "order_by", "version_column", "dsn_env", "dsn"),
+    "delta": ("kind", "path", "mode", "partition_by"),
+}
 
 
 def write_sink(
@@ -93,6 +100,12 @@ def check_sink(sink: dict) -> None:
         check_delta(sink, sink_path)
     else:
         raise SinkError(f"unknown sink kind {kind!r}; supported kinds: {SINK_KINDS}")
+
+
+def sink_unknown_keys(sink: dict) -> list[str]:
+    """The keys of `sink` its kind does not read (none for an unknown kind: check_sink says so)."""
+    known = SINK_KEYS.get(sink.get("kind"))
+    return [] if known is None else sorted(set(sink) - set(known))
 
 
 def sink_path(sink: dict) -> str:
