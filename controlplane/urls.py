@@ -3,9 +3,11 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.http import JsonResponse
 from django.shortcuts import redirect
 from django.templatetags.static import static
 from django.urls import include, path
+from django.views import defaults
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from inventory.api.metrics import metrics_view
@@ -21,6 +23,22 @@ def favicon(request):
     """Browsers ask for /favicon.ico whatever the page says: the static file's (hashed) URL."""
     return redirect(static("favicon.ico"), permanent=True)
 
+
+def not_found(request, exception=None):
+    """A path under /api/ that no endpoint serves is answered as the API answers, in JSON."""
+    if request.path_info.startswith("/api/"):
+        return JsonResponse({"detail": f"no API endpoint at {request.path_info}"}, status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request):
+    if request.path_info.startswith("/api/"):
+        return JsonResponse({"detail": "server error; it is logged"}, status=500)
+    return defaults.server_error(request)
+
+
+handler404 = not_found
+handler500 = server_error
 
 urlpatterns = [
     path("favicon.ico", favicon),

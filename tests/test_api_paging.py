@@ -1,6 +1,7 @@
 """Paging of the API's lists (inventory/api/paging.py): page numbers and a page size on the lists
 by name, a cursor and a page size on the newest-first ones; a paging value that is not one is a
-400 naming the parameter, never a silent fallback to the default page."""
+400 naming the parameter, never a silent fallback to the default page; a path no endpoint serves is
+a JSON 404."""
 
 import pytest
 
@@ -82,3 +83,14 @@ def test_a_paging_parameter_the_list_does_not_read_is_refused_not_ignored(api, u
     response = api.get(url)
     assert response.status_code == 400, response.content
     assert "unknown query parameter" in response.json()[parameter][0]
+
+
+def test_a_path_under_the_api_that_no_endpoint_serves_is_a_json_404(api, client, role_users):
+    response = api.get("/api/v1/no-such-thing/")
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "no API endpoint at /api/v1/no-such-thing/"}
+    client.force_login(role_users["viewer"])
+    page = client.get("/no-such-page/")  # the dashboard's own 404 page stays HTML
+    assert page.status_code == 404
+    assert page["Content-Type"].startswith("text/html")
