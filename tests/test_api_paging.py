@@ -94,3 +94,28 @@ def test_a_path_under_the_api_that_no_endpoint_serves_is_a_json_404(api, client,
     page = client.get("/no-such-page/")  # the dashboard's own 404 page stays HTML
     assert page.status_code == 404
     assert page["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/connectors/{connector}/items/",
+        "/api/v1/connectors/{connector}/events/",
+        "/api/v1/jobs/{job}/watermark/history/",
+        "/api/v1/jobs/{job}/restatements/",
+    ],
+)
+def test_a_list_without_filters_refuses_a_parameter_it_does_not_read(api, path):
+    connector, job = make_inventory()
+    url = path.format(connector=connector.name, job=job.name)
+    assert api.get(f"{url}?page_size=1").status_code == 200
+    response = api.get(f"{url}?page_size=1&job=other")
+    assert response.status_code == 400, response.content
+    assert "unknown query parameter" in response.json()["job"][0]
+
+
+def test_the_restatements_list_still_reads_its_status_filter(api):
+    _, job = make_inventory()
+    url = f"/api/v1/jobs/{job.name}/restatements/"
+    assert api.get(f"{url}?status=applied").status_code == 200
+    assert "status" in api.get(f"{url}?status=nonsense").json()

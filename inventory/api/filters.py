@@ -7,9 +7,8 @@ import django_filters
 from django import forms
 from django_filters.fields import IsoDateTimeField
 from django_filters.rest_framework import DjangoFilterBackend
-from rest_framework.exceptions import ValidationError
 
-from inventory.api.paging import paging_parameters
+from inventory.api.paging import refuse_unknown_parameters
 from inventory.models import Backfill, BackfillStatus, Batch, BatchKind, BatchStatus
 
 
@@ -76,16 +75,6 @@ class StrictFilterBackend(DjangoFilterBackend):
 
     def filter_queryset(self, request, queryset, view):
         filterset_class = self.get_filterset_class(view, queryset)
-        allowed = set(filterset_class.base_filters) if filterset_class else set()
-        # besides its filters: what its paginator reads, and DRF's format override
-        allowed |= paging_parameters(view) | {"format"}
-        unknown = sorted(set(request.query_params) - allowed)
-        if unknown:
-            raise ValidationError(
-                {
-                    unknown[0]: [
-                        "unknown query parameter; this list accepts " + ", ".join(sorted(allowed))
-                    ]
-                }
-            )
+        filters = set(filterset_class.base_filters) if filterset_class else set()
+        refuse_unknown_parameters(request, view, filters)
         return super().filter_queryset(request, queryset, view)

@@ -42,6 +42,8 @@ class Numbered(_CheckedPageSize, PageNumberPagination):
     last_page_strings = ()  # `?page=last` is no page number either
 
     def paginate_queryset(self, queryset, request, view=None):
+        if _unfiltered(view):
+            refuse_unknown_parameters(request, view, getattr(view, "query_parameters", ()))
         number = _whole_number(request, self.page_query_param) or 1
         page_size = self.get_page_size(request)
         paginator = self.django_paginator_class(queryset, page_size)
@@ -58,6 +60,11 @@ class NewestFirst(_CheckedPageSize, CursorPagination):
     """Newest first, by id; `?cursor=` is what a response's `next` or `previous` link carries."""
 
     ordering = "-id"
+
+    def paginate_queryset(self, queryset, request, view=None):
+        if _unfiltered(view):
+            refuse_unknown_parameters(request, view, getattr(view, "query_parameters", ()))
+        return super().paginate_queryset(queryset, request, view)
 
     def decode_cursor(self, request):
         try:
@@ -81,3 +88,24 @@ def paging_parameters(view) -> set[str]:
         for attr in ("page_query_param", "page_size_query_param", "cursor_query_param")
     )
     return {name for name in names if name}
+
+
+def refuse_unknown_parameters(request, view, filters=frozenset()) -> None:
+    """A query parameter of a list that is neither one of its `filters`, nor read by its
+    paginator, nor DRF's `format` is a 400 naming it: never silently ignored (filters.py's
+    backend calls this with the view's filters; a list without filter backends, its paginator,
+    with the parameters the view reads itself, its `query_parameters`)."""
+    allowed = set(filters) | paging_parameters(view) | {"format"}
+    unknown = sorted(set(request.query_params) - allowed)
+    if unknown:
+        raise ValidationError(
+            {
+                unknown[0]: [
+                    "unknown query parameter; this list accepts " + ", ".join(sorted(allowed))
+                ]
+            }
+        )
+
+
+def _unfiltered(view) -> bool:
+    return view is not None and not getattr(view, "filter_backends", None)

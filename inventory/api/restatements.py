@@ -90,6 +90,7 @@ class JobRestatementsView(generics.ListAPIView):
     serializer_class = RestatementSerializer
     pagination_class = NewestFirst
     filter_backends: list = []
+    query_parameters = ("status",)  # read by get_queryset; any other is refused (api/paging.py)
 
     @extend_schema(
         summary="A job's restatements, newest first",
