@@ -90,3 +90,13 @@ def test_a_sink_key_its_kind_does_not_read_is_refused_naming_it(admin, sink, key
     assert list(response.json()) == [f"sink.{key}"]
     assert f"is not a {sink['kind']} sink setting" in response.json()[f"sink.{key}"][0]
     assert not Job.objects.filter(name="sinky").exists()
+
+
+@pytest.mark.parametrize("kind", [["files"], {"a": 1}, 7, None])
+def test_a_sink_kind_that_is_not_a_name_is_a_400(admin, kind):
+    connector, _ = make_inventory()
+    body = {"name": "sinky", "connector": connector.name, "batch_weight": 100}
+    body["sink"] = {"kind": kind, "path": str(settings.DATA_DIR / "out")}
+    response = admin.post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert "unknown sink kind" in response.json()["sink"][0]

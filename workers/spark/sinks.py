@@ -104,7 +104,8 @@ def check_sink(sink: dict) -> None:
 
 def sink_unknown_keys(sink: dict) -> list[str]:
     """The keys of `sink` its kind does not read (none for an unknown kind: check_sink says so)."""
-    known = SINK_KEYS.get(sink.get("kind"))
+    kind = sink.get("kind")
+    known = SINK_KEYS.get(kind) if isinstance(kind, str) else None
     return [] if known is None else sorted(set(sink) - set(known))
 
 
