@@ -19,6 +19,34 @@ _hypothesis_settings.register_profile(
 _hypothesis_settings.load_profile("tidemark")
 
 
+def _flush_retried_on_deadlock() -> None:
+    """A transactional test ends with a TRUNCATE of every table (Django's flush), while the
+    session's Celery worker may still be in a transaction of its own (a follow-up of the test's
+    last batch): PostgreSQL then may find a deadlock and cancel the TRUNCATE, which failed the
+    test's teardown. The TRUNCATE is the test harness's, not the product's: it is tried again."""
+    import time
+
+    from django.db import OperationalError
+    from django.test import testcases
+
+    teardown = testcases.TransactionTestCase._fixture_teardown
+
+    def _fixture_teardown(self):
+        for attempt in range(4):
+            try:
+                return teardown(self)
+            except Exception as exc:  # flush wraps the error in a CommandError
+                cause = exc if isinstance(exc, OperationalError) else exc.__cause__
+                if attempt == 3 or "deadlock detected" not in str(cause):
+                    raise
+                time.sleep(0.5)
+
+    testcases.TransactionTestCase._fixture_teardown = _fixture_teardown
+
+
+_flush_retried_on_deadlock()
+
+
 def _names_the_tests_may_use() -> None:
     """What this deployment (the test run) lets users name (docs/security.md): pytest's temp
     folders and the data folder as roots; the test variables (`TM_*` and a few others) as
