@@ -73,7 +73,7 @@ def test_a_bad_delta_sink_is_refused_naming_the_field(sink, reason):
         check_sink(sink)
     with pytest.raises(InvalidInput) as refused:
         job_validate_runtime(sink=sink)
-    # a key the kind does not read is named itself (job_config: sink_unknown_keys)
+    # a key the kind does not read is named itself (job_config: check_known_keys)
     assert refused.value.field == ("sink.format" if reason == "unknown keys" else "sink")
 
 

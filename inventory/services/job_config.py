@@ -14,6 +14,7 @@ from inventory.services.capabilities import sink_confine
 from inventory.services.cron import parse_cron
 from inventory.services.errors import InvalidInput
 from inventory.services.own_database import sink_refuse_own_database
+from inventory.sources.config import check_known_keys
 
 EXECUTORS = ("warm", "submit")
 
@@ -46,15 +47,11 @@ def job_validate_runtime(
     Tidemark knows of; a worker run of such a job fails with the sink error stored."""
     if sink:
         from workers.spark.errors import SinkError
-        from workers.spark.sinks import SINK_KEYS, check_sink, sink_unknown_keys
+        from workers.spark.sinks import SINK_KEYS, check_sink
 
-        unknown = sink_unknown_keys(sink)
-        if unknown:
-            kind = sink["kind"]
-            raise InvalidInput(
-                f"sink.{unknown[0]}",
-                f"is not a {kind} sink setting; use {', '.join(SINK_KEYS[kind])}",
-            )
+        kind = sink.get("kind")
+        if isinstance(kind, str) and kind in SINK_KEYS:
+            check_known_keys(sink, SINK_KEYS[kind], kind=f"{kind} sink", field="sink")
         try:
             check_sink(sink)
         except SinkError as exc:

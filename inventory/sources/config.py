@@ -14,11 +14,11 @@ def is_object_store_path(path) -> bool:
     return len(scheme) > 1 and scheme != "file"
 
 
-def check_known_keys(config: dict, known, *, kind: str) -> None:
-    """A config key the source does not read is a typo to report, never a setting ignored:
-    InvalidInput naming `config.<key>`."""
+def check_known_keys(config: dict, known, *, kind: str, field: str = "config") -> None:
+    """A key that nothing reads (in a source's config, in a job's sink: `field`) is a typo to
+    report, never a setting ignored: InvalidInput naming `<field>.<key>`."""
     unknown = sorted(set(config) - set(known))
     if unknown:
         raise InvalidInput(
-            f"config.{unknown[0]}", f"is not a {kind} setting; use {', '.join(sorted(known))}"
+            f"{field}.{unknown[0]}", f"is not a {kind} setting; use {', '.join(sorted(known))}"
         )

@@ -31,7 +31,7 @@ from workers.spark.sink_files import local_path, sink_files
 
 FILE_FORMATS = ("parquet", "json", "csv", "orc")
 SINK_KINDS = "files, postgres, delta"
-# what each kind of sink reads: a job is saved with no other key (`sink_unknown_keys`); a job
+# what each kind of sink reads: a job is saved with no other key (job_config, check_known_keys); a job
 # saved before that rule still runs (the delta sink refused unknown keys from the start)
 SINK_KEYS = {
     "files": ("kind", "path", "format", "partition_by", "options"),
@@ -100,13 +100,6 @@ def check_sink(sink: dict) -> None:
         check_delta(sink, sink_path)
     else:
         raise SinkError(f"unknown sink kind {kind!r}; supported kinds: {SINK_KINDS}")
-
-
-def sink_unknown_keys(sink: dict) -> list[str]:
-    """The keys of `sink` its kind does not read (none for an unknown kind: check_sink says so)."""
-    kind = sink.get("kind")
-    known = SINK_KEYS.get(kind) if isinstance(kind, str) else None
-    return [] if known is None else sorted(set(sink) - set(known))
 
 
 def sink_path(sink: dict) -> str:
