@@ -268,3 +268,55 @@ def test_a_uid_duplicated_after_creation_stops_every_planner_naming_it(meta_tabl
     assert "uid 3" in preview.value.message
     # no batch was planned over the duplicate; the committed one stays
     assert list(Batch.objects.filter(job=job).values_list("id", flat=True)) == [first.id]
+
+
+@pytest.mark.parametrize(
+    ("config", "field", "known"),
+    [
+        # `filter` for `filters`: without the check every row would be planned, not the filtered ones
+        (
+            {
+                "meta_table": {
+                    "table": "meta_events",
+                    "filter": [{"column": "kind", "op": "eq", "value": "a"}],
+                }
+            },
+            "config.meta_table.filter",
+            "filters",
+        ),
+        (
+            {"meta_table": _spec([{"column": "kind", "op": "eq", "vaule": "a"}])},
+            "config.meta_table.filters[0].vaule",
+            "value",
+        ),
+        ({"meta_table": _spec([]), "patern": "*.parquet"}, "config.patern", "read_options"),
+        ({"meta_table": _spec([]), "dsn": "postgresql://x"}, "config.dsn", "meta_table"),
+    ],
+)
+def test_a_key_nothing_reads_is_refused_naming_it(meta_table, config, field, known):
+    with pytest.raises(InvalidInput) as refused:
+        connector_create(name="typo", kind=ConnectorKind.FILES, config=config)
+    assert refused.value.field == field
+    assert known in refused.value.message
+    assert not Connector.objects.filter(name="typo").exists()
+
+
+def test_every_key_a_local_meta_table_reads_is_accepted(meta_table, tmp_path):
+    config = {
+        "meta_table": _spec(
+            [{"column": "kind", "op": "eq", "value": "a"}],
+            uid_column="uid",
+            item_column="item",
+            weight_column="weight",
+            visibility="none",
+        ),
+        "path": str(tmp_path),
+        "format": "parquet",
+        "read_options": {},
+        "schema": None,
+        "lineage": False,
+        "watermark_column": None,
+        "snapshot": False,
+    }
+    created = connector_create(name="all-keys", kind=ConnectorKind.FILES, config=config)
+    assert created.config["meta_table"]["visibility"] == "none"

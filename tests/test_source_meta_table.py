@@ -7,7 +7,7 @@ import threading
 import psycopg2
 import pytest
 
-from inventory.models import Asset
+from inventory.models import Asset, Connector
 from inventory.services import lifecycle
 from inventory.services.connectors import connector_create
 from inventory.services.errors import InvalidInput
@@ -115,6 +115,15 @@ def test_a_missing_column_is_a_clear_error(source_dsn):  # noqa: F811
     with pytest.raises(InvalidInput) as refused:
         _connector(item_column="nope")
     assert refused.value.field == "config.meta_table" and "nope" in refused.value.message
+
+
+def test_a_misspelt_key_of_the_meta_table_is_refused_not_ignored(source_dsn):  # noqa: F811
+    _catalog(source_dsn)
+    with pytest.raises(InvalidInput) as refused:
+        _connector(filter=[{"column": "bytes", "op": "gt", "value": 0}])
+    assert refused.value.field == "config.meta_table.filter"
+    assert "filters" in refused.value.message
+    assert not Connector.objects.filter(name="catalog").exists()
 
 
 def test_a_batch_reads_the_files_the_meta_table_names(spark, source_dsn, tmp_path):  # noqa: F811

@@ -18,6 +18,7 @@ from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.orchestration import connector_transition, predecessors_completed
 from inventory.services.secrets import check_no_secrets
 from inventory.sources import job_output as source_job_output
+from inventory.sources import meta_table as source_meta_table
 from inventory.sources.config import check_known_keys
 from inventory.sources.files import DIRECTORY_KEYS, check_completion_config
 from inventory.sources.identity import (
@@ -47,6 +48,9 @@ def validate_config(kind: str, config: dict) -> dict:
     if source is not None:
         pass
     elif "meta_table" in config:
+        check_known_keys(
+            config, source_meta_table.LOCAL_KEYS, kind="meta_table (in Tidemark's database)"
+        )
         check_meta_table(config["meta_table"])
     elif kind == ConnectorKind.TABLE:
         raise InvalidInput(

@@ -16,6 +16,7 @@ from django.db import DatabaseError, ProgrammingError, connection, transaction
 from psycopg2.errors import InsufficientPrivilege
 
 from inventory.services.errors import InvalidInput
+from inventory.sources.config import check_known_keys
 from inventory.sources.identity import source_table_check
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -191,6 +192,35 @@ def fetch_items(source: ItemSource, sql: str, params: list) -> list[tuple]:
 
 VISIBILITY_MODES = ("writers", "settle", "none")
 
+# what a `meta_table` object may hold, in Tidemark's database or another (with `dsn_env`), and each
+# of its filters: a key nothing reads (`filter` for `filters`, `weight_colum`) is refused when the
+# connector is saved (check_meta_table_keys), never a filter or a column silently left out
+META_TABLE_KEYS = (
+    "table",
+    "uid_column",
+    "item_column",
+    "weight_column",
+    "filters",
+    "visibility",
+    "time_column",
+    "settle_seconds",
+)
+FILTER_KEYS = ("column", "op", "value")
+
+
+def check_meta_table_keys(spec) -> None:
+    """InvalidInput naming `config.meta_table.<key>` (or a filter's) for a key nothing reads.
+    Checked when a connector is saved, not when one saved before is read."""
+    if not isinstance(spec, dict):
+        return  # meta_table_source says what it must be
+    check_known_keys(spec, META_TABLE_KEYS, kind="meta_table", field="config.meta_table")
+    filters = spec.get("filters")
+    for index, flt in enumerate(filters if isinstance(filters, list) else []):
+        if isinstance(flt, dict):
+            check_known_keys(
+                flt, FILTER_KEYS, kind="filter", field=f"config.meta_table.filters[{index}]"
+            )
+
 
 def _visibility_horizon(spec: dict, relation: str) -> str:
     """SQL that is true for a meta-table row that no id still in flight can precede (invariant 5).
@@ -295,6 +325,7 @@ def unique_uids(source: ItemSource) -> ItemSource:
 def check_meta_table(spec: dict) -> None:
     """Fail with a clear error when the meta table is one of Tidemark's own (or reads one), or
     when it or one of its columns does not exist."""
+    check_meta_table_keys(spec)
     source = meta_table_source(spec)
     source_table_check(source.relation, field="config.meta_table.table")
     sql, params = source.select(lower=0, upper=None, limit=0)

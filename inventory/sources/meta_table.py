@@ -18,7 +18,7 @@ from inventory.models import Connector
 from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
 from inventory.sources.config import check_known_keys
-from inventory.sources.items import meta_table_source
+from inventory.sources.items import check_meta_table_keys, meta_table_source
 from inventory.sources.remote_database import refuse_own_tables, source_connection
 
 ALLOWED_KEYS = {
@@ -31,11 +31,15 @@ ALLOWED_KEYS = {
     "watermark_column",
     "discover_seconds",
 }
+# a meta table in Tidemark's own database is planned in place: no discovery, no connection of its
+# own; `path` is the folder its relative items are read from, `table` the check of a `table` kind
+LOCAL_KEYS = (ALLOWED_KEYS - {"dsn_env", "discover_seconds"}) | {"path", "table", "snapshot"}
 ROWS_PER_LOOK = 10_000
 
 
 def validate(config: dict) -> dict:
     check_known_keys(config, ALLOWED_KEYS, kind="meta_table")
+    check_meta_table_keys(config.get("meta_table"))
     source = meta_table_source(config.get("meta_table"))
     with source_connection(config, field="config.dsn_env") as conn:
         refuse_own_tables(conn, source.relation, field="config.meta_table.table")
