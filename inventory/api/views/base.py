@@ -1,9 +1,13 @@
 """What every API viewset shares: lookups by name or id (unknown ones 404), newest-first paging, the
 error responses the schema names."""
 
+from contextlib import contextmanager
+
+from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import viewsets
+from rest_framework.exceptions import ValidationError
 
 from inventory.api import serializers as s
 from inventory.services.errors import NotFound
@@ -20,6 +24,38 @@ ERRORS = {
 
 def with_errors(ok: dict, *codes: int) -> dict:
     return {**ok, **{code: ERRORS[code] for code in codes}}
+
+
+# `?dry_run=true` on the writes a pipelines file makes (create and change a connector or a job,
+# reset a connector): the real call, every check and every lookup of the source included, in a
+# transaction rolled back at its end; 200 with what would have been saved (its id is not kept).
+# `tidemark plan` asks it for each change, so a plan says what the server would refuse.
+DRY_RUN = OpenApiParameter(
+    "dry_run",
+    OpenApiTypes.BOOL,
+    description="true: check everything the call checks and save nothing; 200 with what would "
+    "be saved (an id in it is not kept)",
+)
+
+
+def dry_run_asked(request) -> bool:
+    value = request.query_params.get("dry_run")
+    if value is None or value in ("false", "0"):
+        return False
+    if value in ("true", "1"):
+        return True
+    raise ValidationError({"dry_run": ["must be true or false"]})
+
+
+@contextmanager
+def kept_unless(dry_run: bool):
+    """The writes inside, undone at the end when `dry_run` (an error undoes them either way)."""
+    if not dry_run:
+        yield
+        return
+    with transaction.atomic():
+        yield
+        transaction.set_rollback(True)
 
 
 def validated(serializer_class, request, **kwargs) -> dict:

@@ -11,7 +11,14 @@ from inventory.actions import api_roles, run
 from inventory.api import serializers as s
 from inventory.api.filters import StrictFilterBackend
 from inventory.api.paging import NewestFirst
-from inventory.api.views.base import NamedViewSet, validated, with_errors
+from inventory.api.views.base import (
+    DRY_RUN,
+    NamedViewSet,
+    dry_run_asked,
+    kept_unless,
+    validated,
+    with_errors,
+)
 from inventory.models import Connector, WatermarkSource
 from inventory.roles import actor_name
 
@@ -33,25 +40,33 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     @extend_schema(
         summary="Create a connector (admin)",
         request=s.ConnectorCreateSerializer,
-        responses=with_errors({201: s.ConnectorSerializer}, 400, 409),
+        parameters=[DRY_RUN],
+        responses=with_errors({201: s.ConnectorSerializer, 200: s.ConnectorSerializer}, 400, 409),
     )
     def create(self, request):
+        dry_run = dry_run_asked(request)
         data = validated(s.ConnectorCreateSerializer, request)
-        connector = run("connector.create", request.user, **data)
-        return Response(s.ConnectorSerializer(connector).data, status=status.HTTP_201_CREATED)
+        with kept_unless(dry_run):
+            connector = run("connector.create", request.user, **data)
+            body = s.ConnectorSerializer(connector).data
+        return Response(body, status=status.HTTP_200_OK if dry_run else status.HTTP_201_CREATED)
 
     @extend_schema(
         summary="Change a connector's config, labels or start_after (admin)",
         description="A change of the source identity (config.path, meta_table, table, topic, "
         "dsn_env) while jobs read from the connector is a 400 naming the field: use reset/.",
         request=s.ConnectorUpdateSerializer,
+        parameters=[DRY_RUN],
         responses=with_errors({200: s.ConnectorSerializer}, 400, 404),
     )
     def partial_update(self, request, name=None):
+        dry_run = dry_run_asked(request)
         connector = self.get_object()
         data = validated(s.ConnectorUpdateSerializer, request)
-        connector = run("connector.update", request.user, connector=connector, **data)
-        return Response(s.ConnectorSerializer(connector).data)
+        with kept_unless(dry_run):
+            connector = run("connector.update", request.user, connector=connector, **data)
+            body = s.ConnectorSerializer(connector).data
+        return Response(body)
 
     @extend_schema(
         summary="Change a connector's source and start its jobs over (admin)",
@@ -60,21 +75,25 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
         "finished batches superseded, each watermark reset with an audited event carrying the "
         "reason. 409 while a batch of these jobs is running.",
         request=s.ConnectorResetSerializer,
+        parameters=[DRY_RUN],
         responses=with_errors({200: s.ConnectorSerializer}, 400, 404, 409),
     )
     @action(detail=True, methods=["post"])
     def reset(self, request, name=None):
+        dry_run = dry_run_asked(request)
         data = validated(s.ConnectorResetSerializer, request)
-        connector = run(
-            "connector.reset",
-            request.user,
-            connector=self.get_object(),
-            config=data["config"],
-            actor=actor_name(request.user),
-            reason=data["reason"],
-            source=WatermarkSource.API,
-        )
-        return Response(s.ConnectorSerializer(connector).data)
+        with kept_unless(dry_run):
+            connector = run(
+                "connector.reset",
+                request.user,
+                connector=self.get_object(),
+                config=data["config"],
+                actor=actor_name(request.user),
+                reason=data["reason"],
+                source=WatermarkSource.API,
+            )
+            body = s.ConnectorSerializer(connector).data
+        return Response(body)
 
     @extend_schema(
         summary="Delete a connector and its assets (admin; refused while jobs use it)",

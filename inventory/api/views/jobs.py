@@ -11,7 +11,14 @@ from inventory.actions import api_roles, run
 from inventory.api import serializers as s
 from inventory.api.filters import StrictFilterBackend
 from inventory.api.paging import NewestFirst
-from inventory.api.views.base import NamedViewSet, validated, with_errors
+from inventory.api.views.base import (
+    DRY_RUN,
+    NamedViewSet,
+    dry_run_asked,
+    kept_unless,
+    validated,
+    with_errors,
+)
 from inventory.models import Batch, Job, WatermarkSource
 from inventory.roles import actor_name
 
@@ -51,24 +58,32 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     @extend_schema(
         summary="Create a job (admin); its watermark starts at start_position",
         request=s.JobWriteSerializer,
-        responses=with_errors({201: s.JobSerializer}, 400, 409),
+        parameters=[DRY_RUN],
+        responses=with_errors({201: s.JobSerializer, 200: s.JobSerializer}, 400, 409),
     )
     def create(self, request):
+        dry_run = dry_run_asked(request)
         data = validated(s.JobWriteSerializer, request)
-        job = run("job.create", request.user, **data)
-        return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
+        with kept_unless(dry_run):
+            job = run("job.create", request.user, **data)
+            body = s.JobSerializer(job).data
+        return Response(body, status=status.HTTP_200_OK if dry_run else status.HTTP_201_CREATED)
 
     @extend_schema(
         summary="Change a job's settings (admin); name, connector and watermark type are fixed",
         request=s.JobWriteSerializer(partial=True),
+        parameters=[DRY_RUN],
         responses=with_errors({200: s.JobSerializer}, 400, 404, 409),
     )
     def partial_update(self, request, name=None):
+        dry_run = dry_run_asked(request)
         job = self.get_object()
         serializer = s.JobWriteSerializer(job, data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
-        job = run("job.update", request.user, job=job, **serializer.validated_data)
-        return Response(s.JobSerializer(job).data)
+        with kept_unless(dry_run):
+            job = run("job.update", request.user, job=job, **serializer.validated_data)
+            body = s.JobSerializer(job).data
+        return Response(body)
 
     @extend_schema(
         summary="Delete a job with its batches and history (admin; refused while one runs)",
