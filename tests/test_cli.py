@@ -280,6 +280,27 @@ def test_errors_are_one_line_with_a_non_zero_exit(cli, admin, workdir):
     assert refused.startswith("error: connector c1: config.password: ")
     assert "hunter2" not in refused
 
+    # plan has the server dry-run each change (?dry_run=true), so it shows what would be refused;
+    # apply then writes nothing, not even the changes that would have passed
+    from inventory.models import Connector
+
+    pipelines.write_text(
+        "version: 1\nconnectors:\n"
+        "  - {name: c2, kind: files, config: {path: ../var/demo/landing}}\n"
+        "  - {name: c3, kind: files, config: {path: ../var/demo/landing, patern: '*.csv'}}\n"
+        "jobs:\n  - {name: j2, connector: c2, processor: passthrough, batch_weight: 10}\n"
+    )
+    planned = cli.run("plan", "-f", pipelines, ok=False)
+    assert planned.returncode == 1
+    assert "refused by the server: config.patern: is not a files" in planned.stdout
+    assert "(checked when applied, after connector c2 is created)" in planned.stdout
+    assert "1 refused by the server." in planned.stdout
+    assert one_line_error(planned).startswith("error: connector c3: config.patern: ")
+    applied = one_line_error(cli.run("apply", "-f", pipelines, ok=False))
+    assert applied.startswith("error: connector c3: config.patern: ")
+    assert applied.endswith("; nothing applied")
+    assert not Connector.objects.filter(name__in=["c2", "c3"]).exists()
+
     nothing = cli.run("--url", "http://127.0.0.1:9", "--output", "json", "alerts", ok=False)
     assert "error:" in one_line_error(nothing)
     assert json.loads(cli.run("alerts", "-o", "json").stdout)["count"] >= 0

@@ -48,9 +48,11 @@ class Change:
     resets: list[str] = field(default_factory=list)  # fields needing a reset
     fixed: list[str] = field(default_factory=list)  # fields that cannot change
     jobs: list[str] = field(default_factory=list)  # a connector's jobs on the server
+    refused: str = ""  # the server's answer to a dry run of the change (check_plan)
+    not_checked: str = ""  # why the server was not asked
 
     def as_dict(self) -> dict:
-        return {
+        out = {
             "kind": self.kind,
             "name": self.name,
             "action": self.action,
@@ -58,6 +60,11 @@ class Change:
             "needs_reset": self.resets,
             "cannot_change": self.fixed,
         }
+        if self.refused:
+            out["refused"] = self.refused
+        if self.not_checked:
+            out["not_checked"] = self.not_checked
+        return out
 
 
 # ---- comparing ----------------------------------------------------------------------------------
@@ -168,21 +175,50 @@ def _in_order(changes: list[Change]) -> list[Change]:
     declared = {(c.kind, c.name): c for c in changes}
     graph = TopologicalSorter()
     for change in changes:
-        node = (change.kind, change.name)
-        needs = []
-        if change.kind == "job":
-            needs.append(("connector", change.declared["connector"]))
-        elif change.declared.get("kind") == "job_output":
-            upstream = (change.declared.get("config") or {}).get("job")
-            if isinstance(upstream, str):
-                needs.append(("job", upstream))
-        graph.add(node, *[n for n in needs if n in declared])
+        needs = _needs(change)
+        graph.add((change.kind, change.name), *([needs] if needs in declared else []))
     try:
         order = list(graph.static_order())
     except CycleError as exc:
         cycle = " -> ".join(f"{k} {n}" for k, n in exc.args[1])
         raise UsageError(f"the file's connectors and jobs depend on each other: {cycle}") from None
     return [declared[node] for node in order]
+
+
+def check_plan(api, changes: list[Change], *, reason: str) -> None:
+    """Ask the server to dry-run each change (`?dry_run=true`: every check of the real call, the
+    source's included, nothing kept) and note what it refuses on the change. A change that needs
+    an object the plan creates first (a job's connector, a job_output connector's upstream job)
+    cannot be tried before that object exists: it is checked when applied."""
+    from tidemark_cli.api import error_line
+    from tidemark_client import TidemarkError
+
+    created = {(c.kind, c.name) for c in changes if c.action == "create"}
+    for change in changes:
+        if change.action == "unchanged" or change.fixed:
+            continue
+        needs = _needs(change)
+        if needs in created:
+            change.not_checked = f"checked when applied, after {needs[0]} {needs[1]} is created"
+            continue
+        try:
+            _send(api, change, reason=reason, dry_run=True)
+        except TidemarkError as exc:
+            if exc.status in (400, 409):
+                change.refused = error_line(exc)
+            elif exc.status == 403:
+                change.not_checked = "your role may not make this change"
+            else:
+                raise
+
+
+def _needs(change: Change) -> tuple[str, str] | None:
+    if change.kind == "job":
+        return ("connector", change.declared.get("connector"))
+    if change.declared.get("kind") == "job_output":
+        upstream = (change.declared.get("config") or {}).get("job")
+        return ("job", upstream) if isinstance(upstream, str) else None
+    return None
 
 
 def summary(changes: list[Change]) -> dict:
@@ -216,10 +252,16 @@ def print_plan(changes: list[Change]) -> None:
             if f.note:
                 line += f"   [{f.note}]"
             print(line)
+        if change.refused:
+            print(f"    refused by the server: {change.refused}")
+        elif change.not_checked:
+            print(f"    ({change.not_checked})")
     counts = summary(changes)
+    refused = sum(1 for c in changes if c.refused)
     print(
         f"\nPlan: {counts['create']} to create, {counts['change']} to change, "
-        f"{counts['reset']} to reset, {counts['unchanged']} unchanged."
+        f"{counts['reset']} to reset, {counts['unchanged']} unchanged"
+        + (f"; {refused} refused by the server." if refused else ".")
     )
     if counts["reset"]:
         print("A reset makes every job of the connector start over: apply it with --allow-reset.")
@@ -231,11 +273,24 @@ def _value(value) -> str:
 
 def cmd_plan(api, out, args) -> int:
     changes = make_plan(api, load(args.file))
+    check_plan(api, changes, reason=PLAN_REASON)
     if out.json:
         emit_json({"changes": [c.as_dict() for c in changes], "summary": summary(changes)})
     else:
         print_plan(changes)
+    refused = [c for c in changes if c.refused]
+    if refused:
+        # the plan is printed; the exit status and one line say it cannot be applied as it is
+        first = refused[0]
+        raise UsageError(
+            f"{first.kind} {first.name}: {first.refused}"
+            + (f" (and {len(refused) - 1} more refused)" if len(refused) > 1 else "")
+        )
     return 0
+
+
+# the reason a plan's dry run of a reset gives (a reset needs one; nothing is kept)
+PLAN_REASON = "tidemark plan (dry run)"
 
 
 # ---- apply --------------------------------------------------------------------------------------
@@ -268,6 +323,10 @@ def apply(api, pipelines: Pipelines, *, allow_reset: bool, reason: str, echo=Non
     apply` and `make demo` both apply files through this function."""
     changes = make_plan(api, pipelines)
     _refuse(changes, allow_reset=allow_reset)
+    check_plan(api, changes, reason=reason)
+    for change in changes:
+        if change.refused:
+            raise UsageError(f"{change.kind} {change.name}: {change.refused}; nothing applied")
     done = []
     for change in changes:
         if change.action == "unchanged":
@@ -319,25 +378,34 @@ def _apply_one(api, change: Change, *, reason: str) -> str:
         raise UsageError(f"{change.kind} {change.name}: {error_line(exc)}") from None
 
 
-def _send(api, change: Change, *, reason: str) -> str:
+def _send(api, change: Change, *, reason: str, dry_run: bool = False) -> str:
+    """The writes of one change; with `dry_run` the server checks them and keeps nothing."""
+    params = {"dry_run": "true"} if dry_run else None
+
+    def post(path, body):
+        return api.call("POST", path, body, params=params)
+
+    def patch(path, body):
+        return api.call("PATCH", path, body, params=params)
+
     declared = change.declared
     if change.kind == "connector":
         path = f"connectors/{quote(change.name)}/"
         if change.action == "create":
-            api.post("connectors/", declared)
+            post("connectors/", declared)
             return f"created connector {change.name}"
         if change.resets:
-            api.post(path + "reset/", {"config": declared["config"], "reason": reason})
+            post(path + "reset/", {"config": declared["config"], "reason": reason})
             rest = {k: v for k, v in change.patch.items() if k != "config"}
             if rest:
-                api.patch(path, rest)
+                patch(path, rest)
             return f"reset connector {change.name} ({', '.join(change.resets)}): jobs start over"
-        api.patch(path, change.patch)
+        patch(path, change.patch)
         return f"changed connector {change.name}: {_fields(change)}"
     if change.action == "create":
-        api.post("jobs/", declared)
+        post("jobs/", declared)
         return f"created job {change.name}"
-    api.patch(f"jobs/{quote(change.name)}/", change.patch)
+    patch(f"jobs/{quote(change.name)}/", change.patch)
     return f"changed job {change.name}: {_fields(change)}"
 
 
