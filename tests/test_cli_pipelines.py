@@ -91,3 +91,45 @@ def test_config_keys_the_server_derives_are_no_change_when_the_file_leaves_them_
     # without the server's word a stored key the file lacks is a change
     plain = pipelines.connector_change(declared, {**server, "config_derived": {}})
     assert {f.field for f in plain.fields} == {"config.column_type", "config.watermark_column"}
+
+
+class _Server:
+    """A stand-in for the API (pure logic): answers the dry-run probe as a server with or without
+    dry runs does, and records every other call."""
+
+    def __init__(self, *, dry_runs: bool):
+        self.dry_runs = dry_runs
+        self.calls = []
+
+    def call(self, method, path, body=None, params=None):
+        from tidemark_client import TidemarkError
+
+        if (params or {}).get("dry_run") == "probe":
+            if self.dry_runs:
+                raise TidemarkError(400, {"dry_run": ["must be true or false"]})
+            raise TidemarkError(400, {"name": ["This field is required."]})
+        self.calls.append((method, path, params))
+        return {}
+
+
+def _new_connector():
+    declared = {"name": "c", "kind": "files", "config": {"path": "/data"}}
+    return pipelines.connector_change(declared, None)
+
+
+def test_a_server_without_dry_runs_is_sent_no_write_by_plan():
+    # such a server would take ?dry_run=true for a real create
+    old = _Server(dry_runs=False)
+    changes = [_new_connector()]
+    pipelines.check_plan(old, changes, reason="r")
+    assert old.calls == []
+    assert "no dry runs" in changes[0].not_checked and not changes[0].refused
+
+
+def test_a_server_with_dry_runs_is_asked_for_each_change_as_a_dry_run():
+    new = _Server(dry_runs=True)
+    job = pipelines.job_change({"name": "j", "connector": "c", "batch_weight": 5}, None)
+    changes = [_new_connector(), job]
+    pipelines.check_plan(new, changes, reason="r")
+    assert new.calls == [("POST", "connectors/", {"dry_run": "true"})]
+    assert job.not_checked == "checked when applied, after connector c is created"

@@ -193,10 +193,16 @@ def check_plan(api, changes: list[Change], *, reason: str) -> None:
     from tidemark_cli.api import error_line
     from tidemark_client import TidemarkError
 
+    to_check = [c for c in changes if c.action != "unchanged" and not c.fixed]
+    if not to_check:
+        return
+    missing = _no_dry_runs(api)
+    if missing:
+        for change in to_check:
+            change.not_checked = missing
+        return
     created = {(c.kind, c.name) for c in changes if c.action == "create"}
-    for change in changes:
-        if change.action == "unchanged" or change.fixed:
-            continue
+    for change in to_check:
         needs = _needs(change)
         if needs in created:
             change.not_checked = f"checked when applied, after {needs[0]} {needs[1]} is created"
@@ -210,6 +216,23 @@ def check_plan(api, changes: list[Change], *, reason: str) -> None:
                 change.not_checked = "your role may not make this change"
             else:
                 raise
+
+
+def _no_dry_runs(api) -> str:
+    """Why the server cannot be asked for dry runs, or "" when it can. A server from before dry
+    runs would take `?dry_run=true` for a real write, so it is asked first with a body that can
+    never be saved (empty) and a dry_run value that is neither true nor false: a server with dry
+    runs refuses the value (400 naming dry_run), one without them the body."""
+    from tidemark_client import TidemarkError
+
+    try:
+        api.call("POST", "connectors/", {}, params={"dry_run": "probe"})
+    except TidemarkError as exc:
+        if exc.status == 403:
+            return "your role may not make this change"
+        if exc.status == 400 and isinstance(exc.payload, dict) and "dry_run" in exc.payload:
+            return ""
+    return "not checked: this server has no dry runs (an older release)"
 
 
 def _needs(change: Change) -> tuple[str, str] | None:
