@@ -201,7 +201,10 @@ REST_FRAMEWORK = {
         "inventory.api.authentication.ThrottledTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["inventory.api.permissions.HasRole"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "inventory.api.permissions.HasRole",
+        "inventory.api.permissions.DryRunWhereOffered",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # JSON only, a NUL anywhere in it refused naming the field (inventory/api/parsers.py)
     "DEFAULT_PARSER_CLASSES": [

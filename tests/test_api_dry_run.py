@@ -5,6 +5,7 @@ server would refuse."""
 import pytest
 from django.conf import settings
 from django_celery_beat.models import PeriodicTask
+from rest_framework.test import APIClient
 
 from inventory.models import Asset, Connector, Job, Watermark, WatermarkEvent
 from inventory.services import lifecycle as batches
@@ -118,3 +119,21 @@ def test_a_dry_run_needs_the_role_of_the_call_and_a_true_or_false(role_users, ad
     assert response.status_code == 400
     assert "dry_run" in response.json()
     assert not Job.objects.filter(name="dry-job").exists()
+
+
+def test_a_write_without_a_dry_run_refuses_the_parameter_instead_of_doing_it(admin):
+    connector, job = make_inventory()
+    gone = admin.delete(f"/api/v1/jobs/{job.name}/?dry_run=true")
+    assert gone.status_code == 400, gone.content
+    assert "no dry run" in gone.json()["dry_run"][0]
+    assert Job.objects.filter(pk=job.pk).exists()
+    paused = admin.post(f"/api/v1/jobs/{job.name}/pause/?dry_run=true")
+    assert paused.status_code == 400
+    job.refresh_from_db()
+    assert not job.paused
+    holes = admin.post(f"/api/v1/jobs/{job.name}/gaps/backfill/?dry_run=true", {}, format="json")
+    assert holes.status_code == 400 and "dry_run" in holes.json()
+    assert admin.delete(f"/api/v1/connectors/{connector.name}/?dry_run=1").status_code == 400
+    assert Connector.objects.filter(pk=connector.pk).exists()
+    # an anonymous caller is told to authenticate first, whatever it asks
+    assert APIClient().delete(f"/api/v1/jobs/{job.name}/?dry_run=true").status_code == 401

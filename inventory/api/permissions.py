@@ -1,5 +1,6 @@
 """Role checks for the API: each view names the role its actions need (inventory.roles)."""
 
+from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from inventory.roles import ADMIN, VIEWER, has_role
@@ -29,3 +30,24 @@ class HasRole(BasePermission):
             self.message = f"this needs the {required} role"
             return False
         return True
+
+
+class DryRunWhereOffered(BasePermission):
+    """`?dry_run=` on a write that has no dry run is a 400, never that write done for real (a
+    `DELETE ...?dry_run=true` would delete). A view offers dry runs for the actions it lists in
+    `dry_run_actions` (views/base.kept_unless). After HasRole: who may not write gets 401/403."""
+
+    def has_permission(self, request, view) -> bool:
+        if "dry_run" not in request.query_params or request.method in SAFE_METHODS:
+            return True
+        offered = getattr(view, "dry_run_actions", ())
+        if getattr(view, "action", None) in offered:
+            return True
+        raise ValidationError(
+            {
+                "dry_run": [
+                    "this call has no dry run (it would be done for real); it is offered "
+                    "on creating and changing connectors and jobs and on a connector reset"
+                ]
+            }
+        )

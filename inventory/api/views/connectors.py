@@ -36,6 +36,11 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     filterset_fields = ["kind", "state"]
     noun = "connector"
     action_roles = api_roles("connectors")  # inventory/actions.py
+    dry_run_actions = (
+        "create",
+        "partial_update",
+        "reset",
+    )  # ?dry_run=true (views/base.kept_unless)
 
     @extend_schema(
         summary="Create a connector (admin)",

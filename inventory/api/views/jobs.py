@@ -45,6 +45,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     filterset_fields = {"connector__name": ["exact"], "paused": ["exact"]}
     noun = "job"
     action_roles = api_roles("jobs")  # inventory/actions.py
+    dry_run_actions = ("create", "partial_update")  # ?dry_run=true (views/base.kept_unless)
 
     @extend_schema(
         summary="One job, with its watermark, lag, blocker and batch counts",
