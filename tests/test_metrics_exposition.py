@@ -35,7 +35,11 @@ def tricky_families() -> list[Family]:
         counts.add([str(value)], value)
     bare = Family("tm_reaper_overdue", "no labels")
     bare.add([], 1)
-    return [jobs, values, alerts, started, empty, counts, bare]
+    # four labels (the writer's general case), values with the template's own `%`
+    four = Family("tm_four", "four labels", labels=["d", "c", "b", "a"])
+    four.add(["100%", "%s", "%%", 'q"%d'], 4)
+    four.add(TRICKY[:4], 0.5)
+    return [jobs, values, alerts, started, empty, counts, bare, four]
 
 
 def test_the_text_is_byte_for_byte_what_prometheus_client_writes():

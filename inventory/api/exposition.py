@@ -102,7 +102,26 @@ def render(families: Iterable[Family]) -> bytes:
                 for values, value in family.samples
             )
         else:
-            for values, value in family.samples:
-                labels = ",".join(f'{k}="{escape(values[i])}"' for k, i in keys)
-                out.append(f"{name}{{{labels}}} {number(value)}\n")
+            # one template per family: `name{a="%s",b="%s"} %s\n` (a name or a label name has no
+            # `%`: both are checked against Prometheus's patterns when the family is made)
+            template = name + "{" + ",".join(f'{k}="%s"' for k, _ in keys) + "} %s\n"
+            positions = [i for _, i in keys]
+            if len(positions) == 2:
+                a, b = positions
+                out.extend(
+                    template % (escape(values[a]), escape(values[b]), number(value))
+                    for values, value in family.samples
+                )
+            elif len(positions) == 3:
+                a, b, c = positions
+                out.extend(
+                    template
+                    % (escape(values[a]), escape(values[b]), escape(values[c]), number(value))
+                    for values, value in family.samples
+                )
+            else:
+                out.extend(
+                    template % (*[escape(values[i]) for i in positions], number(value))
+                    for values, value in family.samples
+                )
     return "".join(out).encode("utf-8")
