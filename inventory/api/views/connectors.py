@@ -36,11 +36,8 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     filterset_fields = ["kind", "state"]
     noun = "connector"
     action_roles = api_roles("connectors")  # inventory/actions.py
-    dry_run_actions = (
-        "create",
-        "partial_update",
-        "reset",
-    )  # ?dry_run=true (views/base.kept_unless)
+    # ?dry_run=true (views/base.kept_unless; any other write refuses it: permissions.py)
+    dry_run_actions = ("create", "partial_update", "reset")
 
     @extend_schema(
         summary="Create a connector (admin)",

@@ -45,7 +45,8 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     filterset_fields = {"connector__name": ["exact"], "paused": ["exact"]}
     noun = "job"
     action_roles = api_roles("jobs")  # inventory/actions.py
-    dry_run_actions = ("create", "partial_update")  # ?dry_run=true (views/base.kept_unless)
+    # ?dry_run=true (views/base.kept_unless; any other write refuses it: permissions.py)
+    dry_run_actions = ("create", "partial_update")
 
     @extend_schema(
         summary="One job, with its watermark, lag, blocker and batch counts",
