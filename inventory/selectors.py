@@ -204,19 +204,6 @@ def connector_state_counts() -> dict[str, int]:
     return {row["state"]: row["n"] for row in rows}
 
 
-def batch_counts_by_job() -> list[tuple[int, str, str, int]]:
-    """(job id, kind, status, count) of the open batches (queued, running, failed, dead) for
-    /metrics, from the partial index batch_open_status_idx: counting every committed batch on each
-    scrape grows with history (finished work is in the attempt counters)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT job_id, kind, status, count(*) FROM inventory_batch "
-            "WHERE status IN ('queued', 'running', 'failed', 'dead') "
-            "GROUP BY job_id, kind, status ORDER BY job_id, kind, status"
-        )
-        return cursor.fetchall()
-
-
 def open_batch_counts() -> dict[tuple[int, str], int]:
     """(job id, status) -> count of queued, running, failed and dead batches (the partial index
     batch_open_status_idx: committed batches are never read)."""

@@ -166,6 +166,9 @@ class JobRow:
     state: str = ""
     blocker: BatchRef | None = None
     time_lag: timedelta | None = None
+    # /metrics' rows only (Health.rows): the open batches' counts in OPEN_BY_KIND's order (None
+    # where the job has no open batch)
+    open_by_kind: tuple = ()
     # the page's rows only (see rows_detail)
     last_batch: LastBatch | None = None
     rates: JobRates | None = None
@@ -186,6 +189,14 @@ STATES = (
     "paused",
     "catching_up",
     "current",
+)
+
+# (kind, status) of the open-batch counts that health_all returns for each job, in its column
+# order (dashboard.sql: open_by_kind)
+OPEN_BY_KIND = tuple(
+    (kind, status)
+    for kind in ("incremental", "backfill")
+    for status in ("queued", "running", "failed", "dead")
 )
 
 
@@ -294,14 +305,16 @@ class Health:
         return found["dead"][:limit], found["late"][:limit]
 
     def rows(self) -> list[JobRow]:
-        """Every job, by name, with its blocker when that is a dead batch (/metrics). Lean, as
-        /metrics reads it at every scrape: the connector carries no weight unit, and the
-        watermark its value only when it is a datetime (dashboard.sql: health_all)."""
+        """Every job, by name, with its blocker when that is a dead batch and its open batches by
+        kind and status (/metrics). Lean, as /metrics reads it at every scrape: the connector
+        carries no weight unit, and the watermark its value only when it is a datetime
+        (dashboard.sql: health_all)."""
         rows = []
         for values in self.fetch("health_all"):
-            row = _job_row(values[:-1])
-            if values[-1] is not None:
-                row.blocker = BatchRef(values[-1], "dead")
+            row = _job_row(values[:22])
+            if values[22] is not None:
+                row.blocker = BatchRef(values[22], "dead")
+            row.open_by_kind = values[23:]
             rows.append(row)
         return rows
 

@@ -114,3 +114,54 @@ def test_the_collected_families_are_written_as_prometheus_client_writes_them():
     families = list(InventoryCollector().collect())
     assert sum(len(family.samples) for family in families) > 10
     assert render(families) == written_by_prometheus_client(families)
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_open_batches_are_counted_by_job_kind_and_status(client):
+    """tidemark_batches (read with each job's row, dashboard.sql: health_all): every open status
+    of both kinds, each sample the count of such batches, committed batches in none; a job with
+    no open batch has no sample. Fails if a (kind, status) is left out or counted in another's
+    column."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from inventory.models import Backfill, Batch, BatchKind, BatchStatus
+    from inventory.selectors_health import OPEN_BY_KIND
+
+    open_statuses = [BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED, BatchStatus.DEAD]
+    assert set(OPEN_BY_KIND) == {(k, s) for k in BatchKind.values for s in open_statuses}
+
+    _, job = make_inventory(weights=[1])
+    _, idle = make_inventory(name="idle", weights=[1])
+    backfill = Backfill.objects.create(
+        job=job, range_start=0, range_end=10**6, batch_weight=1, max_items=1
+    )
+    planted, lower = {}, 1000
+    for n, (kind, status) in enumerate(OPEN_BY_KIND + (("incremental", "succeeded"),)):
+        for _ in range(n + 1):  # a different count for each (kind, status)
+            Batch.objects.create(
+                job=job,
+                kind=kind,
+                backfill=backfill if kind == BatchKind.BACKFILL else None,
+                status=status,
+                span=(lower, lower + 1),
+                item_count=1,
+                weight=1,
+                max_attempts=3,
+                lease_expires_at=timezone.now() + timedelta(hours=1),
+            )
+            lower += 1
+        planted[kind, status] = n + 1
+
+    samples = _samples(
+        client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+    )
+    found = {
+        (dict(labels)["kind"], dict(labels)["status"]): value
+        for (name, labels), value in samples.items()
+        if name == "tidemark_batches" and dict(labels)["job"] == job.name
+    }
+    del planted["incremental", "succeeded"]
+    assert found == planted
+    assert not [k for k in samples if k[0] == "tidemark_batches" and ("job", idle.name) in k[1]]

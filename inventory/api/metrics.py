@@ -35,9 +35,13 @@ class InventoryCollector:
             "Open batches (queued, running, failed, dead) by job, kind and status",
             labels=["job", "kind", "status"],
         )
-        for job_id, kind, status, count in selectors.batch_counts_by_job():
-            if job_id in names:
-                batches.add([names[job_id], kind, status], count)
+        kinds = selectors_health.OPEN_BY_KIND
+        batches.samples = [
+            ((job.name, *kinds[i]), count)
+            for job in jobs
+            for i, count in enumerate(job.open_by_kind)
+            if count
+        ]
         yield batches
 
         started = Family(

@@ -168,6 +168,23 @@ ORDER BY part, ord, name;
 -- probe per job behind, where tidemark_lag probes the connector's last asset again for each job.
 -- No connector config (the rows carry no weight unit), and a watermark's value only where the
 -- time lag reads it (datetime watermarks): jsonb is the costly part of a row to hand over.
+-- Last, the job's open batches by kind and status (/metrics' tidemark_batches), eight columns in
+-- the order of selectors_health.OPEN_BY_KIND: one row per job to hand over, not one per
+-- (job, kind, status) sorted by them (at 10,000 jobs 30,000 rows, a third of the render's SQL).
+, open_by_kind (job_id, iq, ir, if_, id_, bq, br, bf, bd) AS (
+    SELECT job_id,
+           count(*) FILTER (WHERE kind = 'incremental' AND status = 'queued'),
+           count(*) FILTER (WHERE kind = 'incremental' AND status = 'running'),
+           count(*) FILTER (WHERE kind = 'incremental' AND status = 'failed'),
+           count(*) FILTER (WHERE kind = 'incremental' AND status = 'dead'),
+           count(*) FILTER (WHERE kind = 'backfill' AND status = 'queued'),
+           count(*) FILTER (WHERE kind = 'backfill' AND status = 'running'),
+           count(*) FILTER (WHERE kind = 'backfill' AND status = 'failed'),
+           count(*) FILTER (WHERE kind = 'backfill' AND status = 'dead')
+    FROM inventory_batch
+    WHERE status IN ('queued', 'running', 'failed', 'dead')
+    GROUP BY job_id
+)
 SELECT h.id, h.name, h.paused, h.schedule_seconds, h.lease_seconds, jx.watermark_type,
        h.connector_name, h.connector_state, NULL, NULL, wx.type,
        CASE WHEN jx.watermark_type = 'datetime' THEN wx.value END,
@@ -176,7 +193,8 @@ SELECT h.id, h.name, h.paused, h.schedule_seconds, h.lease_seconds, jx.watermark
             WHEN h.behind THEN h.tip_count - coalesce(done.cum_count, 0) ELSE 0 END,
        CASE WHEN h.outside THEN h.ext_weight
             WHEN h.behind THEN h.tip_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
-       h.late, h.state, held.id
+       h.late, h.state, held.id,
+       k.iq, k.ir, k.if_, k.id_, k.bq, k.br, k.bf, k.bd
 FROM health AS h
 -- the other columns of the rows returned, by primary key
 JOIN inventory_job AS jx ON jx.id = h.id
@@ -191,6 +209,7 @@ LEFT JOIN LATERAL (
       AND b.backfill_id IS NULL AND b.status = 'dead'
     LIMIT 1
 ) AS held ON true
+LEFT JOIN open_by_kind AS k ON k.job_id = h.id
 ORDER BY h.name;
 
 -- name: waiting_connectors
