@@ -14,7 +14,7 @@ Two boundaries, kept in `MaintenanceRun("attempt-rollup").outcome`:
   stays SETTLE_MINUTES behind the database's clock: a finish is stamped with the time its
   transaction started, and one still committing must not land behind the boundary.
 
-A scrape (selectors_health.attempt_counts) adds the attempts at or after each boundary: those
+A scrape (selectors_alerts.attempt_counts) adds the attempts at or after each boundary: those
 inserted or finished in the last minutes, whatever the age of the oldest running attempt.
 
 A rollup written before `finished_before` existed (one id boundary for both counts, stopped by the
