@@ -5,6 +5,8 @@ Scopes: `read` (GET), `processing` (acquire/heartbeat/succeed/fail: an external 
 request time so they can be changed per deployment and in tests.
 """
 
+import math
+
 from rest_framework.authtoken.models import Token
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.settings import api_settings
@@ -35,3 +37,14 @@ class TokenScopedRateThrottle(SimpleRateThrottle):
 
     def get_cache_key(self, request, view) -> str:
         return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+
+    def wait(self) -> int:
+        """Whole seconds until this client's next call in the scope is let through (the 429's
+        Retry-After), never less than 1: when the oldest call that still counts leaves the window.
+        DRF's own answer is None (no Retry-After at all) once the history holds more calls than
+        the budget, which happens when the rate was lowered or when calls from several web
+        processes raced past the check together; and it is below 1 second, written as
+        `Retry-After: 0`, when the budget is a few calls away from freeing up."""
+        counted = self.history[: self.num_requests]  # newest first
+        left = self.duration - (self.now - counted[-1]) if counted else self.duration
+        return max(math.ceil(left), 1)
