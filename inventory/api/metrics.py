@@ -6,6 +6,7 @@ process's memory, so every web, worker and beat process contributes and a restar
 
 import gc
 import hmac
+import math
 import threading
 import time
 from contextlib import contextmanager
@@ -192,8 +193,11 @@ def _authorized(request) -> bool:
 def metrics_view(request):
     try:
         authorized = _authorized(request)
-    except Throttled:
-        return HttpResponse("too many bad tokens\n", status=429, content_type="text/plain")
+    except Throttled as refused:
+        response = HttpResponse("too many bad tokens\n", status=429, content_type="text/plain")
+        if refused.wait:
+            response["Retry-After"] = str(math.ceil(refused.wait))  # as the API's 429s say it
+        return response
     if not authorized:
         if request.user.is_authenticated:
             # logged in, but in no role: known, and not allowed
