@@ -137,10 +137,11 @@ def _cache_url(url: str) -> str:
 
 
 # One cache for every web process (the API throttle's counters live here: with a per-process
-# cache, each gunicorn worker would grant a token client the full rate again).
+# cache, each gunicorn worker would grant a token client the full rate again). It shares the
+# broker's Redis database, so its clear() deletes only its own keys (controlplane/cache.py).
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "controlplane.cache.PrefixedRedisCache",
         "LOCATION": _cache_url(REDIS_URL),
         "KEY_PREFIX": env_str("CACHE_KEY_PREFIX", "tidemark"),
     }

@@ -24,19 +24,6 @@ def session_client(user) -> APIClient:
     return client
 
 
-def clear_session_cache() -> None:
-    """Forget this test session's cache keys (the API throttle's counters, the bad-token brake),
-    and only those (conftest: cache_of_this_session gives them a prefix). `cache.clear()` is a
-    FLUSHDB: it also dropped the other pytest processes' counters in the middle of their tests,
-    and every Celery message queued in the same Redis database, which the broker shares."""
-    from django.core.cache import cache
-
-    client = cache._cache.get_client(write=True)
-    keys = list(client.scan_iter(match=f"{cache.key_prefix}:*"))
-    if keys:
-        client.delete(*keys)
-
-
 def make_inventory(*, name="events", weights=(40, 40, 40, 40, 40, 40), **job_options):
     """A files connector with registered assets and one job over them."""
     landing = settings.DATA_DIR / "in"  # under the allowed roots (conftest)

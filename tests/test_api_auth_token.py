@@ -3,10 +3,11 @@
 import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from tests.api_support import clear_session_cache, make_inventory
+from tests.api_support import make_inventory
 
 URL = "/api/v1/auth/token/"
 
@@ -42,7 +43,7 @@ def test_password_guesses_are_throttled_per_client(settings):
             "login": "2/min",
         },
     }
-    clear_session_cache()
+    cache.clear()
     client = APIClient(REMOTE_ADDR="10.9.8.7")
     codes = [
         client.post(URL, {"username": "x", "password": "y"}, format="json").status_code

@@ -192,7 +192,7 @@ def test_token_clients_are_throttled_per_scope_and_sessions_are_not(role_users, 
         assert [answer.status_code for answer in answers] == [200, 200, 200, 429]
         # on the first refusal (a fifth request once came back without the header, most likely
         # because another pytest process's cache.clear(), a FLUSHDB, had emptied this counter and
-        # let it through; the tests now forget only their own keys: clear_session_cache)
+        # let it through; the cache's clear() now forgets only its own keys: controlplane/cache.py)
         assert answers[-1]["Retry-After"]
         # processing calls have their own, higher budget
         operator = token_client(role_users["operator"])

@@ -13,6 +13,7 @@ import re
 
 import pytest
 from django.apps import apps
+from django.core.cache import cache
 from django.test import Client, override_settings
 from django.urls import URLResolver, get_resolver
 from rest_framework.authtoken.models import Token
@@ -22,7 +23,7 @@ from rest_framework.test import APIClient
 from inventory.models import Connector, ConnectorState
 from inventory.services import backfills
 from inventory.services import lifecycle as batches
-from tests.api_support import clear_session_cache, make_inventory, token_client
+from tests.api_support import make_inventory, token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -197,7 +198,7 @@ def _template(url: str, world) -> str:
 
 
 def test_each_role_may_only_what_it_may_on_every_api_route(world, role_users):
-    clear_session_cache()  # throttle counters
+    cache.clear()  # throttle counters
     undecided = []
     for method, url in _api_methods(world):
         key = (method, _template(url, world))
@@ -399,7 +400,7 @@ def test_token_clients_above_their_write_rate_get_429(world, role_users):
     from django.conf import settings
 
     rates = {**api_settings.DEFAULT_THROTTLE_RATES, "write": "2/min"}
-    clear_session_cache()
+    cache.clear()
     with override_settings(
         REST_FRAMEWORK={**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}
     ):
@@ -408,7 +409,7 @@ def test_token_clients_above_their_write_rate_get_429(world, role_users):
         codes = [api.post(url).status_code for _ in range(3)]
         assert codes == [200, 200, 429]
         assert int(api.post(url)["Retry-After"]) > 0
-    clear_session_cache()
+    cache.clear()
 
 
 def test_a_refusal_says_when_to_retry_after_the_rate_was_lowered(world, role_users):
@@ -419,7 +420,7 @@ def test_a_refusal_says_when_to_retry_after_the_rate_was_lowered(world, role_use
 
     api = token_client(role_users["viewer"])
     url = f"/api/v1/connectors/{world['connector'].name}/"
-    clear_session_cache()
+    cache.clear()
     for rate, calls in (("10/min", 5), ("2/min", 1)):
         rates = {**api_settings.DEFAULT_THROTTLE_RATES, "read": rate}
         with override_settings(
@@ -428,4 +429,4 @@ def test_a_refusal_says_when_to_retry_after_the_rate_was_lowered(world, role_use
             answers = [api.get(url) for _ in range(calls)]
     assert answers[-1].status_code == 429
     assert 1 <= int(answers[-1]["Retry-After"]) <= 60
-    clear_session_cache()
+    cache.clear()
