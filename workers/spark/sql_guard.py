@@ -135,6 +135,13 @@ def check_query(query: str, *, inputs: tuple[str, ...] = ("batch",)) -> None:
         statements = [s for s in sqlglot.parse(query, read="spark") if s is not None]
     except (ParseError, TokenError) as exc:
         raise SqlRefused(f"is not valid Spark SQL: {_first_line(exc)}") from None
+    except Exception as exc:
+        # sqlglot's function builders raise plain errors on a wrong argument count
+        # (`map(a)`: IndexError): still the query's fault, never a server error
+        raise SqlRefused(
+            f"is not valid Spark SQL: {type(exc).__name__} while parsing it "
+            "(a function called with the wrong number of arguments?)"
+        ) from None
     if len(statements) != 1:
         raise SqlRefused(f"must be exactly one query, got {len(statements)} statements")
     (tree,) = statements
