@@ -194,6 +194,27 @@ def test_a_malformed_json_line_fails_the_batch(spark, tmp_path):
     assert "malformed" in caught.value.message.lower()
 
 
+def test_a_batch_of_empty_files_is_a_read_error_naming_them(spark, tmp_path):
+    """Zero-byte JSON lines or CSV files: Spark infers no columns at all; the batch fails in its
+    read stage saying so (not as the sink's "empty schema" write error), and with the
+    connector's `schema` the same files read as zero rows."""
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    out = tmp_path / "out"
+    spec = spec_for(
+        [str(empty)], {"kind": "files", "path": str(out)}, format="json", processor="passthrough"
+    )
+    with pytest.raises(BatchError) as caught:
+        run_batch(spark, spec)
+    error = caught.value.as_dict()
+    assert (error["type"], error["stage"]) == ("ReadError", "read"), error
+    assert "empty.json" in error["message"] and "schema" in error["message"], error
+    assert not out.exists()
+
+    result = run_batch(spark, {**spec, "schema": "order_id BIGINT"})
+    assert result["rows_in"] == 0 and result["rows_out"] == 0
+
+
 def test_config_errors_fail_before_any_spark_work(spark, tmp_path):
     sink = {"kind": "files", "path": str(tmp_path)}
     with pytest.raises(BatchError) as caught:

@@ -56,6 +56,17 @@ def read_items(
         df = reader.load(locations)
     except Exception as exc:
         raise ReadError(f"cannot read {fmt} input: {spark_error_summary(exc)}") from exc
+    if not df.columns:
+        # every file was empty (JSON lines or CSV without a record): Spark inferred no column,
+        # and no sink can write that; say so here rather than as the sink's failure
+        named = ", ".join(locations[:3]) + (
+            f" and {len(locations) - 3} more" if len(locations) > 3 else ""
+        )
+        raise ReadError(
+            f"the batch's {fmt} input has no columns: its {len(locations)} file(s) hold no "
+            f"record ({named}); give the connector a `schema` (DDL) to read empty files as "
+            "zero rows, or skip the batch"
+        )
     if lineage is not None:
         df = add_lineage(df, lineage)
     return df
