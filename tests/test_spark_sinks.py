@@ -102,12 +102,27 @@ def test_file_sink_refuses_partition_columns_the_output_lacks(spark, tmp_path):
         write_sink(df, files_sink(tmp_path, partition_by=["day"]), batch_id=1)
 
 
+@pytest.mark.parametrize("column", ["batch_id", "Batch_ID"])
+def test_file_sink_refuses_an_output_column_named_like_its_batch_directories(
+    spark, tmp_path, column
+):
+    """A reader of the sink gets `batch_id` from the `batch_id=<id>` directories, which would
+    silently replace the output's own column of that name (Spark's partition value wins, any
+    case): the batch fails naming the column, and nothing is written."""
+    out = tmp_path / "out"
+    df = spark.createDataFrame([(1, 777)], f"id INT, {column} INT")
+    with pytest.raises(SinkError, match=rf"column '{column}'"):
+        write_sink(df, files_sink(out), batch_id=5)
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("sink", "message"),
     [
         ({"kind": "s3"}, "unknown sink kind 's3'"),
         ({"kind": "files"}, "sink 'path'"),
         ({"kind": "files", "path": "/x", "format": "xml"}, "sink 'format'"),
+        ({"kind": "files", "path": "/x", "partition_by": ["batch_id"]}, "batch_id"),
         ({"kind": "postgres", "table": "a.b.c", "dsn_env": "X"}, "sink 'table'"),
         ({"kind": "postgres", "table": "t;drop", "dsn_env": "X"}, "not a valid identifier"),
         ({"kind": "postgres", "table": "t", "mode": "merge", "dsn_env": "X"}, "sink 'mode'"),

@@ -30,6 +30,8 @@ from workers.spark.pgsink import check_postgres, write_postgres
 from workers.spark.sink_files import local_path, sink_files
 
 FILE_FORMATS = ("parquet", "json", "csv", "orc")
+# the files sink's directory per batch, `<path>/batch_id=<id>`: a partition column to its readers
+BATCH_COLUMN = "batch_id"
 SINK_KINDS = "files, postgres, delta"
 # what each kind of sink reads: a job is saved with no other key (job_config, check_known_keys); a job
 # saved before that rule still runs (the delta sink refused unknown keys from the start)
@@ -118,6 +120,11 @@ def _file_settings(sink: dict) -> tuple[str, str, list[str], dict]:
     partition_by = sink.get("partition_by") or []
     if not isinstance(partition_by, list) or not all(isinstance(c, str) for c in partition_by):
         raise SinkError("sink 'partition_by' must be a list of column names")
+    if any(c.lower() == BATCH_COLUMN for c in partition_by):
+        raise SinkError(
+            f"sink 'partition_by' may not name {BATCH_COLUMN!r}: the sink's own "
+            f"'{BATCH_COLUMN}=<id>' directories hold each batch"
+        )
     options = sink.get("options") or {}
     if not isinstance(options, dict):
         raise SinkError("sink 'options' must be an object of Spark writer options")
@@ -131,6 +138,13 @@ def write_files(
     unknown = [c for c in partition_by if c not in df.columns]
     if unknown:
         raise SinkError(f"sink 'partition_by' names columns {unknown} that the output lacks")
+    clash = [c for c in df.columns if c.lower() == BATCH_COLUMN]
+    if clash:
+        raise SinkError(
+            f"the output has a column {clash[0]!r}: a files sink keeps each batch in a "
+            f"'{BATCH_COLUMN}=<id>' directory, whose value a reader of {path} would see instead; "
+            "rename the column in the processor"
+        )
     publish = publish or static_publish()
 
     files = sink_files(df.sparkSession, path)
