@@ -71,6 +71,43 @@ def test_files_and_delta_sinks_outside_the_allowed_roots_are_refused(role_users,
     assert not Job.objects.filter(name="hostile-job").exists()
 
 
+@pytest.mark.parametrize("kind", ["files", "delta"])
+def test_a_sink_inside_its_own_connectors_directory_is_refused(role_users, tmp_path, kind):
+    """A bare pattern ("*.json") matches at any depth: output written below the connector's
+    directory would be discovered as new input, and every run would read its own output back."""
+    api = token_client(role_users["admin"])
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    assert _create(api, {"path": str(landing)}, name="landing").status_code == 201
+
+    def job(path, name="loop"):
+        body = {"name": name, "connector": "landing", "batch_weight": 10}
+        body["sink"] = {"kind": kind, "path": str(path)}
+        return api.post("/api/v1/jobs/", body, format="json")
+
+    for path in [landing, landing / "out", f"{tmp_path}/x/../landing/out"]:
+        refused = job(path)
+        assert refused.status_code == 400, (path, refused.content)
+        assert "connector landing" in refused.json()["sink.path"][0], refused.json()
+    assert not Job.objects.filter(name="loop").exists()
+
+    assert job(tmp_path / "out", name="beside").status_code == 201
+    moved = api.patch(
+        "/api/v1/jobs/beside/", {"sink": {"kind": kind, "path": str(landing / "o")}}, format="json"
+    )
+    assert moved.status_code == 400, moved.content
+    assert "sink.path" in moved.json()
+
+    # a reset may not move the connector's directory over an existing job's sink either
+    reset = api.post(
+        "/api/v1/connectors/landing/reset/",
+        {"config": {"path": str(tmp_path)}, "reason": "re-point"},
+        format="json",
+    )
+    assert reset.status_code == 400, reset.content
+    assert "beside" in reset.json()["config.path"][0]
+
+
 def test_assets_register_only_inside_their_connector(role_users, tmp_path):
     landing = tmp_path / "landing"
     landing.mkdir()

@@ -57,6 +57,25 @@ def path_confined(path, field: str) -> str:
     )
 
 
+def sink_outside_source(sink_path, source_path, *, source: str, field: str) -> None:
+    """A files or Delta sink's directory never lies in (or is) the directory its own job's
+    connector walks: a bare pattern matches at any depth, so every run would discover its own
+    output as new files and read it back. Both paths are compared resolved; URLs are not."""
+    if not isinstance(sink_path, str) or not isinstance(source_path, str):
+        return
+    if urlparse(sink_path).scheme or urlparse(source_path).scheme:
+        return
+    if not (os.path.isabs(sink_path) and os.path.isabs(source_path)):
+        return
+    real, walked = os.path.realpath(sink_path), os.path.realpath(source_path)
+    if _under(real, walked):
+        raise InvalidInput(
+            field,
+            f"{sink_path} lies inside {walked}, the directory of connector {source}: the job "
+            "would discover its own output as new files and read it again; write outside it",
+        )
+
+
 def location_within(location, *, base: str, field: str) -> str:
     """A local `location` confined (path_confined) and lying under the directory `base` (itself
     resolved): an asset of a files connector stays inside its connector's directory."""

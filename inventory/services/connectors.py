@@ -15,6 +15,7 @@ from inventory.models import (
 )
 from inventory.services import lifecycle, watermarks
 from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.job_config import sink_outside_own_source
 from inventory.services.orchestration import connector_transition, predecessors_completed
 from inventory.services.secrets import check_no_secrets
 from inventory.sources import job_output as source_job_output
@@ -206,6 +207,11 @@ def connector_reset(
     source_job_output.check_connector(connector=connector, config=config, reset=True)
     changed = identity_changes(connector.config, config)
     jobs = list(Job.objects.select_for_update().filter(connector=connector).order_by("pk"))
+    for job in jobs:
+        try:
+            sink_outside_own_source(job.sink, connector, config=config)
+        except InvalidInput as exc:
+            raise InvalidInput("config.path", f"job {job.name}'s sink: {exc.message}") from None
     running = (
         Batch.objects.filter(job__in=jobs, status=BatchStatus.RUNNING)
         .select_related("job")

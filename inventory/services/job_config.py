@@ -11,6 +11,7 @@ from django.conf import settings
 
 from inventory.models import RestatementPolicy
 from inventory.services.capabilities import sink_confine
+from inventory.services.confinement import sink_outside_source
 from inventory.services.cron import parse_cron
 from inventory.services.errors import InvalidInput
 from inventory.services.own_database import sink_refuse_own_database
@@ -40,6 +41,7 @@ def job_validate_runtime(
     schedule_seconds=None,
     max_concurrency=None,
     restatements=None,
+    connector=None,
 ) -> None:
     """Check what a job names for running (given fields only); InvalidInput names the field.
 
@@ -57,6 +59,8 @@ def job_validate_runtime(
         except SinkError as exc:
             raise InvalidInput("sink", str(exc)) from None
         sink_confine(sink)
+        if connector is not None:
+            sink_outside_own_source(sink, connector)
         if sink.get("kind") == "postgres":
             sink_refuse_own_database(sink)
     if processor is not None:
@@ -101,3 +105,17 @@ def job_validate_runtime(
         raise InvalidInput(
             "schedule_seconds", f"must be a positive integer, got {schedule_seconds!r}"
         )
+
+
+def sink_outside_own_source(sink: dict, connector, *, config: dict | None = None) -> None:
+    """A files or Delta sink does not write into the local directory its connector walks
+    (`config`: the connector's config about to be saved, by default its current one)."""
+    config = connector.config if config is None else config
+    config = config or {}
+    if not isinstance(sink, dict) or sink.get("kind") not in ("files", "delta"):
+        return
+    if connector.kind != "files" or "meta_table" in config:
+        return  # a meta table's items are listed by the table, not by a walk of `path`
+    sink_outside_source(
+        sink.get("path"), config.get("path"), source=connector.name, field="sink.path"
+    )

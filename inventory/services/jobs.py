@@ -55,6 +55,7 @@ def job_create(
         schedule_seconds=options.get("schedule_seconds"),
         max_concurrency=options.get("max_concurrency"),
         restatements=options.get("restatements"),
+        connector=connector,
     )
     job = Job.objects.create(
         name=name,
@@ -166,6 +167,7 @@ def job_update(*, job: Job, **changes) -> Job:
         schedule_seconds=changes.get("schedule_seconds"),
         max_concurrency=changes.get("max_concurrency"),
         restatements=changes.get("restatements"),
+        connector=job.connector,
     )
     for field, value in changes.items():
         setattr(job, field, value)
