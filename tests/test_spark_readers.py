@@ -98,3 +98,13 @@ def test_a_corrupt_parquet_file_is_a_read_error_naming_the_file(spark, tmp_path)
 def test_a_missing_item_is_a_read_error(spark, tmp_path):
     with pytest.raises(ReadError, match="cannot read json input"):
         read_items(spark, [str(tmp_path / "gone.json")], "json")
+
+
+def test_lineage_over_input_that_already_has_lineage_columns_is_a_read_error(spark, tmp_path):
+    """Files written by a job with lineage, read by another connector with lineage: the batch
+    fails in its read stage naming the columns (Spark's COLUMN_ALREADY_EXISTS surfaced later, as
+    the sink's write error)."""
+    upstream = write_parquet(tmp_path / "a.parquet", [{"id": 1, "_TM_batch_id": 3, "_tm_job": "a"}])
+    with pytest.raises(ReadError, match=r"\['_TM_batch_id', '_tm_job'\].*lineage"):
+        read_items(spark, [upstream], "parquet", lineage=LINEAGE)
+    assert read_items(spark, [upstream], "parquet").count() == 1

@@ -77,6 +77,14 @@ def add_lineage(df: DataFrame, lineage: dict, *, source_file: bool = True) -> Da
     missing = [k for k in ("batch_id", "job", "processed_at") if k not in lineage]
     if missing:
         raise ReadError(f"lineage needs {missing}")
+    added = {name.lower() for name in LINEAGE_COLUMNS if source_file or name != "_tm_source_file"}
+    clash = [c for c in df.columns if c.lower() in added]
+    if clash:
+        raise ReadError(
+            f"the input already has column(s) {clash} that lineage adds (written by an upstream "
+            "job with lineage?); turn lineage off on this connector, or drop or rename them "
+            "where they are written"
+        )
     columns = [
         F.lit(int(lineage["batch_id"])).cast("bigint").alias("_tm_batch_id"),
         F.lit(str(lineage["job"])).alias("_tm_job"),
