@@ -128,3 +128,33 @@ def test_over_long_values_and_malformed_json_are_400s(role_users, tmp_path):
         )
         assert response.status_code == 400, (field, response.content)
         assert field in response.json(), (field, response.json())
+
+
+def test_lone_surrogates_in_the_api_are_a_400_naming_the_field(role_users, tmp_path):
+    # "\ud800" is valid JSON text but no Unicode character: it cannot be encoded to UTF-8, so
+    # PostgreSQL refuses it and a file path holding it cannot be resolved (this was a 500 at
+    # assets/, and elsewhere a 400 naming no field, from the database's "invalid input syntax")
+    admin = token_client(role_users["admin"])
+    connector = ConnectorFactory(name="plain", config={"path": str(tmp_path)})
+    job = make_job(connector=connector, name="j")
+    for method, url, raw, field in [
+        (
+            "post",
+            "/api/v1/connectors/plain/assets/",
+            '{"assets": [{"location": "a\\ud800"}]}',
+            "assets[0].location",
+        ),
+        ("patch", "/api/v1/jobs/j/", '{"params": {"x": "\\ud800"}}', "params.x"),
+        ("patch", "/api/v1/jobs/j/", '{"params": {"\\udc00": 1}}', "params.\\udc00"),
+        (
+            "patch",
+            "/api/v1/connectors/plain/",
+            f'{{"config": {{"path": "{tmp_path}", "read_options": {{"a": ["\\ud800"]}}}}}}',
+            "config.read_options.a[0]",
+        ),
+    ]:
+        response = getattr(admin, method)(url, raw, content_type="application/json")
+        assert response.status_code == 400, (url, response.content)
+        assert field in response.json(), (url, response.json())
+    assert Batch.objects.filter(job=job).count() == 0
+    assert connector.assets.count() == 0

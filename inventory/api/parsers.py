@@ -1,28 +1,53 @@
 """The API's JSON parser: a document PostgreSQL cannot store is a 400 naming the field.
 
 A NUL character (`"\\u0000"`) is valid JSON but can be stored neither in a text column nor in
-jsonb; refusing it here, for every field of every endpoint, keeps it from surfacing later as a
-database error."""
+jsonb; a lone surrogate (`"\\ud800"`, half of a UTF-16 pair) is valid JSON too but no character at
+all: it cannot be encoded as UTF-8, so PostgreSQL refuses it and a path holding it cannot be
+resolved. Refusing both here, for every field of every endpoint, keeps them from surfacing later
+as a database error or a 500."""
+
+import re
 
 from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import JSONParser
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
-def nul_field(value, path: str = "") -> str | None:
-    """The path of the first key or string holding a NUL, or None."""
+
+def _problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "must not contain NUL characters"
+    found = _SURROGATE.search(text)
+    if found:
+        return (
+            f"must not contain a lone surrogate (\\u{ord(found.group()):04x}): it is no Unicode "
+            "character and cannot be stored"
+        )
+    return None
+
+
+def _shown(key: str) -> str:
+    """A key as the error names it, with what cannot be shown escaped."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", key.replace("\x00", "\\u0000"))
+
+
+def bad_field(value, path: str = "") -> tuple[str, str] | None:
+    """The path of the first key or string that cannot be stored, and why; or None."""
     if isinstance(value, str):
-        return path or "body" if "\x00" in value else None
+        problem = _problem(value)
+        return (path or "body", problem) if problem else None
     if isinstance(value, dict):
         for key, inner in value.items():
             field = f"{path}.{key}" if path else str(key)
-            if "\x00" in str(key):
-                return field.replace("\x00", "\\u0000")
-            found = nul_field(inner, field)
+            problem = _problem(str(key))
+            if problem:
+                return _shown(field), problem
+            found = bad_field(inner, field)
             if found:
                 return found
     if isinstance(value, list):
         for index, inner in enumerate(value):
-            found = nul_field(inner, f"{path}[{index}]" if path else f"[{index}]")
+            found = bad_field(inner, f"{path}[{index}]" if path else f"[{index}]")
             if found:
                 return found
     return None
@@ -31,7 +56,8 @@ def nul_field(value, path: str = "") -> str | None:
 class StrictJSONParser(JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         data = super().parse(stream, media_type, parser_context)
-        field = nul_field(data)
-        if field:
-            raise ValidationError({field: ["must not contain NUL characters"]})
+        found = bad_field(data)
+        if found:
+            field, problem = found
+            raise ValidationError({field: [problem]})
         return data
