@@ -114,6 +114,40 @@ def test_a_list_without_filters_refuses_a_parameter_it_does_not_read(api, path):
     assert "unknown query parameter" in response.json()["job"][0]
 
 
+@pytest.mark.parametrize(
+    ("path", "query", "parameter"),
+    [
+        # past PostgreSQL's bigint these reached the database: "bigint out of range", no field
+        ("/api/v1/alerts/", "page=99999999999999999999999", "page"),
+        ("/api/v1/jobs/{job}/gaps/", "upper=99999999999999999999999", "upper"),
+        ("/api/v1/jobs/{job}/gaps/", "lower=-99999999999999999999999", "lower"),
+        # an inverted range answered 200 with nothing in it
+        ("/api/v1/jobs/{job}/gaps/", "lower=50&upper=3", "upper"),
+    ],
+)
+def test_a_range_or_page_value_out_of_bounds_is_a_400_naming_it(api, path, query, parameter):
+    _, job = make_inventory()
+    response = api.get(path.format(job=job.name) + "?" + query)
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == [parameter], response.json()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"upper": 2**70}, "upper"),
+        ({"lower": 0, "upper": 10, "priority": 2**40}, "priority"),
+        ({"lower": 50, "upper": 3}, "upper"),
+    ],
+)
+def test_a_holes_backfill_out_of_bounds_is_a_400_naming_the_field(role_users, body, field):
+    _, job = make_inventory()
+    operator = token_client(role_users["operator"])
+    response = operator.post(f"/api/v1/jobs/{job.name}/gaps/backfill/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == [field], response.json()
+
+
 def test_the_restatements_list_still_reads_its_status_filter(api):
     _, job = make_inventory()
     url = f"/api/v1/jobs/{job.name}/restatements/"

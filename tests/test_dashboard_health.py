@@ -411,3 +411,12 @@ def test_last_day_rates_of_given_jobs_are_those_of_all_jobs():
             every[pk].items,
             every[pk].weight,
         )
+
+
+def test_a_throttle_beyond_bigint_is_a_400_naming_it_not_a_database_error(role_users):
+    url = "/api/v1/backfill-throttle/"
+    body = {"connector": None, "weight_per_minute": 2**63}
+    response = token_client(role_users["operator"]).put(url, body, format="json")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["weight_per_minute"], response.json()
+    assert token_client(role_users["viewer"]).get(url).json()["throttles"] == []

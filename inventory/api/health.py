@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 
 from inventory import selectors_alerts, selectors_backfills
 from inventory.actions import role_of, run
+from inventory.api.serializers.fields import BIGINT, INT, SMALLINT
 from inventory.api.serializers.strict import Input
 from inventory.models import Connector, Job
 from inventory.roles import actor_name
@@ -68,12 +69,25 @@ class GapReportSerializer(serializers.Serializer):
 
 
 class HolesBackfillSerializer(Input):
-    lower = serializers.IntegerField(required=False, help_text="first item id of the range")
-    upper = serializers.IntegerField(required=False, help_text="one past the range's last id")
-    batch_weight = serializers.IntegerField(required=False, min_value=1)
-    max_items = serializers.IntegerField(required=False, min_value=1)
-    max_concurrency = serializers.IntegerField(required=False, min_value=1, default=1)
-    priority = serializers.IntegerField(required=False, default=0)
+    # bounded as a backfill's own fields (serializers/backfills.py), so the database never
+    # refuses a value with an error that names no field
+    lower = serializers.IntegerField(
+        required=False, min_value=-BIGINT, max_value=BIGINT, help_text="first item id of the range"
+    )
+    upper = serializers.IntegerField(
+        required=False,
+        min_value=-BIGINT,
+        max_value=BIGINT,
+        help_text="one past the range's last id",
+    )
+    batch_weight = serializers.IntegerField(required=False, min_value=1, max_value=BIGINT)
+    max_items = serializers.IntegerField(required=False, min_value=1, max_value=INT)
+    max_concurrency = serializers.IntegerField(
+        required=False, min_value=1, max_value=SMALLINT, default=1
+    )
+    priority = serializers.IntegerField(
+        required=False, min_value=-SMALLINT - 1, max_value=SMALLINT, default=0
+    )
     reason = serializers.CharField(required=False, allow_blank=True, default="")
     preview = serializers.BooleanField(
         required=False, default=False, help_text="only show the plan"
@@ -84,6 +98,16 @@ class HolesBackfillSerializer(Input):
         help_text="a holes preview's fingerprint: exactly those backfills, or 409 with the holes "
         "as they are now",
     )
+
+    def validate(self, attrs):
+        _check_order(attrs)
+        return attrs
+
+
+def _check_order(bounds: dict) -> None:
+    """[lower, upper) must not be inverted (an empty range is a question with no answer)."""
+    if "lower" in bounds and "upper" in bounds and bounds["upper"] < bounds["lower"]:
+        raise ValidationError({"upper": ["must not be below lower (the range is [lower, upper))"]})
 
 
 def _job(name: str) -> Job:
@@ -106,6 +130,9 @@ def _range_params(request, allowed=("lower", "upper")) -> dict:
                 out[key] = int(request.query_params[key])
             except ValueError:
                 raise ValidationError({key: ["must be an integer item id"]}) from None
+            if not -BIGINT <= out[key] <= BIGINT:
+                raise ValidationError({key: [f"must be between {-BIGINT} and {BIGINT}"]})
+    _check_order(out)
     return out
 
 
@@ -212,7 +239,7 @@ class ThrottleSetSerializer(Input):
         required=False, allow_null=True, default=None, help_text="a connector's name; null: all"
     )
     weight_per_minute = serializers.IntegerField(
-        allow_null=True, min_value=1, help_text="null removes the budget"
+        allow_null=True, min_value=1, max_value=BIGINT, help_text="null removes the budget"
     )
 
 
