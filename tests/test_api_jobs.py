@@ -39,6 +39,10 @@ def test_it_creates_a_job_with_its_watermark(role_users):
         ({"batch_weight": 0}, "batch_weight"),
         ({"batch_weight": 2**70}, "batch_weight"),
         ({"max_items": -1}, "max_items"),
+        # a job without attempts was a 409 from the database's check constraint, and a lease of
+        # 0 seconds was accepted: every batch's lease expired as it was taken
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"lease_seconds": 0}, "lease_seconds"),
         ({"connector": "no-such-connector"}, "connector"),
         ({"watermark_type": "float"}, "watermark_type"),
         ({"name": "Not A Slug!"}, "name"),
@@ -55,6 +59,37 @@ def test_bad_job_input_is_a_400_naming_the_field(role_users, change, field):
     assert response.status_code == 400
     assert field in response.json(), response.json()
     assert not Job.objects.filter(name="hourly").exists()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"max_attempts": 0}, {"lease_seconds": 0}, {"batch_weight": -1}, {"lookback": -1}],
+)
+def test_a_setting_below_its_minimum_is_a_400_on_change_too(role_users, change):
+    _, job = make_inventory()
+    api = token_client(role_users["admin"])
+    response = api.patch(f"/api/v1/jobs/{job.name}/", change, format="json")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == list(change), response.json()
+    before = Job.objects.get(pk=job.pk)
+    assert (before.max_attempts, before.lease_seconds) == (job.max_attempts, job.lease_seconds)
+
+
+def test_the_schema_gives_the_minimums_the_api_enforces(role_users):
+    schema = token_client(role_users["viewer"]).get("/api/schema/?format=json").json()
+    fields = schema["components"]["schemas"]["JobWriteRequest"]["properties"]
+    minimums = {name: fields[name].get("minimum") for name in fields if "minimum" in fields[name]}
+    assert minimums == {
+        "start_position": -(2**63),
+        "batch_weight": 1,
+        "max_items": 1,
+        "max_attempts": 1,
+        "retry_backoff_seconds": 0,
+        "lease_seconds": 1,
+        "schedule_seconds": 1,
+        "max_concurrency": 1,
+        "lookback": 0,
+    }
 
 
 def test_job_detail_shows_watermark_lag_and_batch_counts(role_users):

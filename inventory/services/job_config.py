@@ -42,6 +42,8 @@ def job_validate_runtime(
     max_concurrency=None,
     restatements=None,
     connector=None,
+    max_attempts=None,
+    lease_seconds=None,
 ) -> None:
     """Check what a job names for running (given fields only); InvalidInput names the field.
 
@@ -97,6 +99,14 @@ def job_validate_runtime(
             "max_concurrency",
             f"must be at least 1 (batches of the job that may run at once), got {max_concurrency!r}",
         )
+    for field, value, meaning in (
+        ("max_attempts", max_attempts, "attempts a batch gets before it is dead"),
+        ("lease_seconds", lease_seconds, "how long a worker holds a batch between heartbeats"),
+    ):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise InvalidInput(field, f"must be at least 1 ({meaning}), got {value!r}")
     if schedule_seconds is not None and (
         isinstance(schedule_seconds, bool)
         or not isinstance(schedule_seconds, int)

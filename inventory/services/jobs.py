@@ -56,6 +56,8 @@ def job_create(
         max_concurrency=options.get("max_concurrency"),
         restatements=options.get("restatements"),
         connector=connector,
+        max_attempts=options.get("max_attempts"),
+        lease_seconds=options.get("lease_seconds"),
     )
     job = Job.objects.create(
         name=name,
@@ -168,6 +170,8 @@ def job_update(*, job: Job, **changes) -> Job:
         max_concurrency=changes.get("max_concurrency"),
         restatements=changes.get("restatements"),
         connector=job.connector,
+        max_attempts=changes.get("max_attempts"),
+        lease_seconds=changes.get("lease_seconds"),
     )
     for field, value in changes.items():
         setattr(job, field, value)

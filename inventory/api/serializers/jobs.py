@@ -130,6 +130,17 @@ class JobWriteSerializer(KnownFieldsOnly, serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [*FIXED_JOB_FIELDS, *JOB_SETTINGS]
+        # the minimums services/jobs.py and job_config.py enforce, so the schema states them (the
+        # model's columns alone would say 0, or any bigint)
+        extra_kwargs = {
+            "batch_weight": {"min_value": 1},
+            "max_items": {"min_value": 1},
+            "max_attempts": {"min_value": 1},
+            "lease_seconds": {"min_value": 1},
+            "schedule_seconds": {"min_value": 1},
+            "max_concurrency": {"min_value": 1},
+            "lookback": {"min_value": 0},
+        }
 
     def validate_name(self, value):
         if self.instance is None and Job.objects.filter(name=value).exists():
