@@ -234,3 +234,36 @@ def test_a_correction_out_of_range_or_below_the_start_is_a_400_naming_the_field(
     assert response.status_code == 400
     assert list(response.json()) == [field], response.json()
     assert not WatermarkEvent.objects.filter(watermark__job=job).exists()
+
+
+def test_a_datetime_correction_by_position_alone_needs_no_value(role_users):
+    # docs/api.md: "give either a position ... or a value alone"; the API required `value`
+    _, job = make_inventory(weights=[40] * 6, watermark_type="datetime")
+    committed = []
+    for hour in (1, 2, 3):
+        batch = batches.batch_acquire(job=job, worker="w")
+        batches.batch_succeed(
+            batch_id=batch.pk, attempt=batch.attempt, watermark_value=f"2026-01-01T0{hour}:00:00Z"
+        )
+        committed.append(batch)
+    api = token_client(role_users["admin"])
+    boundary = committed[0].span.upper
+    response = api.post(
+        f"/api/v1/jobs/{job.name}/watermark/",
+        {"position": boundary, "reason": "rewrite hours 2 and 3", "replay": True},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["position"] == boundary
+    assert response.json()["value"].startswith("2026-01-01T01:00:00")
+    assert Batch.objects.get(pk=committed[2].pk).status == BatchStatus.SUPERSEDED
+    # an int watermark still needs one of the two
+    _, int_job = make_inventory(name="ints")
+    neither = api.post(f"/api/v1/jobs/{int_job.name}/watermark/", {"reason": "r"}, format="json")
+    assert neither.status_code == 400 and list(neither.json()) == ["value"], neither.json()
+
+
+def test_the_schema_does_not_require_a_correction_value(role_users):
+    schema = token_client(role_users["viewer"]).get("/api/schema/?format=json").json()
+    required = schema["components"]["schemas"]["WatermarkCorrectionRequest"]["required"]
+    assert required == ["reason"]

@@ -44,8 +44,11 @@ class WatermarkStateSerializer(WatermarkSerializer):
 
 class WatermarkCorrectionSerializer(Input):
     value = AnyJSONField(
+        required=False,
         allow_null=True,
-        help_text="the new value; for an int watermark the last committed item id",
+        help_text="the new value; for an int watermark the last committed item id (give it or "
+        "`position`); for other types leave it out to take the value of the committed batches "
+        "below `position`",
     )
     position = serializers.IntegerField(
         required=False, min_value=-BIGINT, max_value=BIGINT, help_text="non-int watermarks only"
