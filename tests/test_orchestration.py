@@ -160,3 +160,43 @@ def test_the_connectors_page_shows_the_last_state_change_and_the_cursor(
     row = page.split('id="connector-shown-orders"', 1)[1].split("</tr>", 1)[0]
     assert "active &rarr; paused" in row and role_users["operator"].username in row
     assert "&#x27;next&#x27;: 6" in row or "'next': 6" in row  # where discovery got to
+
+
+def test_a_connector_that_would_wait_for_itself_is_refused_naming_start_after(tmp_path, role_users):
+    # a start_after naming the connector itself (or one of its own labels), or closing a circle
+    # of connectors each waiting for the next, kept them `waiting` for ever: nothing could release
+    (tmp_path / "in").mkdir()
+    path = str(tmp_path / "in")
+    api = token_client(role_users["admin"])
+
+    def create(name, **fields):
+        body = {"name": name, "kind": "files", "config": {"path": path}, **fields}
+        return api.post("/api/v1/connectors/", body, format="json")
+
+    for name, fields in [
+        ("self", {"start_after": "self"}),
+        ("mine", {"labels": ["grp"], "start_after": "grp"}),
+    ]:
+        response = create(name, **fields)
+        assert response.status_code == 400, response.content
+        assert list(response.json()) == ["start_after"], response.json()
+        assert "itself" in response.json()["start_after"][0]
+    assert create("first", start_after="second").status_code == 201
+    assert create("second", labels=["stage-2"]).status_code == 201
+    closing = api.patch("/api/v1/connectors/second/", {"start_after": "first"}, format="json")
+    assert closing.status_code == 400, closing.content
+    assert "first -> second" in closing.json()["start_after"][0] or (
+        "second -> first" in closing.json()["start_after"][0]
+    )
+    # the same circle closed by a label
+    assert (
+        api.patch(
+            "/api/v1/connectors/first/", {"start_after": "stage-2"}, format="json"
+        ).status_code
+        == 200
+    )
+    assert create("third", start_after="first").status_code == 201
+    by_label = api.patch("/api/v1/connectors/third/", {"labels": ["stage-2"]}, format="json")
+    assert by_label.status_code == 400 and list(by_label.json()) == ["labels"]
+    shown = api.get("/api/v1/connectors/second/").json()
+    assert shown["start_after"] == "" and shown["labels"] == ["stage-2"]

@@ -16,7 +16,11 @@ from inventory.models import (
 from inventory.services import lifecycle, watermarks
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.job_config import sink_outside_own_source
-from inventory.services.orchestration import connector_transition, predecessors_completed
+from inventory.services.orchestration import (
+    check_start_after,
+    connector_transition,
+    predecessors_completed,
+)
 from inventory.services.secrets import check_no_secrets
 from inventory.sources import job_output as source_job_output
 from inventory.sources import meta_table as source_meta_table
@@ -89,6 +93,7 @@ def connector_create(
     config = validate_config(kind, config or {})
     if Connector.objects.filter(name=name).exists():
         raise Conflict(f"a connector named {name!r} already exists")
+    check_start_after(name=name, labels=labels or [], start_after=start_after, field="start_after")
     state = ConnectorState.ACTIVE
     if start_after:
         state = ConnectorState.WAITING if not predecessors_completed(start_after) else state
@@ -158,6 +163,13 @@ def connector_update(
     if start_after is not _UNSET:
         connector.start_after = start_after or ""
         fields.append("start_after")
+    if "labels" in fields or "start_after" in fields:
+        check_start_after(
+            name=connector.name,
+            labels=connector.labels,
+            start_after=connector.start_after,
+            field="start_after" if "start_after" in fields else "labels",
+        )
     if fields:
         connector.save(update_fields=[*fields, "updated_at"])
     return connector

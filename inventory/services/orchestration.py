@@ -18,6 +18,7 @@ from django.db import transaction
 from django.db.models import Max, Q
 
 from inventory.models import Asset, Connector, ConnectorEvent, ConnectorKind, ConnectorState, Job
+from inventory.services.errors import InvalidInput
 
 SYSTEM = "orchestration"
 
@@ -46,6 +47,54 @@ def predecessors(start_after: str):
 def predecessors_completed(start_after: str) -> bool:
     found = predecessors(start_after)
     return found.exists() and not found.exclude(state=ConnectorState.COMPLETED).exists()
+
+
+def start_after_circle(*, name: str, labels: list[str], start_after: str) -> list[str] | None:
+    """The connectors through which `name`, given these labels and `start_after`, would wait for
+    itself (`[name, ..., name]`), or None. Such a connector could never be released: each one
+    of the circle waits for the next to complete."""
+    if not start_after:
+        return None
+    waits_for = {}
+    named = {}  # a name or a label -> the connectors it names
+    for other, other_labels, other_after in Connector.objects.values_list(
+        "name", "labels", "start_after"
+    ):
+        if other == name:
+            continue
+        waits_for[other] = other_after
+        for key in {other, *(other_labels or [])}:
+            named.setdefault(key, []).append(other)
+    waits_for[name] = start_after
+    for key in {name, *labels}:
+        named.setdefault(key, []).append(name)
+    paths = {name: [name]}
+    pending = [name]
+    while pending:
+        current = pending.pop()
+        for predecessor in named.get(waits_for[current] or "", []):
+            if predecessor == name:
+                return [*paths[current], name]
+            if predecessor not in paths:
+                paths[predecessor] = [*paths[current], predecessor]
+                pending.append(predecessor)
+    return None
+
+
+def check_start_after(*, name: str, labels: list[str], start_after: str, field: str) -> None:
+    """Refuse a `start_after` (or labels) by which a connector would wait for itself."""
+    circle = start_after_circle(name=name, labels=labels, start_after=start_after)
+    if circle:
+        how = (
+            "it names the connector itself"
+            if len(circle) == 2
+            else "each of these waits for the next to complete"
+        )
+        raise InvalidInput(
+            field,
+            f"connector {name} would wait for itself ({' -> '.join(circle)}): {how}, so none "
+            "would ever start",
+        )
 
 
 def snapshot_committed(connector: Connector) -> str | None:
