@@ -133,3 +133,43 @@ def test_a_server_with_dry_runs_is_asked_for_each_change_as_a_dry_run():
     pipelines.check_plan(new, changes, reason="r")
     assert new.calls == [("POST", "connectors/", {"dry_run": "true"})]
     assert job.not_checked == "checked when applied, after connector c is created"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # a key given twice: YAML keeps the last one without a word, so a setting was lost
+        (
+            "version: 1\njobs:\n  - name: j\n    connector: c\n    batch_weight: 5\n"
+            "    batch_weight: 7\n",
+            r":6:5: batch_weight is given twice \(first on line 5\)",
+        ),
+        ("version: 1\nversion: 1\n", r":2:1: version is given twice \(first on line 1\)"),
+        # values JSON has no word for: a traceback, or silently another value on the server
+        (
+            "version: 1\njobs:\n  - {name: j, connector: c, batch_weight: 5, params: "
+            "{day: 2026-01-01}}\n",
+            r"jobs\[0\]\.params\.day: 2026-01-01 is a YAML date; quote it",
+        ),
+        (
+            "version: 1\njobs:\n  - {name: j, connector: c, batch_weight: 5, params: {x: .nan}}\n",
+            r"jobs\[0\]\.params\.x: nan is not a JSON number",
+        ),
+        (
+            "version: 1\njobs:\n  - {name: j, connector: c, batch_weight: 5, params: {1: x}}\n",
+            r"jobs\[0\]\.params: the key 1 is not a string; quote it",
+        ),
+    ],
+)
+def test_what_yaml_would_lose_or_json_cannot_say_is_an_error_naming_where(tmp_path, text, message):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message):
+        load(str(path))
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_bytes(b"\xff\xfeversion: 1\n")
+    with pytest.raises(UsageError, match=r"p\.yaml is not UTF-8 text"):
+        load(str(path))

@@ -1,7 +1,9 @@
 """Reading a pipelines file: YAML, checked against pipelines.schema.json, relative paths taken
 from the file's folder. Every problem is a UsageError of one line naming where it is."""
 
+import datetime
 import json
+import math
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -24,14 +26,38 @@ def schema() -> dict:
     return json.loads(resources.files("tidemark_cli").joinpath("pipelines.schema.json").read_text())
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as safe_load reads it, except that a key given twice in one mapping is an error:
+    YAML itself keeps the last one without a word, so a setting written first would be lost."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                    continue
+                ident = (key_node.tag, key_node.value)
+                if ident in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"{key_node.value} is given twice (first on line {seen[ident] + 1})",
+                        key_node.start_mark,
+                    )
+                seen[ident] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load(path: str) -> Pipelines:
     file = Path(path)
     try:
-        text = file.read_text()
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # a SafeLoader: no arbitrary objects
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
@@ -40,12 +66,38 @@ def load(path: str) -> Pipelines:
         raise UsageError(f"{path}: {exc}") from None
     if data is None:
         raise UsageError(f"{path} is empty; it needs at least `version: 1`")
+    _check_json(path, data, [])
     _check_schema(path, data)
     _check_unique(path, data)
     folder = file.resolve().parent
     connectors = [_with_local_path(c, "config", folder) for c in data.get("connectors") or []]
     jobs = [_with_local_path(j, "sink", folder) for j in data.get("jobs") or []]
     return Pipelines(path=file, connectors=connectors, jobs=jobs)
+
+
+def _check_json(path: str, value, where: list) -> None:
+    """What the file says is sent as JSON: a YAML value JSON has no form for (a date, NaN, a key
+    that is not a string) would be a traceback, or silently become another value."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if not isinstance(key, str):
+                raise UsageError(
+                    f"{path}: {json_path(where)}: the key {key} is not a string; quote it"
+                )
+            _check_json(path, inner, [*where, key])
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            _check_json(path, inner, [*where, index])
+    elif isinstance(value, datetime.date):
+        raise UsageError(
+            f"{path}: {json_path(where)}: {value} is a YAML date; quote it to give it as text"
+        )
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"{path}: {json_path(where)}: {value} is not a JSON number")
+    elif value is not None and not isinstance(value, str | int | float):
+        raise UsageError(
+            f"{path}: {json_path(where)}: a YAML {type(value).__name__} has no JSON form"
+        )
 
 
 def _check_schema(path: str, data) -> None:
