@@ -363,3 +363,58 @@ def test_watch_follows_a_job_until_interrupted_and_processor_run_shows_a_sample(
     assert len(rows) == 4
     unknown = cli.run("processor", "run", "nope", "--connector", CONNECTOR, ok=False)
     assert "unknown processor 'nope'" in one_line_error(unknown)
+
+
+@pytest.fixture
+def answering():
+    """A local HTTP server answering every request with the (status, content type, body) the
+    test sets, as a proxy, a login wall or a wrong URL would."""
+    import http.server
+    import threading
+
+    answer = {"status": 200, "type": "text/html", "body": b"<html>Sign in</html>"}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(answer["status"])
+            self.send_header("Content-Type", answer["type"])
+            self.end_headers()
+            self.wfile.write(answer["body"])
+
+        do_GET = do_POST = do_PATCH = _answer
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}", answer
+    server.shutdown()
+
+
+def test_an_answer_that_is_not_json_is_one_line_naming_the_server(answering, tmp_path):
+    url, answer = answering
+    cli = Cli(url, tmp_path / "config")
+    cli.env["TIDEMARK_TOKEN"] = "abc"
+    for status in (200, 201):
+        answer["status"] = status
+        line = one_line_error(cli.run("--url", url, "jobs", ok=False))
+        assert line == (
+            f"error: {url} did not answer with JSON (HTTP {status}, text/html: "
+            "<html>Sign in</html>); is it a Tidemark server?"
+        ), line
+
+
+def test_a_token_with_whitespace_or_control_characters_is_one_line(answering, tmp_path):
+    url, _ = answering
+    cli = Cli(url, tmp_path / "config")
+    for token in ("abc\ndef", "abc\x07", "ab c"):
+        cli.env["TIDEMARK_TOKEN"] = token
+        line = one_line_error(cli.run("--url", url, "jobs", ok=False))
+        assert line == "error: TIDEMARK_TOKEN holds whitespace or control characters", line
+    # a trailing newline (a token kept in a file, read with $(cat ...) on Windows line ends) is
+    # what people paste: leading and trailing whitespace is dropped
+    cli.env["TIDEMARK_TOKEN"] = " abc \n"
+    line = one_line_error(cli.run("--url", url, "jobs", ok=False))
+    assert "did not answer with JSON" in line

@@ -6,7 +6,7 @@ import urllib.error
 import urllib.parse
 
 from tidemark_cli.config import UsageError
-from tidemark_client import Throttled, Tidemark, TidemarkError
+from tidemark_client import Throttled, Tidemark, TidemarkError, UnexpectedAnswer
 
 # a throttled call waits as the server asks, a few times, then gives up with the 429
 THROTTLE_RETRIES = 3
@@ -30,6 +30,12 @@ class Api:
                 raise UsageError(f"cannot reach {self.url}: {exc.reason}") from None
             except (TimeoutError, ConnectionError) as exc:
                 raise UsageError(f"cannot reach {self.url}: {exc}") from None
+            except UnexpectedAnswer as exc:
+                start = " ".join(exc.payload.split())[:80]
+                raise UsageError(
+                    f"{self.url} did not answer with JSON (HTTP {exc.status}, "
+                    f"{exc.content_type}: {start}); is it a Tidemark server?"
+                ) from None
         raise AssertionError("unreachable")
 
     def get(self, path: str, **params):

@@ -85,11 +85,21 @@ def resolve_url(given: str | None) -> str:
     return normalize_url(url)
 
 
+def checked_token(token: str, source: str) -> str:
+    """A token as given, without the whitespace around it (a trailing newline or CR of a file it
+    was read from); whitespace or a control character inside is no token, and would not even
+    fit in an HTTP header."""
+    token = token.strip()
+    if any(c.isspace() or not c.isprintable() for c in token):
+        raise UsageError(f"{source} holds whitespace or control characters")
+    return token
+
+
 def resolve_token(url: str) -> str:
     token = os.environ.get("TIDEMARK_TOKEN")
-    if token:
-        return token
+    if token and token.strip():
+        return checked_token(token, "TIDEMARK_TOKEN")
     server = (read_config().get("servers") or {}).get(url) or {}
     if not server.get("token"):
         raise UsageError(f"not logged in to {url}: run `tidemark login` or set TIDEMARK_TOKEN")
-    return server["token"]
+    return checked_token(str(server["token"]), f"the token stored for {url} in {config_path()}")

@@ -10,6 +10,7 @@ from tidemark_cli import resources as r
 from tidemark_cli.api import Api, error_line
 from tidemark_cli.config import (
     UsageError,
+    checked_token,
     forget_login,
     normalize_url,
     resolve_token,
@@ -218,7 +219,7 @@ def _bool(raw: str) -> bool:
 def cmd_login(api, out, args) -> int:
     url = normalize_url(args.url or os.environ.get("TIDEMARK_URL") or _ask("Server URL: "))
     if args.token:
-        token = args.token
+        token = checked_token(args.token, "--token")
         check = Api(url, token=token)
         check.get("alerts/")  # a 401 here means the token is wrong, before it is stored
         username = "(token)"

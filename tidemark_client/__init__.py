@@ -35,6 +35,7 @@ __all__ = [
     "Throttled",
     "Tidemark",
     "TidemarkError",
+    "UnexpectedAnswer",
 ]
 
 
@@ -68,6 +69,16 @@ class Throttled(TidemarkError):
     for (None if it named none)."""
 
     retry_after: float | None = None
+
+
+class UnexpectedAnswer(TidemarkError):
+    """A success status whose body is not JSON: the URL leads to something else than Tidemark's
+    API (a login wall, a proxy's page, another service). `payload` is the body's start, as text;
+    `content_type` what the server said it is."""
+
+    def __init__(self, status: int, payload: str, content_type: str):
+        self.content_type = content_type
+        super().__init__(status, payload)
 
 
 _ERRORS = {
@@ -140,7 +151,14 @@ class Tidemark:
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as response:
                 raw = response.read()
-                return json.loads(raw) if raw else None
+                try:
+                    return json.loads(raw) if raw else None
+                except ValueError:
+                    raise UnexpectedAnswer(
+                        response.status,
+                        raw[:200].decode(errors="replace"),
+                        response.headers.get("Content-Type") or "no content type",
+                    ) from None
         except urllib.error.HTTPError as exc:
             raw = exc.read()
             try:
