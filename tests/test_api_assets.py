@@ -115,9 +115,11 @@ def test_a_producer_registers_files_in_the_order_given_idempotently(role_users):
     ids = [entry["id"] for entry in body["assets"]]
     assert ids == sorted(ids)  # ids follow the order the producer gave
     assert [entry["location"] for entry in body["assets"]] == [i["location"] for i in items]
+    # stored as discovery would find them: inside the connector's directory, absolute
+    base = connector.config["path"]
     stored = {a.location: a for a in Asset.objects.filter(connector=connector)}
-    assert stored["landing/2026/01/part-2.parquet"].extra == {"etag": "b"}
-    assert stored["landing/2026/01/part-3.parquet"].weight == 1
+    assert stored[f"{base}/landing/2026/01/part-2.parquet"].extra == {"etag": "b"}
+    assert stored[f"{base}/landing/2026/01/part-3.parquet"].weight == 1
 
     more = items + [{"location": "landing/2026/01/part-4.parquet", "weight": 7}]
     second = api.post(
@@ -129,6 +131,43 @@ def test_a_producer_registers_files_in_the_order_given_idempotently(role_users):
     assert body["assets"][3]["id"] > ids[-1]
     assert body["assets"][3]["id"] == ids[-1] + 1  # no id spent on the known locations
     assert Asset.objects.filter(connector=connector).count() == 4
+
+
+def test_one_file_is_one_asset_however_its_location_is_spelled(role_users, tmp_path):
+    # a producer announcing a file discovery registered (or itself announced) under another
+    # spelling got a second id for it: the file was read twice and its rows written twice
+    connector, folder = _landing(tmp_path)
+    (folder / "a.parquet").write_bytes(b"x" * 10)
+    api = token_client(role_users["operator"])
+    assert api.post(f"/api/v1/connectors/{connector.name}/discover/").json()["registered"] == 1
+    discovered = Asset.objects.get(connector=connector)
+    url = f"/api/v1/connectors/{connector.name}/assets/"
+    spellings = ["a.parquet", "./a.parquet", f"{folder}//a.parquet", "sub/../a.parquet"]
+    for spelling in spellings:
+        response = api.post(url, {"assets": [{"location": spelling}]}, format="json")
+        assert response.status_code == 200, response.content
+        body = response.json()
+        assert (body["registered"], body["known"]) == (0, 1), (spelling, body)
+        assert body["assets"] == [{"location": spelling, "id": discovered.pk}]
+    new = api.post(url, {"assets": [{"location": "./b.parquet"}]}, format="json").json()
+    again = api.post(url, {"assets": [{"location": "b.parquet"}]}, format="json").json()
+    assert (again["registered"], again["known"]) == (0, 1)
+    assert again["assets"][0]["id"] == new["assets"][0]["id"]
+    both = api.post(
+        url, {"assets": [{"location": "c.parquet"}, {"location": "./c.parquet"}]}, format="json"
+    )
+    assert both.status_code == 400 and "repeats" in str(both.json()["assets[1].location"])
+    assert sorted(Asset.objects.filter(connector=connector).values_list("location", flat=True)) == [
+        f"{folder}/a.parquet",
+        f"{folder}/b.parquet",
+    ]
+    # a location stored as it was given, before announcements were stored canonically
+    from inventory.services.assets import assets_register
+
+    assets_register(connector=connector, items=[("old/x.parquet", 1, {})])
+    legacy = Asset.objects.get(connector=connector, location="old/x.parquet")
+    kept = api.post(url, {"assets": [{"location": "old/x.parquet"}]}, format="json").json()
+    assert kept["known"] == 1 and kept["assets"][0]["id"] == legacy.pk
 
 
 @pytest.mark.parametrize(

@@ -141,6 +141,17 @@ def location_inside(location: str, *, base, field: str) -> None:
     location_within(os.path.join(base, location), base=base, field=field)
 
 
+def canonical_location(location: str, *, base: str) -> str:
+    """The one spelling of an announced location: for a local directory, the path discovery
+    gives the same file (the connector's `path` joined with the location's path inside it, no
+    `.`, `..` or doubled `/`), so one file never gets two ids; an object-store key as given (its
+    keys are strings, `a//b` is not `a/b`)."""
+    if is_object_store_path(base):
+        return location
+    inside = os.path.relpath(os.path.normpath(os.path.join(base, location)), os.path.normpath(base))
+    return os.path.join(base, inside)
+
+
 def _registrable(connector: Connector) -> None:
     if connector.kind != ConnectorKind.FILES:
         raise InvalidInput("kind", f"connector {connector.name} is {connector.kind}, not files")
@@ -162,18 +173,41 @@ def assets_announce(*, connector: Connector, items) -> Announced:
     _registrable(connector)
     parsed = _announced_items(items)
     base = (connector.config or {}).get("path")
+    canonical: dict[str, int] = {}
     for index, (location, _weight, _extra) in enumerate(parsed):
         location_inside(location, base=base, field=f"assets[{index}].location")
+        spelled = canonical_location(location, base=base)
+        if spelled in canonical:
+            raise InvalidInput(
+                f"assets[{index}].location",
+                f"repeats assets[{canonical[spelled]}].location (both are {spelled})",
+            )
+        canonical[spelled] = index
+    given = [item[0] for item in parsed]
+    stored = list(canonical)  # in the given order
     with transaction.atomic():
-        registered = assets_register(connector=connector, items=parsed)
-        locations = [item[0] for item in parsed]
+        # a location stored as given before locations were stored canonically keeps its id
+        earlier = dict(
+            Asset.objects.filter(connector=connector, location__in=given).values_list(
+                "location", "pk"
+            )
+        )
+        new = [
+            (spelled, weight, extra)
+            for spelled, (location, weight, extra) in zip(stored, parsed, strict=True)
+            if location not in earlier
+        ]
+        registered = assets_register(connector=connector, items=new)
         ids = dict(
-            Asset.objects.filter(connector=connector, location__in=locations).values_list(
+            Asset.objects.filter(connector=connector, location__in=stored).values_list(
                 "location", "pk"
             )
         )
     return Announced(
         registered=registered,
         known=len(parsed) - registered,
-        assets=[{"location": location, "id": ids[location]} for location in locations],
+        assets=[
+            {"location": location, "id": earlier.get(location) or ids[spelled]}
+            for location, spelled in zip(given, stored, strict=True)
+        ],
     )
