@@ -418,3 +418,23 @@ def test_a_token_with_whitespace_or_control_characters_is_one_line(answering, tm
     cli.env["TIDEMARK_TOKEN"] = " abc \n"
     line = one_line_error(cli.run("--url", url, "jobs", ok=False))
     assert "did not answer with JSON" in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        # a negative --limit cut rows off the end of the list (rows[:-5]) without a word, 0 was a
+        # 400 naming page_size, which the user never gave; a negative --interval a traceback
+        ("batches", "--limit", "-1"),
+        ("connectors", "items", "x", "--limit", "-5"),
+        ("watermark", "history", "j", "--limit", "0"),
+        ("backfills", "--limit", "0"),
+        ("jobs", "watch", "j", "--interval", "-1"),
+        ("jobs", "watch", "j", "--interval", "0"),
+    ],
+)
+def test_a_count_or_interval_below_one_is_a_usage_error(tmp_path, args):
+    cli = Cli("http://127.0.0.1:9", tmp_path / "config")
+    done = cli.run(*args, ok=False)
+    assert done.returncode == 2, done.stderr
+    assert "must be" in done.stderr and "Traceback" not in done.stderr, done.stderr

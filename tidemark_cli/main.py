@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add("show", r.connector_show, "one connector").add_argument("name")
     items = sub.add("items", r.connector_items, "its registered items, newest first")
     items.add_argument("name")
-    items.add_argument("--limit", type=int, default=50)
+    items.add_argument("--limit", type=_at_least_one, default=50)
     for verb in ("pause", "resume", "discover"):
         sub.add(verb, r.connector_action(verb), f"{verb} a connector").add_argument("name")
 
@@ -106,14 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add(verb, r.job_action(verb), f"{verb} a job").add_argument("name")
     watch = sub.add("watch", r.job_watch, "follow a job's progress until interrupted")
     watch.add_argument("name")
-    watch.add_argument("--interval", type=float, default=2.0, help="seconds between looks")
+    watch.add_argument("--interval", type=_seconds, default=2.0, help="seconds between looks")
 
     # watermarks
     g, sub = top.group("watermark", "a job's watermark", aliases=["watermarks"])
     sub.add("show", r.watermark_show, "the job's watermark").add_argument("job")
     hist = sub.add("history", r.watermark_history, "every change of the job's watermark")
     hist.add_argument("job")
-    hist.add_argument("--limit", type=int, default=50)
+    hist.add_argument("--limit", type=_at_least_one, default=50)
     correct = sub.add("correct", r.watermark_correct, "move the watermark (audited)")
     correct.add_argument("job")
     correct.add_argument("value", help="the new value (JSON, e.g. 42 or '\"2026-01-01T00:00Z\"')")
@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (g, sub.add("list", r.backfills_list, "list backfills with progress")):
         p.add_argument("--job")
         p.add_argument("--status")
-        p.add_argument("--limit", type=int, default=50)
+        p.add_argument("--limit", type=_at_least_one, default=50)
     sub.add("show", r.backfill_show, "one backfill").add_argument("id", type=int)
     _backfill_range(sub.add("preview", r.backfill_preview, "the plan of a backfill"))
     create = sub.add("create", r.backfill_create, "create a backfill")
@@ -191,7 +191,7 @@ def _batch_filters(p) -> None:
     p.add_argument("--status", action="append", help="repeatable")
     p.add_argument("--kind", choices=["incremental", "backfill"])
     p.add_argument("--backfill", type=int)
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=_at_least_one, default=50)
 
 
 def _backfill_range(p) -> None:
@@ -203,6 +203,26 @@ def _backfill_range(p) -> None:
     )
     p.add_argument("--batch-weight", type=int)
     p.add_argument("--max-items", type=int)
+
+
+def _at_least_one(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {raw}")
+    return value
 
 
 def _bool(raw: str) -> bool:
