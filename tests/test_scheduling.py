@@ -21,6 +21,7 @@ from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create, connector_pause
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_update
+from inventory.sources.config import DEFAULT_DISCOVER_SECONDS
 from tests.factories import ConnectorFactory, make_assets, make_job
 from workers import execution
 
@@ -404,3 +405,27 @@ def test_a_sync_with_nothing_to_change_reads_the_same_whatever_the_number_of_job
     report = scheduling.schedules_sync()
     assert report.updated == ["tidemark:run-job:changes"]
     assert PeriodicTask.objects.get(name="tidemark:run-job:changes").interval.every == 20
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("every", ["x", 0, -5, 2**40, 1.5, True])
+def test_a_discovery_interval_that_is_not_one_is_refused_naming_it(tmp_path, every):
+    # saved, "x" made every schedule sync raise: beat refused to start, `migrate` failed, and no
+    # job's schedule was registered any more; 2**40 overflowed the beat table's interval
+    for kind, config in [
+        ("files", {"path": str(tmp_path)}),
+        ("files", {"meta_table": {"table": "nope"}, "dsn_env": "TM_NOPE"}),
+    ]:
+        with pytest.raises(InvalidInput) as refused:
+            connector_create(name="c", kind=kind, config={**config, "discover_seconds": every})
+        assert refused.value.field == "config.discover_seconds"
+
+
+@pytest.mark.django_db
+def test_a_bad_discovery_interval_stored_before_the_rule_does_not_stop_the_sync(tmp_path):
+    stored = ConnectorFactory(name="old", config={"path": str(tmp_path), "discover_seconds": "x"})
+    make_job(connector=ConnectorFactory(name="fine"), name="every-30s", schedule_seconds=30)
+    scheduling.schedules_sync()
+    assert PeriodicTask.objects.filter(name=f"{scheduling.JOB_PREFIX}every-30s").exists()
+    entry = PeriodicTask.objects.get(name=f"{scheduling.DISCOVER_PREFIX}{stored.name}")
+    assert entry.interval.every == DEFAULT_DISCOVER_SECONDS

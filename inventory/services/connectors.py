@@ -24,7 +24,7 @@ from inventory.services.orchestration import (
 from inventory.services.secrets import check_no_secrets
 from inventory.sources import job_output as source_job_output
 from inventory.sources import meta_table as source_meta_table
-from inventory.sources.config import check_known_keys
+from inventory.sources.config import check_discover_seconds, check_known_keys
 from inventory.sources.files import DIRECTORY_KEYS, check_completion_config
 from inventory.sources.identity import (
     check_local_directory,
@@ -43,6 +43,7 @@ def validate_config(kind: str, config: dict) -> dict:
     if not isinstance(config, dict):
         raise InvalidInput("config", "must be an object")
     check_no_secrets(config, "config")
+    check_discover_seconds(config)
     source = source_module(kind, config)
     if source is not None:
         # object stores, tables and meta tables of other databases, topics, upstream jobs

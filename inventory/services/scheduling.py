@@ -36,13 +36,13 @@ from inventory.services.errors import InvalidInput
 from inventory.services.lifecycle import batches_reap_expired
 from inventory.services.metrics_rollup import attempt_rollup_advance
 from inventory.services.orchestration import orchestrate
+from inventory.sources.config import discover_seconds
 from inventory.sources.discovery import discover, discovers
 from inventory.sql import query
 
 PREFIX = "tidemark:"
 JOB_PREFIX = f"{PREFIX}run-job:"
 DISCOVER_PREFIX = f"{PREFIX}discover:"
-DEFAULT_DISCOVER_SECONDS = 60
 T = TypeVar("T")
 
 REAPER = f"{PREFIX}reap-leases"
@@ -197,8 +197,7 @@ def schedules_sync() -> SyncReport:
     for connector in Connector.objects.order_by("pk"):
         if not discovers(connector):
             continue
-        config = connector.config or {}
-        every = int(config.get("discover_seconds") or DEFAULT_DISCOVER_SECONDS)
+        every = discover_seconds(connector.config)
         sync.upsert(
             name=f"{DISCOVER_PREFIX}{connector.name}",
             task=DISCOVER_ASSETS,
