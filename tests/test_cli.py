@@ -438,3 +438,22 @@ def test_a_count_or_interval_below_one_is_a_usage_error(tmp_path, args):
     done = cli.run(*args, ok=False)
     assert done.returncode == 2, done.stderr
     assert "must be" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        # a config file edited by hand: each was a traceback
+        {"default_url": 7},
+        {"default_url": "http://127.0.0.1:9", "servers": {"http://127.0.0.1:9": "a-token"}},
+        {"default_url": "http://127.0.0.1:9", "servers": 5},
+    ],
+)
+def test_a_config_file_of_the_wrong_shape_is_one_line_naming_it(tmp_path, stored):
+    cli = Cli("http://127.0.0.1:9", tmp_path / "config")
+    path = tmp_path / "config" / "tidemark" / "config.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(stored))
+    line = one_line_error(cli.run("jobs", ok=False))
+    assert line.startswith(f"error: {path}: "), line
+    assert "tidemark login" in line, line

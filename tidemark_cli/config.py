@@ -39,6 +39,20 @@ def read_config() -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _broken(what: str) -> UsageError:
+    return UsageError(
+        f"{config_path()}: {what}; fix the file, or delete it and run `tidemark login` again"
+    )
+
+
+def _servers(data: dict) -> dict:
+    """The stored logins, {url: {"token", "username"}}, as `tidemark login` writes them."""
+    servers = data.get("servers", {})
+    if not isinstance(servers, dict) or not all(isinstance(v, dict) for v in servers.values()):
+        raise _broken('"servers" is not an object of {url: {"token", "username"}}')
+    return servers
+
+
 def write_config(data: dict) -> Path:
     """Replace the config file atomically; the file is created with mode 0600 (and its folder
     0700) so the token is never readable by others, not even for a moment."""
@@ -79,7 +93,11 @@ def forget_login(url: str) -> bool:
 
 
 def resolve_url(given: str | None) -> str:
-    url = given or os.environ.get("TIDEMARK_URL") or read_config().get("default_url")
+    url = given or os.environ.get("TIDEMARK_URL")
+    if not url:
+        url = read_config().get("default_url")
+        if url is not None and not isinstance(url, str):
+            raise _broken('"default_url" is not a URL')
     if not url:
         raise UsageError("no server: give --url, set TIDEMARK_URL, or run `tidemark login`")
     return normalize_url(url)
@@ -99,7 +117,7 @@ def resolve_token(url: str) -> str:
     token = os.environ.get("TIDEMARK_TOKEN")
     if token and token.strip():
         return checked_token(token, "TIDEMARK_TOKEN")
-    server = (read_config().get("servers") or {}).get(url) or {}
+    server = _servers(read_config()).get(url) or {}
     if not server.get("token"):
         raise UsageError(f"not logged in to {url}: run `tidemark login` or set TIDEMARK_TOKEN")
     return checked_token(str(server["token"]), f"the token stored for {url} in {config_path()}")
