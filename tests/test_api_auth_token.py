@@ -35,6 +35,17 @@ def test_wrong_credentials_are_a_400_without_a_token():
 
 
 @pytest.mark.django_db
+def test_a_key_the_login_does_not_read_is_a_400_naming_it_and_gives_no_token():
+    # e.g. a one-time code a client expects to be checked: it was ignored, and the token given
+    User.objects.create_user(username="ana", password="s3cret-enough")
+    body = {"username": "ana", "password": "s3cret-enough", "otp": "123456"}
+    answer = APIClient().post(URL, body, format="json")
+    assert answer.status_code == 400, answer.content
+    assert list(answer.json()) == ["otp"], answer.json()
+    assert not Token.objects.exists()
+
+
+@pytest.mark.django_db
 def test_password_guesses_are_throttled_per_client(settings):
     settings.REST_FRAMEWORK = {
         **django_settings.REST_FRAMEWORK,

@@ -12,7 +12,13 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
+from inventory.api.serializers.strict import KnownFieldsOnly
 from inventory.api.views import ERRORS
+
+
+class LoginSerializer(KnownFieldsOnly, AuthTokenSerializer):
+    """A username and a password, and nothing else: a key the login does not read (a one-time
+    code a client expects to be checked) is a 400 naming it, as for every other call."""
 
 
 class TokenSerializer(serializers.Serializer):
@@ -48,12 +54,12 @@ class TokenView(APIView):
         description="Returns the user's token (created on first use). Wrong credentials or an "
         "inactive user: 400 naming `non_field_errors`. Throttled per client address "
         "(`API_RATE_LOGIN`, default 10/min): 429 with `Retry-After`.",
-        request=AuthTokenSerializer,
+        request=LoginSerializer,
         responses={200: TokenSerializer, 400: ERRORS[400]},
         auth=[],
     )
     def post(self, request):
-        serializer = AuthTokenSerializer(data=request.data, context={"request": request})
+        serializer = LoginSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         user = serializer.validated_data["user"]
         token, _ = Token.objects.get_or_create(user=user)
