@@ -59,7 +59,12 @@ def write_orders(
                 }
             )
             path = landing / f"orders-2026-03-{day:02d}-{part}.parquet"
-            pq.write_table(table, path)
-            written.append(path)
+            staged = landing / f".{path.name}.part"  # matches no pattern: discovery skips it
+            pq.write_table(table, staged)
+            written.append((staged, path))
             time.sleep(0.01)  # distinct modification times: discovery registers in this order
-    return written
+    # the files arrive together (renamed in one go, at the end): a periodic discovery that ran
+    # while they were being written would otherwise register some apart from the others
+    for staged, path in written:
+        staged.rename(path)
+    return [path for _, path in written]
