@@ -170,6 +170,26 @@ def test_one_file_is_one_asset_however_its_location_is_spelled(role_users, tmp_p
     assert kept["known"] == 1 and kept["assets"][0]["id"] == legacy.pk
 
 
+def test_a_location_too_long_for_the_index_is_a_400_not_a_500(role_users, tmp_path):
+    # 3,800 characters that do not compress passed the length check (4,096) and broke the
+    # unique index on (connector, location): "index row size exceeds btree maximum 2704"
+    import random
+    import string
+
+    connector, folder = _landing(tmp_path)
+    rng = random.Random(1)
+    parts = ["".join(rng.choice(string.ascii_letters) for _ in range(200)) for _ in range(19)]
+    url = f"/api/v1/connectors/{connector.name}/assets/"
+    api = token_client(role_users["operator"])
+    response = api.post(url, {"assets": [{"location": "/".join(parts)}]}, format="json")
+    assert response.status_code == 400, response.content
+    assert "bytes" in response.json()["assets[0].location"][0]
+    # what fits, as stored (the connector's directory in front), is registered
+    fits = "/".join(parts)[: 2000 - len(str(folder))]
+    assert api.post(url, {"assets": [{"location": fits}]}, format="json").status_code == 200
+    assert Asset.objects.filter(connector=connector).count() == 1
+
+
 @pytest.mark.parametrize(
     ("payload", "field", "reason"),
     [

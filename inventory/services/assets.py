@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 
 
 MAX_ANNOUNCED = 10_000  # items per producer call
-MAX_LOCATION_LENGTH = 4096
+# a location is a key of the unique index (connector, location), whose rows PostgreSQL caps at
+# 2704 bytes (btree); a longer one that does not compress failed the insert with a 500
+MAX_LOCATION_BYTES = 2500
 
 
 @dataclass(frozen=True)
@@ -101,10 +103,9 @@ def _announced_items(items) -> list[tuple[str, int, dict]]:
         location = item.get("location")
         if not isinstance(location, str) or not location.strip():
             raise InvalidInput(f"{where}.location", "a non-empty string is required")
-        if len(location) > MAX_LOCATION_LENGTH or "\x00" in location:
-            raise InvalidInput(
-                f"{where}.location", f"at most {MAX_LOCATION_LENGTH} characters, no NUL"
-            )
+        if "\x00" in location:
+            raise InvalidInput(f"{where}.location", "must not contain NUL characters")
+        _check_location_size(location, field=f"{where}.location")
         if location in seen:
             raise InvalidInput(f"{where}.location", f"repeats assets[{seen[location]}].location")
         seen[location] = index
@@ -118,6 +119,14 @@ def _announced_items(items) -> list[tuple[str, int, dict]]:
             raise InvalidInput(f"{where}.extra", "must be an object")
         parsed.append((location, weight, extra))
     return parsed
+
+
+def _check_location_size(location: str, *, field: str) -> None:
+    size = len(location.encode())
+    if size > MAX_LOCATION_BYTES:
+        raise InvalidInput(
+            field, f"at most {MAX_LOCATION_BYTES} bytes (UTF-8) as stored, got {size}"
+        )
 
 
 def location_inside(location: str, *, base, field: str) -> None:
@@ -177,6 +186,7 @@ def assets_announce(*, connector: Connector, items) -> Announced:
     for index, (location, _weight, _extra) in enumerate(parsed):
         location_inside(location, base=base, field=f"assets[{index}].location")
         spelled = canonical_location(location, base=base)
+        _check_location_size(spelled, field=f"assets[{index}].location")
         if spelled in canonical:
             raise InvalidInput(
                 f"assets[{index}].location",
