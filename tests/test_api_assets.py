@@ -1,6 +1,7 @@
 """connectors/{name}/discover/ (look now) and connectors/{name}/assets/ (producers announce files),
 and jobs/{name}/run/ discovering before it plans."""
 
+import os
 import threading
 
 import pytest
@@ -41,6 +42,35 @@ def test_discover_registers_files_that_landed_since_the_last_scan(role_users, tm
     assert again.json()["registered"] == 0
     (folder / "c.json").write_text("{}")
     assert api.post(f"/api/v1/connectors/{connector.name}/discover/").json()["registered"] == 1
+
+
+def test_a_file_whose_location_cannot_be_stored_does_not_stop_the_others(
+    role_users, tmp_path, caplog
+):
+    # a name that is not UTF-8 (Latin-1 "café") or a path longer than the unique index takes
+    # made every discovery of the connector a 500: no file of it was registered any more
+    connector, folder = _landing(tmp_path)
+    (folder / "ok.json").write_text("{}")
+    os.utime(folder / "ok.json", (1, 1))
+    latin1 = os.path.join(os.fsencode(folder), b"caf\xe9.json")
+    with open(latin1, "wb") as out:
+        out.write(b"{}")
+    os.utime(latin1, (1, 1))
+    deep = folder.joinpath(*[c * 240 for c in "abcdefghijkl"])
+    deep.mkdir(parents=True)
+    (deep / "f.json").write_text("{}")
+    os.utime(deep / "f.json", (1, 1))
+    api = token_client(role_users["operator"])
+    with caplog.at_level("WARNING"):
+        response = api.post(f"/api/v1/connectors/{connector.name}/discover/")
+    assert response.status_code == 200, response.content
+    assert response.json()["registered"] == 1
+    assert list(Asset.objects.filter(connector=connector).values_list("location", flat=True)) == [
+        str(folder / "ok.json")
+    ]
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "caf\\udce9.json" in warned and "not UTF-8" in warned, warned
+    assert "bytes" in warned and "f.json" in warned, warned
 
 
 def test_discover_needs_the_operator_role(role_users, tmp_path):

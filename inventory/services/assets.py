@@ -41,6 +41,22 @@ class Registered:
     assets: list[tuple[int, str, float]]
 
 
+def unstorable(location: str) -> str | None:
+    """Why a location cannot be an asset's, or None: PostgreSQL stores UTF-8 text only (a file
+    name in another encoding reaches Python as lone surrogates), and the unique index on
+    (connector, location) takes at most MAX_LOCATION_BYTES of it."""
+    try:
+        size = len(location.encode())
+    except UnicodeEncodeError:
+        return "is not UTF-8 text (a name in another encoding); rename the file"
+    if size > MAX_LOCATION_BYTES:
+        return (
+            f"is {size} bytes; a location is registered up to {MAX_LOCATION_BYTES} bytes as "
+            "stored (the limit of the index that keeps locations unique)"
+        )
+    return None
+
+
 def assets_register(
     *,
     connector: Connector,
@@ -55,6 +71,21 @@ def assets_register(
     with what was added once that transaction has committed, and not at all when nothing was
     added or the transaction rolls back.
     """
+    storable = []
+    for item in items:
+        reason = unstorable(item[0])
+        if reason is None:
+            storable.append(item)
+            continue
+        # one such file must not stop the registration of the others (a discovery that failed
+        # on it would register nothing of the connector again); it is named in the log instead
+        log.warning(
+            "connector %s: %s %s; it is not registered",
+            connector.name,
+            item[0].encode("utf-8", "backslashreplace").decode(),
+            reason,
+        )
+    items = storable
     for location, weight, _extra in items:
         if isinstance(weight, bool) or not isinstance(weight, int):
             raise InvalidInput("weight", f"{location}: weight must be an integer, got {weight!r}")
@@ -122,11 +153,9 @@ def _announced_items(items) -> list[tuple[str, int, dict]]:
 
 
 def _check_location_size(location: str, *, field: str) -> None:
-    size = len(location.encode())
-    if size > MAX_LOCATION_BYTES:
-        raise InvalidInput(
-            field, f"at most {MAX_LOCATION_BYTES} bytes (UTF-8) as stored, got {size}"
-        )
+    reason = unstorable(location)
+    if reason:
+        raise InvalidInput(field, reason)
 
 
 def location_inside(location: str, *, base, field: str) -> None:
