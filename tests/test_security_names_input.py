@@ -158,3 +158,45 @@ def test_lone_surrogates_in_the_api_are_a_400_naming_the_field(role_users, tmp_p
         assert field in response.json(), (url, response.json())
     assert Batch.objects.filter(job=job).count() == 0
     assert connector.assets.count() == 0
+
+
+def test_json_nested_too_deeply_is_a_400_and_stores_nothing(role_users):
+    # 900 levels of params were saved, and then every read of the job (its page in the API, the
+    # jobs list, `tidemark jobs`) was a 500: masking the params recursed past Python's limit;
+    # deeper documents were a 500 already in the parser
+    admin = token_client(role_users["admin"])
+    connector = ConnectorFactory(name="plain")
+    job = make_job(connector=connector, name="j")
+    deep = '{"params": {"a": ' + "[" * 900 + "]" * 900 + "}}"
+    response = admin.patch("/api/v1/jobs/j/", deep, content_type="application/json")
+    assert response.status_code == 400, response.content[:300]
+    field = next(iter(response.json()))
+    assert field.startswith("params.a[0][0]"), response.json()
+    assert "nested" in response.json()[field][0]
+    job.refresh_from_db()
+    assert job.params == {}
+    assert admin.get("/api/v1/jobs/").status_code == 200
+    for body in ("[" * 100_000, '{"reason": ' + "[" * 5000 + "]" * 5000 + "}"):
+        response = admin.post("/api/v1/jobs/j/watermark/", body, content_type="application/json")
+        assert response.status_code == 400, response.content[:300]
+    # what configs really hold stays well inside the limit
+    nested = {"a": {"b": {"c": {"d": [[{"e": 1}]]}}}}
+    ok = admin.patch("/api/v1/jobs/j/", {"params": nested}, format="json")
+    assert ok.status_code in (200, 400), ok.content
+    assert "nested" not in ok.content.decode()
+
+
+def test_a_config_nested_too_deeply_is_refused_from_every_front():
+    # the dashboard and the admin save through the same check as the API's services
+    from inventory.services.errors import InvalidInput
+    from inventory.services.secrets import check_no_secrets
+
+    deep = {"a": []}
+    inner = deep["a"]
+    for _ in range(200):
+        inner.append([])
+        inner = inner[0]
+    with pytest.raises(InvalidInput) as refused:
+        check_no_secrets(deep, "params")
+    assert refused.value.field.startswith("params.a[0][0]")
+    check_no_secrets({"a": {"b": [[{"c": 1}]]}}, "params")

@@ -4,14 +4,22 @@ A NUL character (`"\\u0000"`) is valid JSON but can be stored neither in a text 
 jsonb; a lone surrogate (`"\\ud800"`, half of a UTF-16 pair) is valid JSON too but no character at
 all: it cannot be encoded as UTF-8, so PostgreSQL refuses it and a path holding it cannot be
 resolved. Refusing both here, for every field of every endpoint, keeps them from surfacing later
-as a database error or a 500."""
+as a database error or a 500.
+
+So does a document nested deeper than MAX_DEPTH levels: Python walks JSON recursively (parsing
+it, checking a config for secrets, masking it on the way out), and a config of a few hundred
+levels, once stored, made every read of its job or connector a 500."""
 
 import re
 
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import JSONParser
 
+from inventory.services.secrets import MAX_JSON_DEPTH
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# levels of objects and arrays a body may nest (the same bound as a config's, from any front)
+MAX_DEPTH = MAX_JSON_DEPTH
 
 
 def _problem(text: str) -> str | None:
@@ -31,8 +39,11 @@ def _shown(key: str) -> str:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", key.replace("\x00", "\\u0000"))
 
 
-def bad_field(value, path: str = "") -> tuple[str, str] | None:
-    """The path of the first key or string that cannot be stored, and why; or None."""
+def bad_field(value, path: str = "", depth: int = 0) -> tuple[str, str] | None:
+    """The path of the first key or string that cannot be stored, or of the first value nested
+    too deeply, and why; or None."""
+    if isinstance(value, dict | list) and depth >= MAX_DEPTH:
+        return path or "body", f"is nested deeper than {MAX_DEPTH} levels of objects and arrays"
     if isinstance(value, str):
         problem = _problem(value)
         return (path or "body", problem) if problem else None
@@ -42,12 +53,12 @@ def bad_field(value, path: str = "") -> tuple[str, str] | None:
             problem = _problem(str(key))
             if problem:
                 return _shown(field), problem
-            found = bad_field(inner, field)
+            found = bad_field(inner, field, depth + 1)
             if found:
                 return found
     if isinstance(value, list):
         for index, inner in enumerate(value):
-            found = bad_field(inner, f"{path}[{index}]" if path else f"[{index}]")
+            found = bad_field(inner, f"{path}[{index}]" if path else f"[{index}]", depth + 1)
             if found:
                 return found
     return None
@@ -55,7 +66,12 @@ def bad_field(value, path: str = "") -> tuple[str, str] | None:
 
 class StrictJSONParser(JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
-        data = super().parse(stream, media_type, parser_context)
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise ParseError(
+                f"JSON parse error - nested deeper than {MAX_DEPTH} levels of objects and arrays"
+            ) from None
         found = bad_field(data)
         if found:
             field, problem = found

@@ -77,9 +77,20 @@ def secret_in_text(text: str) -> str | None:
     return None
 
 
-def check_no_secrets(value, path: str) -> None:
+# levels of objects and arrays a config (or any API body) may nest: Python walks them
+# recursively (this check, masking on the way out), and a config of a few hundred levels, once
+# stored, made every read of its job a 500; real configs hold a handful
+MAX_JSON_DEPTH = 64
+
+
+def check_no_secrets(value, path: str, _depth: int = 0) -> None:
     """Refuse secrets anywhere in a config, nested objects and lists included (InvalidInput
-    naming the field; the message never repeats the secret)."""
+    naming the field; the message never repeats the secret), and a config nested deeper than
+    MAX_JSON_DEPTH."""
+    if isinstance(value, dict | list) and _depth >= MAX_JSON_DEPTH:
+        raise InvalidInput(
+            path, f"is nested deeper than {MAX_JSON_DEPTH} levels of objects and arrays"
+        )
     if isinstance(value, dict):
         for key, inner in value.items():
             field = f"{path}.{key}"
@@ -95,10 +106,10 @@ def check_no_secrets(value, path: str) -> None:
                 if not (isinstance(inner, str) and inner.isidentifier()):
                     raise InvalidInput(field, "must be the name of an environment variable")
                 credential_name_check(inner, field=field)
-            check_no_secrets(inner, field)
+            check_no_secrets(inner, field, _depth + 1)
     elif isinstance(value, list):
         for index, inner in enumerate(value):
-            check_no_secrets(inner, f"{path}[{index}]")
+            check_no_secrets(inner, f"{path}[{index}]", _depth + 1)
     elif isinstance(value, str):
         if "\x00" in value:
             # valid JSON, but neither jsonb nor text can hold it
