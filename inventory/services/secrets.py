@@ -188,12 +188,19 @@ def configured_credentials() -> set[str]:
     return {name for name in names if not _is_own(name)}
 
 
-def mask(value):
-    """A copy with every secret-looking key's value and every credential in a string masked."""
+def mask(value, _depth: int = 0):
+    """A copy with every secret-looking key's value and every credential in a string masked.
+    What lies deeper than MAX_JSON_DEPTH (a config stored before that bound) is masked whole:
+    walking it could exhaust Python's recursion limit, and it cannot be checked."""
+    if isinstance(value, dict | list) and _depth >= MAX_JSON_DEPTH:
+        return MASK
     if isinstance(value, dict):
-        return {key: (MASK if is_secret_key(key) else mask(inner)) for key, inner in value.items()}
+        return {
+            key: (MASK if is_secret_key(key) else mask(inner, _depth + 1))
+            for key, inner in value.items()
+        }
     if isinstance(value, list):
-        return [mask(inner) for inner in value]
+        return [mask(inner, _depth + 1) for inner in value]
     if isinstance(value, str):
         return mask_text(value)
     return value
