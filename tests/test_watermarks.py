@@ -412,3 +412,22 @@ def test_a_malformed_int_correction_is_refused_naming_the_field(arguments, field
         watermark_correct(job=job, actor="a", reason="r", replay=True, **arguments)
     assert refused.value.field == field
     assert not WatermarkEvent.objects.filter(watermark__job=job).exists()
+
+
+@pytest.mark.django_db
+def test_a_correction_by_position_inside_a_batch_names_position_and_its_boundaries():
+    # given a position, the answer named `value` and offered values (position - 1), which a
+    # key_value or datetime watermark does not even have
+    connector = ConnectorFactory()
+    make_assets(connector, [10] * 4)
+    job = make_job(
+        connector=connector, batch_weight=20, max_items=2, watermark_type=WatermarkType.KEY_VALUE
+    )
+    batch = _commit(job, {"p0": 1})
+    _commit(job, {"p0": 2})
+    inside = batch.span.lower + 1
+    with pytest.raises(InvalidInput) as refused:
+        watermark_correct(job=job, position=inside, actor="a", reason="r", replay=True)
+    assert refused.value.field == "position"
+    assert f"position {inside} is inside batch {batch.pk}" in refused.value.message
+    assert f"position {batch.span.lower} or {batch.span.upper}" in refused.value.message

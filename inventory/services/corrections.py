@@ -82,9 +82,9 @@ def watermark_correct(
     if new_position < watermark.position:
         # a job_output job replays only from a commit its upstream still retains
         source_job_output.check_replay(job=job, position=new_position)
-        _supersede_after(job, new_position)
+        _supersede_after(job, new_position, field=field)
     elif new_position > watermark.position:
-        _skip_up_to(job, watermark.position, new_position, reason=reason, actor=actor)
+        _skip_up_to(job, watermark.position, new_position, reason=reason, actor=actor, field=field)
     watermarks.watermark_record(
         watermark,
         new_position=new_position,
@@ -142,7 +142,20 @@ def _position_and_value(job: Job, watermark: Watermark, value, position):
     )
 
 
-def _supersede_after(job: Job, position: int) -> None:
+def _inside(field: str, position: int, batch: Batch, *, what: str, output: bool = False) -> str:
+    """`position` lies inside `batch`: the boundaries to give instead, in the terms of the field
+    the correction was given by (item ids for a position, last committed ids for a value)."""
+    span = batch.span
+    where = f"the output of batch {batch.pk}" if output else f"batch {batch.pk}"
+    if field == "position":
+        return (
+            f"position {position} is inside {where} {span}; {what}: position {span.lower} or "
+            f"{span.upper}"
+        )
+    return f"{position - 1} is inside {where} {span}; {what}: {span.lower - 1} or {span.upper - 1}"
+
+
+def _supersede_after(job: Job, position: int, *, field: str = "value") -> None:
     incremental = Batch.objects.filter(job=job, kind=BatchKind.INCREMENTAL)
     straddling = incremental.filter(status__in=HOLDING_STATUSES, span__contains=position).exclude(
         span__startswith=position
@@ -150,9 +163,8 @@ def _supersede_after(job: Job, position: int) -> None:
     if straddling.exists():
         batch = straddling.first()
         raise InvalidInput(
-            "value",
-            f"{position - 1} is inside batch {batch.pk} {batch.span}; replay from a batch boundary: "
-            f"{batch.span.lower - 1} or {batch.span.upper - 1}",
+            field,
+            _inside(field, position, batch, what="replay from a batch boundary"),
         )
     # a replay rewrites outputs in the sink whole: it may not start inside one (docs/guarantees.md)
     inside = (
@@ -167,9 +179,8 @@ def _supersede_after(job: Job, position: int) -> None:
     )
     if inside is not None:
         raise InvalidInput(
-            "value",
-            f"{position - 1} is inside the output of batch {inside.pk} {inside.span}; replay from "
-            f"a boundary of it: {inside.span.lower - 1} or {inside.span.upper - 1}",
+            field,
+            _inside(field, position, inside, what="replay from a boundary of it", output=True),
         )
     in_flight = incremental.filter(
         status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING], span__startswith__gte=position
@@ -188,7 +199,9 @@ def _supersede_after(job: Job, position: int) -> None:
     )
 
 
-def _skip_up_to(job: Job, position: int, new_position: int, *, reason: str, actor: str) -> None:
+def _skip_up_to(
+    job: Job, position: int, new_position: int, *, reason: str, actor: str, field: str = "value"
+) -> None:
     """Cover [position, new_position) with skipped batches where no batch holds the ids yet."""
     held = Batch.objects.filter(
         job=job,
@@ -204,11 +217,7 @@ def _skip_up_to(job: Job, position: int, new_position: int, *, reason: str, acto
                 "skip, cancel or finish it first"
             )
         if batch.span.upper > new_position:
-            raise InvalidInput(
-                "value",
-                f"{new_position - 1} is inside batch {batch.pk} {batch.span}; "
-                f"use {batch.span.lower - 1} or {batch.span.upper - 1}",
-            )
+            raise InvalidInput(field, _inside(field, new_position, batch, what="use"))
         if batch.span.lower > cursor:
             _skipped_batch(job, cursor, batch.span.lower, reason=reason, actor=actor)
         cursor = batch.span.upper
