@@ -125,6 +125,13 @@ def test_file_sink_refuses_an_output_column_named_like_its_batch_directories(
         ({"kind": "files", "path": "/x", "partition_by": ["batch_id"]}, "batch_id"),
         ({"kind": "postgres", "table": "a.b.c", "dsn_env": "X"}, "sink 'table'"),
         ({"kind": "postgres", "table": "t;drop", "dsn_env": "X"}, "not a valid identifier"),
+        # the sink's own bookkeeping (ledger, key versions): writing there would poison the
+        # exactly-once records of every other sink table in that database
+        ({"kind": "postgres", "table": "tidemark_sink.ledger", "dsn_env": "X"}, "tidemark_sink"),
+        (
+            {"kind": "postgres", "table": "tidemark_sink.orders", "dsn_env": "X", "mode": "append"},
+            "tidemark_sink",
+        ),
         ({"kind": "postgres", "table": "t", "mode": "merge", "dsn_env": "X"}, "sink 'mode'"),
         ({"kind": "postgres", "table": "t", "mode": "upsert", "dsn_env": "X"}, "sink 'key'"),
         ({"kind": "postgres", "table": "t", "mode": "append"}, "dsn_env"),

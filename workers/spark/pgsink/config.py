@@ -8,6 +8,8 @@ from workers.spark.errors import SinkError, scrub_dsn
 
 MODES = ("append", "upsert", "coalesce")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+# the schema of the sink's own bookkeeping (ledger, key and column versions) in a sink database
+BOOKKEEPING_SCHEMA = "tidemark_sink"
 
 
 def valid_identifier(name, what: str) -> str:
@@ -30,7 +32,13 @@ def table_name_of(value) -> tuple[str, str]:
         raise SinkError(f"sink 'table' {value!r} must be 'schema.table' or 'table'")
     if len(parts) == 1:
         parts = ["public", parts[0]]
-    return valid_identifier(parts[0], "sink schema"), valid_identifier(parts[1], "sink table")
+    schema = valid_identifier(parts[0], "sink schema")
+    if schema == BOOKKEEPING_SCHEMA:
+        raise SinkError(
+            f"sink 'table' {value!r} is in schema {BOOKKEEPING_SCHEMA}, where Tidemark keeps "
+            "which batches each sink table holds; choose another schema"
+        )
+    return schema, valid_identifier(parts[1], "sink table")
 
 
 def mode_of(sink: dict) -> str:

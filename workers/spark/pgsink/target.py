@@ -7,7 +7,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from workers.spark.errors import SinkError
-from workers.spark.pgsink.config import quote_ident
+from workers.spark.pgsink.config import BOOKKEEPING_SCHEMA, quote_ident
 
 
 def pg_type(data_type: T.DataType) -> str:
@@ -41,7 +41,6 @@ def pg_type(data_type: T.DataType) -> str:
 
 
 BATCH_COLUMN = "_tm_batch_id"
-BOOKKEEPING_SCHEMA = "tidemark_sink"
 # (target, batch) -> the attempt that merged last and its rows
 LEDGER = f'"{BOOKKEEPING_SCHEMA}"."ledger"'
 # (target, key) -> the source version of the stored row, when no version column is declared
