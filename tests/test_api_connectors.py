@@ -88,6 +88,34 @@ def test_bad_connector_input_is_a_400_naming_the_field(role_users, payload, fiel
     assert field in response.json(), response.json()
 
 
+@pytest.mark.parametrize(
+    ("read", "field"),
+    [
+        ({"format": "xml"}, "config.format"),
+        ({"format": "PARQUET"}, "config.format"),
+        ({"schema": 5}, "config.schema"),
+        ({"schema": "  "}, "config.schema"),
+        ({"read_options": ["header"]}, "config.read_options"),
+        ({"read_options": {"header": ["true"]}}, "config.read_options.header"),
+        ({"lineage": "yes"}, "config.lineage"),
+        ({"watermark_column": ""}, "config.watermark_column"),
+        ({"watermark_column": ["t"]}, "config.watermark_column"),
+    ],
+)
+def test_a_files_connectors_read_settings_are_checked_when_saved(role_users, tmp_path, read, field):
+    """What the workers read (format, schema, reader options, lineage, watermark column) is
+    refused naming it, not stored to fail (or be misread) in every batch later."""
+    api = token_client(role_users["admin"])
+    body = {"name": "reads", "kind": "files", "config": {"path": str(tmp_path), **read}}
+    response = api.post("/api/v1/connectors/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert field in response.json(), response.json()
+    assert not Connector.objects.filter(name="reads").exists()
+    good = {"format": "csv", "schema": "id INT", "read_options": {"header": False, "sep": ";"}}
+    body["config"] = {"path": str(tmp_path), **good, "lineage": True, "watermark_column": "t"}
+    assert api.post("/api/v1/connectors/", body, format="json").status_code == 201
+
+
 def test_a_duplicate_name_is_refused(role_users):
     connector, _ = make_inventory()
     api = token_client(role_users["admin"])

@@ -24,7 +24,7 @@ from inventory.services.orchestration import (
 from inventory.services.secrets import check_no_secrets
 from inventory.sources import job_output as source_job_output
 from inventory.sources import meta_table as source_meta_table
-from inventory.sources.config import check_discover_seconds, check_known_keys
+from inventory.sources.config import check_discover_seconds, check_known_keys, check_read_config
 from inventory.sources.files import DIRECTORY_KEYS, check_completion_config
 from inventory.sources.identity import (
     check_local_directory,
@@ -73,6 +73,8 @@ def validate_config(kind: str, config: dict) -> dict:
         check_known_keys(config, DIRECTORY_KEYS, kind="files (local directory)")
         check_local_directory(config["path"], field="config.path")
         check_completion_config(config)
+    if kind == ConnectorKind.FILES:
+        check_read_config(config)
     if not isinstance(config.get("snapshot", False), bool):
         raise InvalidInput("config.snapshot", "must be true or false")
     patterns = config.get("patterns")

@@ -52,3 +52,34 @@ def discover_seconds(config: dict) -> int:
     check_discover_seconds existed, so one connector never stops the schedules of all."""
     value = (config or {}).get("discover_seconds")
     return value if _discover_seconds_valid(value) else DEFAULT_DISCOVER_SECONDS
+
+
+# the formats a files connector's items are read in (workers/spark/sources/files.py: FORMATS)
+READ_FORMATS = ("parquet", "json", "csv")
+
+
+def check_read_config(config: dict) -> None:
+    """What the workers read of a files connector's config (a directory, an object store prefix
+    or a meta table of files), checked when it is saved: `format`, `schema` (a DDL string; Spark
+    parses it when a batch runs), `read_options` (Spark reader options: text, numbers or
+    booleans), `lineage` (true or false) and `watermark_column` (a column name)."""
+    fmt = config.get("format")
+    if fmt is not None and fmt not in READ_FORMATS:
+        raise InvalidInput("config.format", f"must be one of {', '.join(READ_FORMATS)}")
+    schema = config.get("schema")
+    if schema is not None and (not isinstance(schema, str) or not schema.strip()):
+        raise InvalidInput("config.schema", "must be a DDL string such as 'id INT, name STRING'")
+    options = config.get("read_options")
+    if options is not None:
+        if not isinstance(options, dict):
+            raise InvalidInput("config.read_options", "must be an object of Spark reader options")
+        for key, value in options.items():
+            if not isinstance(value, str | int | float | bool):
+                raise InvalidInput(
+                    f"config.read_options.{key}", "must be a string, number or boolean"
+                )
+    if not isinstance(config.get("lineage", False), bool):
+        raise InvalidInput("config.lineage", "must be true or false")
+    column = config.get("watermark_column")
+    if column is not None and (not isinstance(column, str) or not column.strip()):
+        raise InvalidInput("config.watermark_column", "must be a column name")

@@ -17,7 +17,6 @@ LIST_TIMEOUT_SECONDS = 60
 CREDENTIAL_KEYS = ("key_env", "secret_env", "session_token_env")
 S3_SCHEMES = ("s3", "s3a")
 LISTINGS = ("start_after", "full")
-FORMATS = ("parquet", "json", "csv")
 # Object stores reached by their own public endpoints (or a configured endpoint_url, confined
 # by endpoints.py), and fsspec's in-memory store. Local-file-backed, archive and chained
 # filesystems (`file://`, `local://`, `zip://`, `a::b`) could read this machine's files; plain
@@ -61,9 +60,6 @@ def check_keys(config: dict, scheme: str) -> None:
         raise InvalidInput("config.listing", "start_after listing needs an s3:// path; use full")
     if not isinstance(config.get("spark_native", False), bool):
         raise InvalidInput("config.spark_native", "must be true or false")
-    fmt = config.get("format")
-    if fmt is not None and fmt not in FORMATS:
-        raise InvalidInput("config.format", f"must be one of {', '.join(FORMATS)}")
     if scheme not in S3_SCHEMES:
         given = [key for key in (*CREDENTIAL_KEYS, "endpoint_url", "region") if key in config]
         if given:
