@@ -293,6 +293,18 @@ def test_append_without_lineage_is_idempotent_per_batch(spark, pg):
     assert pg.rows("log", order="2, 1") == [(1, 1), (1, 2)]
 
 
+def test_append_keys_its_rows_by_this_batch_even_when_the_output_carries_a_tm_batch_id(spark, pg):
+    """An output with a `_tm_batch_id` of another batch (the lineage column of an upstream job,
+    passed through): the rows are still recorded under the batch that writes them, so a rerun
+    replaces them instead of appending them again, and a replay removes exactly its own."""
+    sink = pg.sink("chained", mode="append")
+    upstream = spark.createDataFrame([(1, 5), (2, 5)], "id INT, _tm_batch_id BIGINT")
+    write_sink(upstream, sink, batch_id=3, attempt=1)
+    write_sink(upstream, sink, batch_id=3, attempt=2)
+    write_sink(spark.createDataFrame([(9, 3)], "id INT, _tm_batch_id BIGINT"), sink, batch_id=5)
+    assert pg.rows("chained") == [(1, 3), (2, 3), (9, 5)]
+
+
 def test_values_survive_the_copy_exactly(spark, pg):
     schema = (
         "id INT, s STRING, empty STRING, none STRING, amount DECIMAL(10,2), ok BOOLEAN, "

@@ -36,14 +36,13 @@ def merge_stage(
             f"DELETE FROM {target} WHERE {quote_ident(BATCH_COLUMN)} = ANY(%s)",
             [[int(batch_id), *(int(i) for i in replaced)]],
         )
-        if BATCH_COLUMN in columns:
-            cur.execute(f"INSERT INTO {target} ({quoted}) SELECT {quoted} FROM {stage}")
-        else:
-            cur.execute(
-                f"INSERT INTO {target} ({quoted}, {quote_ident(BATCH_COLUMN)}) "
-                f"SELECT {quoted}, %s FROM {stage}",
-                [int(batch_id)],
-            )
+        # the column is Tidemark's: it always names the batch writing the row, also when the
+        # output carries one of its own (an upstream job's lineage, passed through), else a rerun
+        # would not find the rows it replaces, and another batch would delete them
+        own = [c for c in columns if c != BATCH_COLUMN]
+        names = ", ".join(quote_ident(c) for c in [*own, BATCH_COLUMN])
+        values = ", ".join([*(quote_ident(c) for c in own), "%s"])
+        cur.execute(f"INSERT INTO {target} ({names}) SELECT {values} FROM {stage}", [int(batch_id)])
         return rows_out, cur.rowcount
 
     if order_by is not None:
