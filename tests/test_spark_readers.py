@@ -108,3 +108,18 @@ def test_lineage_over_input_that_already_has_lineage_columns_is_a_read_error(spa
     with pytest.raises(ReadError, match=r"\['_TM_batch_id', '_tm_job'\].*lineage"):
         read_items(spark, [upstream], "parquet", lineage=LINEAGE)
     assert read_items(spark, [upstream], "parquet").count() == 1
+
+
+def test_parquet_files_whose_columns_differ_are_read_with_every_column(spark, tmp_path):
+    """Schema drift: a later file gains a column. Spark reads one footer's schema unless asked to
+    merge, so the new column was dropped silently whenever another file came along in the batch."""
+    old = write_parquet(tmp_path / "a.parquet", [{"id": 1}])
+    new = write_parquet(tmp_path / "b.parquet", [{"id": 2, "discount": 0.5}])
+    for locations in ([old, new], [new, old]):
+        df = read_items(spark, locations, "parquet")
+        assert sorted(df.columns) == ["discount", "id"]
+        assert sorted((r.id, r.discount) for r in df.collect()) == [(1, None), (2, 0.5)]
+    # an explicit choice stays the job's
+    assert read_items(spark, [old, new], "parquet", options={"mergeSchema": False}).columns == [
+        "id"
+    ]

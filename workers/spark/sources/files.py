@@ -1,7 +1,9 @@
 """Read a batch's items (file locations) as one DataFrame, optionally with lineage columns.
 
 JSON and CSV are read in FAILFAST mode unless the job's read options say otherwise: a malformed
-record fails the batch with Spark's message instead of turning silently into nulls.
+record fails the batch with Spark's message instead of turning silently into nulls. Parquet files
+whose columns differ (schema drift) are read with `mergeSchema`, so no file's extra column is
+dropped silently (a job's own `mergeSchema` read option or `schema` decides otherwise).
 """
 
 from pyspark.sql import DataFrame, SparkSession
@@ -42,7 +44,13 @@ def read_items(
         or not all(isinstance(loc, str) and loc for loc in locations)
     ):
         raise ReadError("items must be a non-empty list of file locations")
-    reader = spark.read.format(fmt).options(**_reader_options(fmt, options))
+    merged = _reader_options(fmt, options)
+    if fmt == "parquet" and schema is None and "mergeschema" not in map(str.lower, merged):
+        if _parquet_columns_differ(locations):
+            # schema drift (a file gained or lost a column): Spark takes one footer's schema
+            # unless asked to merge, and would drop the other files' extra columns silently
+            merged["mergeSchema"] = "true"
+    reader = spark.read.format(fmt).options(**merged)
     if schema is not None:
         if not isinstance(schema, str) or not schema.strip():
             raise ReadError("schema must be a DDL string such as 'id INT, name STRING'")
@@ -93,6 +101,33 @@ def add_lineage(df: DataFrame, lineage: dict, *, source_file: bool = True) -> Da
     if source_file:
         columns.append(F.col("_metadata.file_path").alias("_tm_source_file"))
     return df.select("*", *columns)
+
+
+def _parquet_columns_differ(locations: list[str]) -> bool:
+    """Whether the Parquet files' column names differ, read from the footers of local files
+    (no Spark job); True when any is not a readable local file (Spark then merges the footers
+    itself: a cluster's object store is not listed here)."""
+    if len(locations) < 2:
+        return False
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return True
+    seen = None
+    for location in locations:
+        path = (
+            "/" + location[len("file:") :].lstrip("/") if location.startswith("file:") else location
+        )
+        if not path.startswith("/"):
+            return True
+        try:
+            names = tuple(sorted(pq.read_schema(path).names))
+        except Exception:  # noqa: BLE001 - missing or not Parquet: Spark's read names the file
+            return False
+        if seen is not None and names != seen:
+            return True
+        seen = names
+    return False
 
 
 def _reader_options(fmt: str, options: dict | None) -> dict[str, str]:
