@@ -194,6 +194,32 @@ def test_a_malformed_json_line_fails_the_batch(spark, tmp_path):
     assert "malformed" in caught.value.message.lower()
 
 
+def test_csv_files_whose_headers_disagree_fail_the_batch_naming_the_file(spark, tmp_path):
+    """Without a declared schema, the header names the columns: a file with its columns in
+    another order was read by position under the first file's header (id 'b', name '2')."""
+    first = tmp_path / "a.csv"
+    first.write_text("id,name\n1,a\n")
+    swapped = tmp_path / "b.csv"
+    swapped.write_text("name,id\nb,2\n")
+    out = tmp_path / "out"
+    spec = spec_for(
+        [str(first), str(swapped)],
+        {"kind": "files", "path": str(out)},
+        format="csv",
+        processor="passthrough",
+    )
+    with pytest.raises(BatchError) as caught:
+        run_batch(spark, spec)
+    error = caught.value.as_dict()
+    assert (error["type"], error["stage"]) == ("ReadError", "read"), error
+    assert "b.csv" in error["message"] and "header" in error["message"], error
+    assert not out.exists()
+
+    same = tmp_path / "c.csv"
+    same.write_text("id,name\n3,c\n")
+    assert run_batch(spark, {**spec, "items": [str(first), str(same)]})["rows_out"] == 2
+
+
 def test_a_batch_of_empty_files_is_a_read_error_naming_them(spark, tmp_path):
     """Zero-byte JSON lines or CSV files: Spark infers no columns at all; the batch fails in its
     read stage saying so (not as the sink's "empty schema" write error), and with the

@@ -3,7 +3,9 @@
 JSON and CSV are read in FAILFAST mode unless the job's read options say otherwise: a malformed
 record fails the batch with Spark's message instead of turning silently into nulls. Parquet files
 whose columns differ (schema drift) are read with `mergeSchema`, so no file's extra column is
-dropped silently (a job's own `mergeSchema` read option or `schema` decides otherwise).
+dropped silently (a job's own `mergeSchema` read option or `schema` decides otherwise). CSV files
+without a declared `schema` are checked against their headers (`enforceSchema` false): a file whose
+header names other columns, or the same in another order, fails the batch naming it.
 """
 
 from pyspark.sql import DataFrame, SparkSession
@@ -45,6 +47,10 @@ def read_items(
     ):
         raise ReadError("items must be a non-empty list of file locations")
     merged = _reader_options(fmt, options)
+    if fmt == "csv" and schema is None and "enforceschema" not in map(str.lower, merged):
+        # the columns come from the header: every file's header must name the same columns in
+        # the same order, else Spark reads a file by position under another file's names
+        merged["enforceSchema"] = "false"
     if fmt == "parquet" and schema is None and "mergeschema" not in map(str.lower, merged):
         if _parquet_columns_differ(locations):
             # schema drift (a file gained or lost a column): Spark takes one footer's schema
