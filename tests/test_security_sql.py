@@ -44,6 +44,11 @@ REFUSED = [
     ("INSERT INTO t SELECT * FROM batch", "INSERT"),
     ("DROP TABLE batch", "DROP"),
     ("SELECT 1 FROM batch; SELECT 2 FROM batch", "2 statements"),
+    # script transformation: Spark runs the command on the executors (no Hive needed)
+    ("SELECT TRANSFORM(id) USING 'sh -c \"id\"' AS (out) FROM batch", "TRANSFORM"),
+    ("FROM batch SELECT TRANSFORM(*) USING 'cat'", "TRANSFORM"),
+    ("SELECT TRANSFORM(id) ROW FORMAT DELIMITED USING 'cat' FROM batch", "TRANSFORM"),
+    ("WITH t AS (SELECT TRANSFORM(id) USING 'cat' FROM batch) SELECT * FROM t", "TRANSFORM"),
     ("SELECT FROM WHERE (", "Spark SQL"),
     # sqlglot's own function builders raise on a wrong argument count (an IndexError here)
     ("SELECT map(id) FROM batch", "Spark SQL"),
@@ -115,6 +120,18 @@ def test_the_worker_refuses_a_stored_query_before_spark_runs_it(spark, tmp_path,
     )
     with pytest.raises(ProcessorError, match="not allowed"):
         get_processor("sql")(df, context)
+    # a script transformation would run a shell command on the executors
+    marker = tmp_path / "ran"
+    context = ProcessorContext(
+        job="j",
+        batch_id=1,
+        lower=0,
+        upper=1,
+        params={"query": f"SELECT TRANSFORM(id) USING 'touch {marker}' AS (o) FROM batch"},
+    )
+    with pytest.raises(ProcessorError, match="TRANSFORM"):
+        get_processor("sql")(df, context).collect()
+    assert not marker.exists()
     # the allowed query still runs
     allowed = ProcessorContext(
         job="j", batch_id=1, lower=0, upper=1, params={"query": "SELECT id + 1 AS n FROM batch"}

@@ -13,7 +13,9 @@ an environment variable into the text, statements change the session (`SET`, `AD
   and Spark built-ins that compute from their arguments), except those that read the session or
   the world (`NOT_PURE_TYPED`), plus the named Spark built-ins in `PURE_SPARK_FUNCTIONS`. Any other
   name (a UDF, `java_method`, `reflect`, `xpath`, `from_xml`, `input_file_name`, ...) is refused;
-- no `${...}` anywhere in the text (Spark's variable substitution).
+- no `${...}` anywhere in the text (Spark's variable substitution);
+- no script transformation (`SELECT TRANSFORM(...) USING 'command'`: Spark runs the command as a
+  process on the executors) and no table property (`ROW FORMAT SERDE '<class>'`, ...).
 
 Anything refused raises `SqlRefused` naming the construct. The check runs when a job is saved
 (through the processor's validator) and again on the worker right before `spark.sql`, so a job
@@ -156,7 +158,13 @@ def check_query(query: str, *, inputs: tuple[str, ...] = ("batch",)) -> None:
             _check_relation(node, allowed | ctes, inputs)
         elif isinstance(node, exp.Func):
             _check_function(node)
-        elif isinstance(node, (exp.Command, exp.Set, exp.DDL, exp.DML)):
+        elif isinstance(node, exp.QueryTransform):
+            # Spark runs the USING command as a process on the executors (no Hive needed)
+            raise SqlRefused(
+                "TRANSFORM ... USING (a script the workers would run) is not allowed; "
+                "compute with SQL functions"
+            )
+        elif isinstance(node, (exp.Command, exp.Set, exp.DDL, exp.DML, exp.Property)):
             raise SqlRefused(f"{_construct(node)} is not allowed inside a query")
 
 
