@@ -123,3 +123,26 @@ def test_parquet_files_whose_columns_differ_are_read_with_every_column(spark, tm
     assert read_items(spark, [old, new], "parquet", options={"mergeSchema": False}).columns == [
         "id"
     ]
+
+
+def test_file_names_with_glob_characters_are_read_as_named(spark, tmp_path):
+    """An item is one file, never a pattern: Spark globbed each location, so `star*.json` also
+    read `starX.json` (its rows twice, once in its own batch) and `r[2026-01].json` was an invalid
+    character class; a backslash was taken as an escape."""
+    named = [
+        write_jsonl(tmp_path / name, [{"id": i}])
+        for i, name in enumerate(
+            ["star*.json", "r[2026-01].json", "e {final}.json", "q?.json", "back\\slash.json"]
+        )
+    ]
+    write_jsonl(tmp_path / "starX.json", [{"id": 100}])
+    df = read_items(spark, named, "json", lineage=LINEAGE)
+    assert sorted(r.id for r in df.collect()) == [0, 1, 2, 3, 4]
+
+
+def test_a_file_name_with_a_colon_is_a_read_error_saying_so(spark, tmp_path):
+    """Hadoop paths cannot hold a ':' in a file name (an ISO time such as 10:00:00): the batch
+    fails naming the file and the reason, not with a URISyntaxException from inside Spark."""
+    path = write_jsonl(tmp_path / "orders-2026-01-01T10:00:00.json", [{"id": 1}])
+    with pytest.raises(ReadError, match=r"orders-2026-01-01T10:00:00\.json.*':'"):
+        read_items(spark, [path], "json")

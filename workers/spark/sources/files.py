@@ -8,6 +8,8 @@ without a declared `schema` are checked against their headers (`enforceSchema` f
 header names other columns, or the same in another order, fails the batch naming it.
 """
 
+import re
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -56,6 +58,12 @@ def read_items(
             # schema drift (a file gained or lost a column): Spark takes one footer's schema
             # unless asked to merge, and would drop the other files' extra columns silently
             merged["mergeSchema"] = "true"
+    colon = next((loc for loc in locations if ":" in _file_part(loc)), None)
+    if colon is not None:
+        raise ReadError(
+            f"cannot read {colon}: Spark (Hadoop) paths cannot hold a ':' in a file or "
+            "directory name; rename it (e.g. 10-00-00 for a time) and register it again"
+        )
     reader = spark.read.format(fmt).options(**merged)
     if schema is not None:
         if not isinstance(schema, str) or not schema.strip():
@@ -67,7 +75,9 @@ def read_items(
                 f"schema {schema!r} is not valid DDL: {spark_error_summary(exc)}"
             ) from exc
     try:
-        df = reader.load(locations)
+        # an item is one file, never a pattern: Spark globs `*`, `?`, `[...]`, `{...}` and `\`
+        # in a path (a file `star*.json` read `starX.json` too), so they are escaped
+        df = reader.load([_GLOB_CHARACTERS.sub(r"\\\1", loc) for loc in locations])
     except Exception as exc:
         raise ReadError(f"cannot read {fmt} input: {spark_error_summary(exc)}") from exc
     if not df.columns:
@@ -107,6 +117,16 @@ def add_lineage(df: DataFrame, lineage: dict, *, source_file: bool = True) -> Da
     if source_file:
         columns.append(F.col("_metadata.file_path").alias("_tm_source_file"))
     return df.select("*", *columns)
+
+
+_GLOB_CHARACTERS = re.compile(r"([\\*?\[\]{}])")
+
+
+def _file_part(location: str) -> str:
+    """The path of a location without its scheme (`file:`, `s3a://bucket`)."""
+    if "://" in location:
+        return location.split("://", 1)[1].split("/", 1)[-1]
+    return location[len("file:") :] if location.startswith("file:") else location
 
 
 def _parquet_columns_differ(locations: list[str]) -> bool:
