@@ -177,6 +177,31 @@ def test_a_stored_asset_outside_its_connector_is_never_read(tmp_path):
     assert "root:" not in str(stored.error)
 
 
+def test_a_stored_job_whose_sink_lies_in_its_connectors_directory_fails_before_spark(tmp_path):
+    """A job saved before the rule (or by a write around the service) fails its batch naming the
+    reason, instead of writing output its connector discovers again."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    connector = ConnectorFactory(name="stored-loop", config={"path": str(landing)})
+    Asset.objects.create(connector=connector, location=str(landing / "a.parquet"), weight=1)
+    job = make_job(
+        connector=connector, batch_weight=100, sink={"kind": "files", "path": str(tmp_path / "o")}
+    )
+    Job.objects.filter(pk=job.pk).update(sink={"kind": "files", "path": str(landing / "out")})
+    (batch,) = batches.batches_plan(job=Job.objects.get(pk=job.pk), limit=1)
+
+    def executor(name):
+        def run(spec, cancel):
+            raise AssertionError("the Spark side must not be reached")
+
+        return run
+
+    execution.batch_execute(batch_id=batch.pk, executor_for=executor, worker="w:1")
+    stored = Batch.objects.get(pk=batch.pk)
+    assert stored.status in (BatchStatus.FAILED, BatchStatus.DEAD)
+    assert "connector stored-loop" in stored.error["message"], stored.error
+
+
 def _files(directory, names):
     for name in names:
         (directory / name).write_bytes(b"PAR1")

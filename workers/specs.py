@@ -3,6 +3,7 @@ connector's source module (inventory/sources/) and the job's config snapshot."""
 
 from inventory.models import Batch, ConnectorKind
 from inventory.services import capabilities, outputs
+from inventory.services.job_config import sink_outside_own_source
 from inventory.services.own_database import own_database_identity
 from inventory.sources.items import ItemSource, fetch_items
 from inventory.sources.registry import connector_source, source_for_connector
@@ -64,6 +65,7 @@ def batch_spec(*, batch: Batch, source: ItemSource | None = None) -> dict:
     }
     # checked against the deployment's settings now, whatever they were when the job was saved
     capabilities.spec_confine(spec)
+    sink_outside_own_source(spec["sink"], connector)
     return spec
 
 
