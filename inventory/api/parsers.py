@@ -10,7 +10,9 @@ So does a document nested deeper than MAX_DEPTH levels: Python walks JSON recurs
 it, checking a config for secrets, masking it on the way out), and a config of a few hundred
 levels, once stored, made every read of its job or connector a 500."""
 
+import io
 import re
+from itertools import accumulate
 
 from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import JSONParser
@@ -20,6 +22,19 @@ from inventory.services.secrets import MAX_JSON_DEPTH
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # levels of objects and arrays a body may nest (the same bound as a config's, from any front)
 MAX_DEPTH = MAX_JSON_DEPTH
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def nested_deeper_than(body: bytes, limit: int) -> bool:
+    """Whether the JSON text `body` opens more than `limit` objects and arrays inside each other,
+    found without parsing it: the parser recurses once per level, and a RecursionError deep in a
+    request leaves CPython 3.11's `ast` module unusable in that process (gh-106905)."""
+    brackets = _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b"", body))
+    return bool(brackets) and max(accumulate(_STEP[b] for b in brackets)) > limit
 
 
 def _problem(text: str) -> str | None:
@@ -66,8 +81,13 @@ def bad_field(value, path: str = "", depth: int = 0) -> tuple[str, str] | None:
 
 class StrictJSONParser(JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
+        body = stream.read() if stream is not None else b""
+        if nested_deeper_than(body, MAX_DEPTH):
+            raise ParseError(
+                f"JSON parse error - nested deeper than {MAX_DEPTH} levels of objects and arrays"
+            )
         try:
-            data = super().parse(stream, media_type, parser_context)
+            data = super().parse(io.BytesIO(body), media_type, parser_context)
         except RecursionError:
             raise ParseError(
                 f"JSON parse error - nested deeper than {MAX_DEPTH} levels of objects and arrays"
