@@ -141,3 +141,35 @@ def test_a_malformed_file_kills_its_batch_after_max_attempts_while_another_job_g
     good_batch = Batch.objects.get(job=good_job)
     assert good_batch.status == BatchStatus.SUCCEEDED
     assert len(read_sink(tmp_path / "good-out")) == 5
+
+
+def test_a_batch_of_files_in_different_formats_without_a_connector_format_fails_before_spark(
+    tmp_path,
+):
+    """With no `format`, the batch's format was guessed from its first file with a known suffix:
+    a .json file in the same batch was then read as CSV (or the reverse), and two batches of one
+    connector could write different formats' rows to one sink. Mixed suffixes fail the batch
+    naming them; one suffix is read in its format."""
+    from inventory.services import lifecycle
+    from workers import execution
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "a.csv").write_text("id\n1\n")
+    (landing / "b.json").write_text('{"id": 2}\n')
+    connector = _connector("mixed", landing, settle_seconds=0)
+    assert files.directory_discover(connector=connector) == 2
+    job = make_job(connector=connector, sink={"kind": "files", "path": str(tmp_path / "out")})
+    (batch,) = lifecycle.batches_plan(job=job, limit=1)
+
+    def executor(name):
+        def run(spec, cancel):
+            raise AssertionError("the Spark side must not be reached")
+
+        return run
+
+    execution.batch_execute(batch_id=batch.pk, executor_for=executor, worker="w:1")
+    stored = Batch.objects.get(pk=batch.pk)
+    assert stored.status in (BatchStatus.FAILED, BatchStatus.DEAD)
+    message = stored.error["message"]
+    assert "a.csv" in message and "b.json" in message and "format" in message, stored.error

@@ -7,6 +7,7 @@ from inventory.services.job_config import sink_outside_own_source
 from inventory.services.own_database import own_database_identity
 from inventory.sources.items import ItemSource, fetch_items
 from inventory.sources.registry import connector_source, source_for_connector
+from workers.spark.errors import ReadError
 
 _FORMAT_BY_SUFFIX = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv"}
 
@@ -70,9 +71,21 @@ def batch_spec(*, batch: Batch, source: ItemSource | None = None) -> dict:
 
 
 def _guess_format(items: list[str], kind: str) -> str:
-    if kind == ConnectorKind.FILES:
-        for item in items:
-            for suffix, fmt in _FORMAT_BY_SUFFIX.items():
-                if str(item).lower().endswith(suffix):
-                    return fmt
-    return "parquet"
+    """A files connector without `format`: the format its items' suffixes name, the same for
+    every item that has one (parquet when none has). Items of different formats in one batch are
+    an error naming them: read as one format, some would be misread."""
+    if kind != ConnectorKind.FILES:
+        return "parquet"
+    found: dict[str, str] = {}
+    for item in items:
+        for suffix, fmt in _FORMAT_BY_SUFFIX.items():
+            if str(item).lower().endswith(suffix):
+                found.setdefault(fmt, str(item))
+                break
+    if len(found) > 1:
+        named = ", ".join(f"{item} ({fmt})" for fmt, item in sorted(found.items()))
+        raise ReadError(
+            f"the batch's files are in different formats by their suffixes: {named}; set the "
+            "connector's `format`, and `patterns` that match only files of that format"
+        )
+    return next(iter(found), "parquet")
