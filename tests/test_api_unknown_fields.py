@@ -72,6 +72,27 @@ def test_a_batch_call_with_an_unknown_key_changes_nothing(admin):
     assert Batch.objects.get(pk=batch.pk).status == "running"
 
 
+def test_a_call_that_takes_no_body_refuses_one_and_changes_nothing(admin):
+    """`retry/` with `{"max_attempts": 5}`, `pause/` with `{"reason": ...}`: the keys were dropped
+    and the call done as if they had been read."""
+    connector, job = make_inventory()
+    batch = batches.batch_acquire(job=job, worker="w")
+    Batch.objects.filter(pk=batch.pk).update(status="dead")
+    calls = [
+        (f"/api/v1/batches/{batch.pk}/retry/", {"max_attempts": 5}, "max_attempts"),
+        (f"/api/v1/jobs/{job.name}/pause/", {"reason": "night"}, "reason"),
+        (f"/api/v1/jobs/{job.name}/run/", {"backfill": True}, "backfill"),
+        (f"/api/v1/connectors/{connector.name}/pause/", {"reason": "night"}, "reason"),
+    ]
+    for url, body, key in calls:
+        _refused(admin.post(url, body, format="json"), key)
+    assert Batch.objects.get(pk=batch.pk).status == "dead"
+    assert not Job.objects.get(pk=job.pk).paused
+    assert Connector.objects.get(pk=connector.pk).state == "active"
+    assert admin.post(f"/api/v1/jobs/{job.name}/pause/", {}, format="json").status_code == 200
+    assert admin.post(f"/api/v1/jobs/{job.name}/resume/").status_code == 200
+
+
 @pytest.mark.parametrize(
     ("sink", "key"),
     [

@@ -18,8 +18,11 @@ class KnownFieldsOnly:
         if isinstance(data, Mapping):
             unknown = sorted(set(data) - set(self.fields) - FORM_EXTRAS)
             if unknown:
-                accepted = ", ".join(
-                    sorted(name for name, field in self.fields.items() if not field.read_only)
+                accepted = (
+                    ", ".join(
+                        sorted(name for name, field in self.fields.items() if not field.read_only)
+                    )
+                    or "no body (send none, or {})"
                 )
                 raise serializers.ValidationError(
                     {name: [f"unknown field; this call accepts {accepted}"] for name in unknown}
@@ -29,3 +32,8 @@ class KnownFieldsOnly:
 
 class Input(KnownFieldsOnly, serializers.Serializer):
     """The base of the input serializers that are not model serializers."""
+
+
+class NoBody(Input):
+    """The body of a call that reads none (pause, resume, run, discover, retry): any key is
+    refused, so `retry/` with `{"max_attempts": 5}` is not done as if it had been read."""

@@ -10,7 +10,7 @@ from inventory.actions import api_roles, run
 from inventory.api import serializers as s
 from inventory.api.filters import BackfillFilter, StrictFilterBackend
 from inventory.api.paging import NewestFirst
-from inventory.api.views.base import IdViewSet, validated, with_errors
+from inventory.api.views.base import IdViewSet, no_body, validated, with_errors
 from inventory.roles import actor_name
 from inventory.services import backfills as backfill_services
 
@@ -73,6 +73,7 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
         return Response(s.BackfillPreviewSerializer(preview).data)
 
     def _set_status(self, request, key: str) -> Response:
+        no_body(request)
         backfill = run(key, request.user, backfill=self.get_object())
         return Response(s.BackfillSerializer(self.get_queryset().get(pk=backfill.pk)).data)
 

@@ -10,6 +10,7 @@ from rest_framework import viewsets
 from rest_framework.exceptions import ValidationError
 
 from inventory.api import serializers as s
+from inventory.api.serializers.strict import NoBody
 from inventory.services.errors import NotFound
 
 NAME_PATTERN = r"[-a-zA-Z0-9_]+"
@@ -56,6 +57,11 @@ def kept_unless(dry_run: bool):
     with transaction.atomic():
         yield
         transaction.set_rollback(True)
+
+
+def no_body(request) -> None:
+    """A call that reads no body refuses one that has keys (a 400 naming each)."""
+    validated(NoBody, request)
 
 
 def validated(serializer_class, request, **kwargs) -> dict:

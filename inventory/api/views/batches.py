@@ -12,7 +12,7 @@ from inventory.actions import api_roles, run
 from inventory.api import serializers as s
 from inventory.api.filters import BatchFilter, StrictFilterBackend
 from inventory.api.paging import NewestFirst
-from inventory.api.views.base import IdViewSet, validated, with_errors
+from inventory.api.views.base import IdViewSet, no_body, validated, with_errors
 from inventory.models import Batch, BatchAttempt
 from inventory.roles import actor_name
 from inventory.services.errors import NotFound
@@ -122,6 +122,7 @@ class BatchViewSet(mixins.ListModelMixin, IdViewSet):
     )
     @action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
+        no_body(request)
         batch = run(
             "batch.retry", request.user, batch_id=self.object_id(), actor=actor_name(request.user)
         )

@@ -16,6 +16,7 @@ from inventory.api.views.base import (
     NamedViewSet,
     dry_run_asked,
     kept_unless,
+    no_body,
     validated,
     with_errors,
 )
@@ -112,6 +113,7 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     )
     @action(detail=True, methods=["post"])
     def pause(self, request, name=None):
+        no_body(request)
         connector = run(
             "connector.pause",
             request.user,
@@ -127,6 +129,7 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     )
     @action(detail=True, methods=["post"])
     def resume(self, request, name=None):
+        no_body(request)
         connector = run(
             "connector.resume",
             request.user,
@@ -166,6 +169,7 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     )
     @action(detail=True, methods=["post"])
     def discover(self, request, name=None):
+        no_body(request)
         connector = self.get_object()
         registered = run("connector.discover", request.user, connector=connector)
         return Response({"connector": connector.name, "registered": registered})

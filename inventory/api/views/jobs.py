@@ -16,6 +16,7 @@ from inventory.api.views.base import (
     NamedViewSet,
     dry_run_asked,
     kept_unless,
+    no_body,
     validated,
     with_errors,
 )
@@ -102,6 +103,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     )
     @action(detail=True, methods=["post"])
     def pause(self, request, name=None):
+        no_body(request)
         job = run("job.pause", request.user, job=self.get_object())
         return Response(s.JobSerializer(job).data)
 
@@ -112,6 +114,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     )
     @action(detail=True, methods=["post"])
     def resume(self, request, name=None):
+        no_body(request)
         job = run("job.resume", request.user, job=self.get_object())
         return Response(s.JobSerializer(job).data)
 
@@ -124,6 +127,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     )
     @action(detail=True, methods=["post"])
     def run(self, request, name=None):
+        no_body(request)
         outcome = run("job.run", request.user, job=self.get_object())
         return Response(s.RunResultSerializer(outcome).data)
 
