@@ -46,3 +46,19 @@ def make_job(*, connector=None, name=None, batch_weight=100, max_items=10, **opt
 def make_assets(connector, weights):
     """Register assets with the given weights, in order; returns them (ids ascending)."""
     return [AssetFactory(connector=connector, weight=w) for w in weights]
+
+
+def execute_refused_before_spark(batch):
+    """Run `batch` through the worker's path with an executor that fails the test if it is ever
+    reached, and return the stored batch: for the rules that must stop a batch before Spark."""
+    from inventory.models import Batch
+    from workers import execution
+
+    def executor_for(name):
+        def run(spec, cancel):
+            raise AssertionError("the Spark side must not be reached")
+
+        return run
+
+    execution.batch_execute(batch_id=batch.pk, executor_for=executor_for, worker="w:1")
+    return Batch.objects.get(pk=batch.pk)

@@ -6,13 +6,12 @@ import os
 
 import pytest
 
-from inventory.models import Asset, Batch, BatchStatus, Connector, Job
+from inventory.models import Asset, BatchStatus, Connector, Job
 from inventory.services import lifecycle as batches
 from inventory.services.errors import InvalidInput
 from inventory.sources import files
 from tests.api_support import token_client
-from tests.factories import ConnectorFactory, make_job
-from workers import execution
+from tests.factories import ConnectorFactory, execute_refused_before_spark, make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -164,14 +163,7 @@ def test_a_stored_asset_outside_its_connector_is_never_read(tmp_path):
     )
     (batch,) = batches.batches_plan(job=job, limit=1)
 
-    def executor(name):
-        def run(spec, cancel):
-            raise AssertionError("the Spark side must not be reached")
-
-        return run
-
-    execution.batch_execute(batch_id=batch.pk, executor_for=executor, worker="w:1")
-    stored = Batch.objects.get(pk=batch.pk)
+    stored = execute_refused_before_spark(batch)
     assert stored.status in (BatchStatus.FAILED, BatchStatus.DEAD)
     assert "TIDEMARK_ALLOWED_ROOTS" in stored.error["message"]
     assert "root:" not in str(stored.error)
@@ -190,14 +182,7 @@ def test_a_stored_job_whose_sink_lies_in_its_connectors_directory_fails_before_s
     Job.objects.filter(pk=job.pk).update(sink={"kind": "files", "path": str(landing / "out")})
     (batch,) = batches.batches_plan(job=Job.objects.get(pk=job.pk), limit=1)
 
-    def executor(name):
-        def run(spec, cancel):
-            raise AssertionError("the Spark side must not be reached")
-
-        return run
-
-    execution.batch_execute(batch_id=batch.pk, executor_for=executor, worker="w:1")
-    stored = Batch.objects.get(pk=batch.pk)
+    stored = execute_refused_before_spark(batch)
     assert stored.status in (BatchStatus.FAILED, BatchStatus.DEAD)
     assert "connector stored-loop" in stored.error["message"], stored.error
 
@@ -301,13 +286,6 @@ def test_an_upstream_commit_reported_at_a_path_outside_the_roots_is_never_read(t
     down = downstream_job("reads-reported", up, {"kind": "files", "path": str(tmp_path / "d")})
     (batch,) = batches.batches_plan(job=down, limit=1)
 
-    def executor(name):
-        def run(spec, cancel):
-            raise AssertionError("the Spark side must not be reached")
-
-        return run
-
-    execution.batch_execute(batch_id=batch.pk, executor_for=executor, worker="w:1")
-    stored = Batch.objects.get(pk=batch.pk)
+    stored = execute_refused_before_spark(batch)
     assert stored.status in (BatchStatus.FAILED, BatchStatus.DEAD)
     assert "TIDEMARK_ALLOWED_ROOTS" in stored.error["message"]

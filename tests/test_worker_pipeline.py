@@ -13,7 +13,7 @@ from inventory.models import Asset, Batch, BatchAttempt, BatchStatus, Watermark,
 from inventory.services import dispatch
 from inventory.services.connectors import connector_create
 from inventory.sources import files
-from tests.factories import make_job
+from tests.factories import execute_refused_before_spark, make_job
 from tests.worker_fixtures import read_sink, wait_until, write_orders
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -151,7 +151,6 @@ def test_a_batch_of_files_in_different_formats_without_a_connector_format_fails_
     connector could write different formats' rows to one sink. Mixed suffixes fail the batch
     naming them; one suffix is read in its format."""
     from inventory.services import lifecycle
-    from workers import execution
 
     landing = tmp_path / "landing"
     landing.mkdir()
@@ -162,14 +161,7 @@ def test_a_batch_of_files_in_different_formats_without_a_connector_format_fails_
     job = make_job(connector=connector, sink={"kind": "files", "path": str(tmp_path / "out")})
     (batch,) = lifecycle.batches_plan(job=job, limit=1)
 
-    def executor(name):
-        def run(spec, cancel):
-            raise AssertionError("the Spark side must not be reached")
-
-        return run
-
-    execution.batch_execute(batch_id=batch.pk, executor_for=executor, worker="w:1")
-    stored = Batch.objects.get(pk=batch.pk)
+    stored = execute_refused_before_spark(batch)
     assert stored.status in (BatchStatus.FAILED, BatchStatus.DEAD)
     message = stored.error["message"]
     assert "a.csv" in message and "b.json" in message and "format" in message, stored.error
