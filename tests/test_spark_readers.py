@@ -146,3 +146,24 @@ def test_a_file_name_with_a_colon_is_a_read_error_saying_so(spark, tmp_path):
     path = write_jsonl(tmp_path / "orders-2026-01-01T10:00:00.json", [{"id": 1}])
     with pytest.raises(ReadError, match=r"orders-2026-01-01T10:00:00\.json.*':'"):
         read_items(spark, [path], "json")
+
+
+def test_an_upstream_output_whose_path_has_glob_characters_is_read_as_named(spark, tmp_path):
+    """A job_output reads each upstream batch's directory; Spark globbed it, so a sink path
+    `out[1]` read its neighbour `out1` instead."""
+    from workers.spark.sources import job_output
+
+    for directory, ident in (("out[1]", 1), ("out1", 99)):
+        batch_dir = tmp_path / directory / "batch_id=1"
+        batch_dir.mkdir(parents=True)
+        pq.write_table(pa.table({"id": [ident]}), batch_dir / "part-0.parquet")
+    output = {
+        "batch_id": 1,
+        "commit_seq": 1,
+        "location": str(tmp_path / "out[1]" / "batch_id=1"),
+        "format": "parquet",
+    }
+    spec = {"source": {"kind": "job_output", "job": "up", "outputs": [output]}}
+    assert [row.id for row in job_output.read(spark, spec).collect()] == [1]
+    empty = {"source": {"kind": "job_output", "job": "up", "outputs": [], "schema_from": output}}
+    assert job_output.read(spark, empty).columns == ["id"]

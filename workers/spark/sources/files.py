@@ -77,7 +77,7 @@ def read_items(
     try:
         # an item is one file, never a pattern: Spark globs `*`, `?`, `[...]`, `{...}` and `\`
         # in a path (a file `star*.json` read `starX.json` too), so they are escaped
-        df = reader.load([_GLOB_CHARACTERS.sub(r"\\\1", loc) for loc in locations])
+        df = reader.load([literal_path(loc) for loc in locations])
     except Exception as exc:
         raise ReadError(f"cannot read {fmt} input: {spark_error_summary(exc)}") from exc
     if not df.columns:
@@ -120,6 +120,12 @@ def add_lineage(df: DataFrame, lineage: dict, *, source_file: bool = True) -> Da
 
 
 _GLOB_CHARACTERS = re.compile(r"([\\*?\[\]{}])")
+
+
+def literal_path(location: str) -> str:
+    """`location` as Spark's reader takes it for exactly that file or directory: Spark globs
+    `*`, `?`, `[...]`, `{...}` and `\\` in every path it loads, so they are escaped."""
+    return _GLOB_CHARACTERS.sub(r"\\\1", location)
 
 
 def _file_part(location: str) -> str:

@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from workers.spark.errors import ReadError
+from workers.spark.sources.files import literal_path
 
 FORMATS = ("parquet", "json", "csv", "orc")
 
@@ -36,7 +37,8 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
     groups: dict[tuple, list[str]] = {}
     for output in outputs:
         key = (output["format"], tuple(sorted((output.get("options") or {}).items())))
-        groups.setdefault(key, []).append(output["location"])
+        # an upstream sink's path may hold glob characters: read its directory, not a pattern
+        groups.setdefault(key, []).append(literal_path(output["location"]))
     for (fmt, options), locations in groups.items():
         frames.append(spark.read.format(fmt).options(**dict(options)).load(locations))
     return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
@@ -68,7 +70,7 @@ def _empty(spark: SparkSession, schema_from) -> DataFrame:
             reader = spark.read.format(schema_from["format"])
             schema = (
                 reader.options(**(schema_from.get("options") or {}))
-                .load(schema_from["location"])
+                .load(literal_path(schema_from["location"]))
                 .schema
             )
             return spark.createDataFrame([], schema)
