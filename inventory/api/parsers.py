@@ -54,11 +54,9 @@ def _shown(key: str) -> str:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", key.replace("\x00", "\\u0000"))
 
 
-def bad_field(value, path: str = "", depth: int = 0) -> tuple[str, str] | None:
-    """The path of the first key or string that cannot be stored, or of the first value nested
-    too deeply, and why; or None."""
-    if isinstance(value, dict | list) and depth >= MAX_DEPTH:
-        return path or "body", f"is nested deeper than {MAX_DEPTH} levels of objects and arrays"
+def bad_field(value, path: str = "") -> tuple[str, str] | None:
+    """The path of the first key or string that cannot be stored, and why; or None. (The
+    document's depth is bounded before it is parsed, nested_deeper_than.)"""
     if isinstance(value, str):
         problem = _problem(value)
         return (path or "body", problem) if problem else None
@@ -68,12 +66,12 @@ def bad_field(value, path: str = "", depth: int = 0) -> tuple[str, str] | None:
             problem = _problem(str(key))
             if problem:
                 return _shown(field), problem
-            found = bad_field(inner, field, depth + 1)
+            found = bad_field(inner, field)
             if found:
                 return found
     if isinstance(value, list):
         for index, inner in enumerate(value):
-            found = bad_field(inner, f"{path}[{index}]" if path else f"[{index}]", depth + 1)
+            found = bad_field(inner, f"{path}[{index}]" if path else f"[{index}]")
             if found:
                 return found
     return None
@@ -86,12 +84,7 @@ class StrictJSONParser(JSONParser):
             raise ParseError(
                 f"JSON parse error - nested deeper than {MAX_DEPTH} levels of objects and arrays"
             )
-        try:
-            data = super().parse(io.BytesIO(body), media_type, parser_context)
-        except RecursionError:
-            raise ParseError(
-                f"JSON parse error - nested deeper than {MAX_DEPTH} levels of objects and arrays"
-            ) from None
+        data = super().parse(io.BytesIO(body), media_type, parser_context)
         found = bad_field(data)
         if found:
             field, problem = found

@@ -54,18 +54,16 @@ def discover_seconds(config: dict) -> int:
     return value if _discover_seconds_valid(value) else DEFAULT_DISCOVER_SECONDS
 
 
-# the formats a files connector's items are read in (workers/spark/sources/files.py: FORMATS)
-READ_FORMATS = ("parquet", "json", "csv")
-
-
 def check_read_config(config: dict) -> None:
     """What the workers read of a files connector's config (a directory, an object store prefix
     or a meta table of files), checked when it is saved: `format`, `schema` (a DDL string; Spark
     parses it when a batch runs), `read_options` (Spark reader options: text, numbers or
     booleans), `lineage` (true or false) and `watermark_column` (a column name)."""
+    from workers.spark.sources.files import FORMATS  # the formats the workers' reader reads
+
     fmt = config.get("format")
-    if fmt is not None and fmt not in READ_FORMATS:
-        raise InvalidInput("config.format", f"must be one of {', '.join(READ_FORMATS)}")
+    if fmt is not None and fmt not in FORMATS:
+        raise InvalidInput("config.format", f"must be one of {', '.join(FORMATS)}")
     schema = config.get("schema")
     if schema is not None and (not isinstance(schema, str) or not schema.strip()):
         raise InvalidInput("config.schema", "must be a DDL string such as 'id INT, name STRING'")

@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from workers.spark.errors import ReadError
+from workers.spark.sources.files import local_path
 
 # logical plan nodes above the input that may end its reading before the last row
 _EARLY_STOP = re.compile(r"(?m)^[\s:+\-|]*(GlobalLimit|LocalLimit|Limit|Sample|Offset|Tail)\b")
@@ -119,10 +120,8 @@ def parquet_footer_rows(locations: list[str]) -> int | None:
         return None
     total = 0
     for location in locations:
-        path = (
-            "/" + location[len("file:") :].lstrip("/") if location.startswith("file:") else location
-        )
-        if not path.startswith("/") or not os.path.isfile(path):
+        path = local_path(location)
+        if path is None or not os.path.isfile(path):
             return None
         try:
             total += pq.read_metadata(path).num_rows

@@ -135,10 +135,18 @@ def _file_part(location: str) -> str:
     return location[len("file:") :] if location.startswith("file:") else location
 
 
+def local_path(location: str) -> str | None:
+    """The file system path of a local location (`/a/b`, `file:/a/b`, `file:///a/b`), or None
+    for any other (an object store's URL, a relative name)."""
+    path = "/" + location[len("file:") :].lstrip("/") if location.startswith("file:") else location
+    return path if path.startswith("/") else None
+
+
 def _parquet_columns_differ(locations: list[str]) -> bool:
     """Whether the Parquet files' column names differ, read from the footers of local files
-    (no Spark job); True when any is not a readable local file (Spark then merges the footers
-    itself: a cluster's object store is not listed here)."""
+    (no Spark job). True when any is not local (Spark merges the footers itself then: a
+    cluster's object store is not listed here); False when one cannot be read (Spark's own read
+    then names the file)."""
     if len(locations) < 2:
         return False
     try:
@@ -147,10 +155,8 @@ def _parquet_columns_differ(locations: list[str]) -> bool:
         return True
     seen = None
     for location in locations:
-        path = (
-            "/" + location[len("file:") :].lstrip("/") if location.startswith("file:") else location
-        )
-        if not path.startswith("/"):
+        path = local_path(location)
+        if path is None:
             return True
         try:
             names = tuple(sorted(pq.read_schema(path).names))
