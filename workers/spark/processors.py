@@ -180,10 +180,10 @@ SQL_INPUTS = ("batch",)
 
 
 def _validate_sql(params: dict) -> None:
-    _checked_query(params)
+    query_to_run(params)
 
 
-def _checked_query(params: dict) -> str:
+def query_to_run(params: dict) -> str:
     """The text to run for params["query"]: the checked query written out again by the guard
     (workers/spark/sql_guard), never the user's text; refused unless it is one query over the
     batch."""
@@ -205,7 +205,7 @@ def sql(df: DataFrame, ctx: ProcessorContext) -> DataFrame:
     The query may use the named parameters :batch_id, :lower and :upper.
     """
     # checked again here: a job stored before the check existed may hold any text
-    query = _checked_query(ctx.params)
+    query = query_to_run(ctx.params)
     spark = df.sparkSession
     try:
         # and as Spark's own parser reads the text it is about to run (workers/spark/sql_plan)

@@ -151,6 +151,7 @@ def check_query(query: str, *, inputs: tuple[str, ...] = ("batch",)) -> str:
     check_query_size(query)
     if "${" in query:
         raise SqlRefused("'${...}' (Spark variable substitution) is not allowed")
+    check_comments(query)
     tree = _parse_one(query)
     check_tree(tree, inputs=inputs)
     try:
@@ -183,6 +184,53 @@ def check_query_size(query: str) -> None:
             f"nests brackets {deepest} deep; the limit is {MAX_QUERY_NESTING} "
             "(counted in the text, literals included)"
         )
+
+
+def check_comments(query: str) -> None:
+    """Refuse the comments sqlglot and Spark read differently, so a text that would mean two
+    things is refused when saved instead of being run as sqlglot reads it: a comment opened
+    inside a bracketed comment (`/* /*+ */ X -- */`: sqlglot nests it, Spark does not) and a
+    `--` comment whose line ends in a backslash (Spark continues it on the next line, sqlglot
+    does not). Only a courtesy: what runs is the checked tree written out again either way."""
+    i, n = 0, len(query)
+    while i < n:
+        char = query[i]
+        if char in "'\"`":
+            i = _past_quoted(query, i)
+        elif query.startswith("--", i):
+            end = query.find("\n", i)
+            line = query[i : n if end < 0 else end].rstrip("\r")
+            if line.endswith("\\"):
+                raise SqlRefused(
+                    "has a '--' comment ending in a backslash, which Spark continues onto the "
+                    "next line; end the comment without one"
+                )
+            i = n if end < 0 else end + 1
+        elif query.startswith("/*", i):
+            end = query.find("*/", i + 2)
+            body = query[i + 2 : n if end < 0 else end]
+            if "/*" in body:
+                raise SqlRefused(
+                    "has a comment opened inside a /* ... */ comment, which Spark and the check "
+                    "would read differently; remove the inner '/*'"
+                )
+            i = n if end < 0 else end + 2
+        else:
+            i += 1
+
+
+def _past_quoted(query: str, start: int) -> int:
+    """The index after the quoted literal or identifier opened at `start` (a backslash escapes
+    the next character in strings, as Spark reads them; a backquote is doubled)."""
+    quote, i, n = query[start], start + 1, len(query)
+    while i < n:
+        if query[i] == "\\" and quote != "`":
+            i += 2
+        elif query[i] == quote:
+            return i + 1
+        else:
+            i += 1
+    return n
 
 
 def _parse_one(query: str) -> exp.Expression:
