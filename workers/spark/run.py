@@ -41,6 +41,7 @@ from workers.spark.processors import (
     UnknownProcessor,
     get_processor,
     load_processor_modules,
+    validate_params,
 )
 from workers.spark.sinks import check_sink, write_sink
 from workers.spark.sources.files import FORMATS, add_lineage, read_items
@@ -55,6 +56,9 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
     params = spec.get("params") or {}
     try:
         processor = _processor(spec["processor"])
+        # the params as checked when the job was saved, checked again before anything is read
+        # (a job stored before a rule, or around the API: a refused or oversized SQL query)
+        validate_params(spec["processor"], params)
         check_sink(spec["sink"])
     except (ProcessorError, SinkError) as exc:
         raise _batch_error("config", exc) from exc
