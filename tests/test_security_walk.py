@@ -196,10 +196,19 @@ def test_named_things_that_reach_too_far_are_refused(web_server, world, role_use
         "SELECT * FROM text.`/etc/hostname`",
         "SELECT '${env:SECRET_KEY}' FROM batch",
         "SET spark.sql.ansi.enabled=false",
+        # issue 42: texts sqlglot and Spark read differently, CTE scope, sizes
+        "SELECT id FROM batch /* /*+ */ UNION ALL SELECT java_method('java.lang.System', "
+        "'getenv', 'SECRET_KEY') -- */",
+        "SELECT id FROM batch -- \\\n/*\nUNION ALL SELECT value FROM text.`/etc/passwd` -- */",
+        "/* /*+ */ INSERT OVERWRITE DIRECTORY '/tmp' USING parquet -- */\nSELECT id FROM batch",
+        "SELECT id FROM batch /* /*+ */ UNION ALL SELECT TRANSFORM(id) USING 'id' FROM batch -- */",
+        "WITH t AS (SELECT * FROM t) SELECT * FROM t",
+        "SELECT " + ", ".join(f"id AS c{i}" for i in range(7000)) + " FROM batch",
+        "SELECT " + "(" * 40 + "1" + ")" * 40 + " FROM batch",
     ):
         response = post_job(processor="sql", params={"query": query})
-        assert response.status_code == 400, (query, response.text)
-        assert "params.query" in response.json(), query
+        assert response.status_code == 400, (query[:200], response.text[:500])
+        assert "params.query" in response.json(), query[:200]
     for sink in (
         {"kind": "postgres", "dsn_env": "DATABASE_URL", "table": "auth_user", "key": ["id"]},
         {"kind": "postgres", "dsn_env": "DATABASE_URL", "table": "pg_catalog.pg_class"},
