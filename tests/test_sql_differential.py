@@ -259,3 +259,56 @@ def test_the_workers_plan_check_alone_holds_the_seam(spark, query):
     except SqlRefused:
         return
     assert outside_allowed(spark, query) == [], query
+
+
+# legitimate queries over `batch` (id INT, v STRING, t TIMESTAMP, xs ARRAY<INT>, m MAP, j STRING):
+# what runs (the checked tree written out) must answer as the user's text does
+SAME_ANSWER = [
+    "SELECT id, v FROM batch ORDER BY id LIMIT 2 OFFSET 1",
+    "SELECT a.id, b.v FROM batch a JOIN batch b ON a.id = b.id LEFT JOIN batch c USING (id)",
+    "SELECT v, sum(id) AS s FROM batch GROUP BY v HAVING sum(id) > 1",
+    "SELECT * FROM VALUES (1, 'a'), (2, 'b') AS t(x, y)",
+    "SELECT CASE WHEN id > 1 THEN 'x' ELSE 'y' END AS c, CAST(id AS DECIMAL(10,2)) AS d, "
+    "id IN (1, 2) AS i, id BETWEEN 1 AND 2 AS b, v LIKE 'a%' AS l, 'it''s' AS q, \"dq\" AS dq "
+    "FROM batch",
+    "SELECT v, count(*) AS n FROM batch GROUP BY GROUPING SETS ((v), ())",
+    "SELECT id, x FROM batch LATERAL VIEW OUTER explode(xs) e AS x",
+    "SELECT sum(id) OVER w AS s FROM batch WINDOW w AS (PARTITION BY v ORDER BY id)",
+    "SELECT filter(xs, x -> x > 1) AS f, aggregate(xs, 0, (acc, x) -> acc + x) AS a FROM batch",
+    "SELECT * FROM batch WHERE id IN (SELECT id FROM batch WHERE v = 'a') "
+    "AND id <= (SELECT max(id) FROM batch)",
+    "WITH t AS (SELECT * FROM batch), u AS (SELECT * FROM t WHERE id > 1) SELECT id FROM u",
+    "SELECT date_trunc('hour', t) AS h, extract(YEAR FROM t) AS y, date_format(t, 'yyyy') AS f, "
+    "substring(v FROM 1 FOR 1) AS s, trim(BOTH 'x' FROM v) AS tr FROM batch",
+    "SELECT m['k'] AS k, try_element_at(xs, 1) AS e, get_json_object(j, '$.a') AS g, "
+    "regexp_extract(v, '(\\\\w)', 1) AS r, 'a\\tb' AS tab FROM batch",
+    "SELECT /*+ REPARTITION(2) */ id FROM batch WHERE id >= :lower AND id < :upper",
+    "SELECT lag(id) OVER (ORDER BY id) AS p, rank() OVER (PARTITION BY v ORDER BY id) AS r FROM batch",
+]
+
+
+@pytest.mark.parametrize("query", SAME_ANSWER)
+def test_what_runs_answers_as_the_users_text_does(spark, query):
+    from workers.spark.processors import ProcessorContext, get_processor
+
+    df = spark.createDataFrame(
+        [
+            (1, "a", "2026-01-01 10:30:00", [1, 2], {"k": 1}, '{"a": 1}'),
+            (2, "b", "2026-01-01 11:00:00", [3], {"k": 2}, '{"a": 2}'),
+            (3, "a", "2026-01-02 00:00:00", [], {"k": 3}, "{}"),
+        ],
+        "id INT, v STRING, t STRING, xs ARRAY<INT>, m MAP<STRING, INT>, j STRING",
+    ).selectExpr("id", "v", "CAST(t AS TIMESTAMP) AS t", "xs", "m", "j")
+    text = text_spark_runs(query)
+    assert text is not None, query
+    check_plan(spark, text)
+    context = ProcessorContext(job="j", batch_id=1, lower=0, upper=3, params={"query": query})
+    ran = get_processor("sql")(df, context)
+    df.createOrReplaceTempView("batch")
+    try:
+        args = {"lower": 0, "upper": 3} if ":lower" in query else None
+        expected = spark.sql(query, args=args)
+        assert ran.columns == expected.columns
+        assert sorted(map(repr, ran.collect())) == sorted(map(repr, expected.collect()))
+    finally:
+        spark.catalog.dropTempView("batch")

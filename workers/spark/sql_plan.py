@@ -56,6 +56,17 @@ DENIED_EXPRESSIONS = frozenset(
 )
 _EXPRESSION_PACKAGES = (_EXPRESSIONS, _EXPRESSIONS + "aggregate.")
 
+# functions Spark's parser itself calls for SQL syntax (`a BETWEEN x AND y`, `EXTRACT(f FROM t)`,
+# `SUBSTRING(s FROM 1 FOR 2)`, `TRIM(BOTH ...)`, `POSITION(a IN b)`, `TIMESTAMPADD(...)`, ...),
+# which the guard saw as that syntax, not as a call: all compute from their arguments only
+SYNTAX_FUNCTIONS = frozenset(
+    """
+    between extract date_part substring substr trim btrim ltrim rtrim position overlay
+    timestampadd timestampdiff dateadd datediff date_add date_diff percentile_cont
+    percentile_disc mode any_value count
+    """.split()
+)
+
 # (class, field) pairs Spark's JSON writes as null that hold no expression or plan
 OPAQUE_FIELDS = frozenset(
     {
@@ -154,7 +165,7 @@ def _check_node(node: dict, cls: str, readable: frozenset[str]) -> None:
             )
     elif cls == _ANALYSIS + "UnresolvedFunction":
         name = _one_part(node.get("nameParts"))
-        if name is None or node.get("isInternal") or not function_allowed(name):
+        if name is None or not (name.lower() in SYNTAX_FUNCTIONS or function_allowed(name)):
             raise SqlRefused(
                 f"function {node.get('nameParts')} is not allowed as Spark reads the query "
                 "(see docs/security.md, User SQL)"
