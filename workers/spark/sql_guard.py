@@ -17,9 +17,16 @@ an environment variable into the text, statements change the session (`SET`, `AD
 - no script transformation (`SELECT TRANSFORM(...) USING 'command'`: Spark runs the command as a
   process on the executors) and no table property (`ROW FORMAT SERDE '<class>'`, ...).
 
-Anything refused raises `SqlRefused` naming the construct. The check runs when a job is saved
-(through the processor's validator) and again on the worker right before `spark.sql`, so a job
-stored before the check existed cannot run a refused query. No Django here.
+- at most `MAX_QUERY_BYTES` of text and brackets at most `MAX_QUERY_NESTING` deep, checked before
+  parsing; WITH names only inside their scope (`visible_ctes`); hints by name (`ALLOWED_HINTS`);
+  no comment the two parsers read differently (`check_comments`).
+
+Anything refused raises `SqlRefused` naming the construct. What runs is never the user's text:
+`check_query` returns the checked tree written out again in Spark's dialect (no comments), so a
+difference between sqlglot's lexer and Spark's cannot change what runs; on the worker the plan
+Spark's own parser makes of that text is checked too (`sql_plan.check_plan`). The check runs when
+a job is saved (through the processor's validator), before each batch and again right before
+`spark.sql`, so a job stored before the check existed cannot run a refused query. No Django here.
 """
 
 import functools

@@ -140,6 +140,8 @@ def _check_tree(root: dict, inputs: frozenset[str], windows: list) -> None:
                 if not (cls == _WINDOWS and key == "windowDefinitions"):
                     raise SqlRefused(f"holds {short}.{key}, which Tidemark cannot inspect")
         if cls == _LOGICAL + "UnresolvedWith":
+            if node.get("allowRecursion"):
+                raise SqlRefused("WITH RECURSIVE is not allowed")
             # each definition sees the ones before it; the query under WITH sees them all
             seen = set(scope)
             for relation in node.get("cteRelations") or []:
