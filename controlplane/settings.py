@@ -47,6 +47,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy on every response: own scripts and styles only, no inline script
+    "controlplane.middleware.ContentSecurityPolicyMiddleware",
     # NUL characters in query strings: 400 on the API, dropped on pages (never a 500)
     "controlplane.middleware.NulInQueryMiddleware",
     # 413 for bodies over DATA_UPLOAD_MAX_MEMORY_SIZE, before any parser reads them
