@@ -210,11 +210,9 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # JSON only, a NUL anywhere in it refused naming the field (inventory/api/parsers.py)
-    "DEFAULT_PARSER_CLASSES": [
-        "inventory.api.parsers.StrictJSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # JSON bodies only: a form-encoded or multipart body cannot carry the nested config,
+    # params and sink, which such parsers dropped silently; any other type is a 415 saying so
+    "DEFAULT_PARSER_CLASSES": ["inventory.api.parsers.StrictJSONParser"],
     # page numbers, a page size, and a 400 naming a bad paging value (inventory/api/paging.py)
     "DEFAULT_PAGINATION_CLASS": "inventory.api.paging.Numbered",
     "PAGE_SIZE": 100,
