@@ -269,7 +269,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # and replaced (Celery's default, 4 s, is often too short on a busy machine: each kill costs a
 # child, and with it a SparkSession's start)
 CELERY_WORKER_PROC_ALIVE_TIMEOUT = env_int("CELERY_WORKER_PROC_ALIVE_TIMEOUT", 30, minimum=1)
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's, surviving an entry celery cannot compute (controlplane/beat.py)
+CELERY_BEAT_SCHEDULER = "controlplane.beat:Scheduler"
 CELERY_TIMEZONE = TIME_ZONE
 # One queue name per deployment (tests use their own so other workers on a shared Redis never
 # take their tasks).

@@ -195,3 +195,27 @@ def test_the_check_accepts_exactly_what_celery_can_schedule(expression, now):
         # and beat's own question for an entry last run at `now` answers too
         minute, hour, dom, month, dow = expression.split()
         crontab(minute, hour, dow, dom, month, nowfun=lambda: now).is_due(now)
+
+
+@pytest.mark.django_db
+def test_beats_scheduler_skips_an_entry_it_cannot_compute_instead_of_exiting(caplog):
+    """An entry made by hand in the admin (the sync leaves those alone) with February 31st: the
+    scheduler Tidemark configures logs it and asks again later; django-celery-beat's own entry
+    raises, which ended beat."""
+    from django_celery_beat.schedulers import ModelEntry
+
+    from controlplane.beat import RETRY_SECONDS, SafeEntry
+    from controlplane.celery import app
+
+    task = PeriodicTask.objects.create(
+        name="by-hand",
+        task="tidemark.reap_leases",
+        crontab=CrontabSchedule.objects.create(
+            minute="0", hour="0", day_of_month="31", month_of_year="2", timezone="UTC"
+        ),
+    )
+    with pytest.raises(RuntimeError):
+        ModelEntry(task, app=app).is_due()
+    with caplog.at_level(logging.ERROR):
+        assert tuple(SafeEntry(task, app=app).is_due()) == (False, RETRY_SECONDS)
+    assert any("by-hand" in record.getMessage() for record in caplog.records)
