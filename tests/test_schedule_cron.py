@@ -178,7 +178,7 @@ def test_the_check_accepts_exactly_what_celery_can_schedule_corpus(expression, n
     assert _accepted(expression, now) == computable
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(expression=crons, now=starts)
 def test_the_check_accepts_exactly_what_celery_can_schedule(expression, now):
     """Accepted but celery cannot compute (or not within the horizon), or refused though celery

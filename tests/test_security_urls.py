@@ -153,7 +153,7 @@ def _library_host(url: str) -> tuple[str | None, int | None]:
     return host, parsed.port
 
 
-@hypothesis_settings(max_examples=2500, deadline=None, suppress_health_check=list(HealthCheck))
+@hypothesis_settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(url=urls)
 def test_the_checks_host_is_the_clients_host(url):
     try:
