@@ -122,6 +122,11 @@ def test_the_sync_skips_a_stored_cron_beat_cannot_compute_and_says_so(role_users
     page = session_client(role_users["viewer"]).get("/").content.decode()
     assert 'data-kind="schedule_invalid"' in page and "Not scheduled" in page
     assert f"{bad.name}: not scheduled" in page
+    metrics = token_client(role_users["viewer"]).get("/metrics").content.decode()
+    assert (
+        f'tidemark_alert{{kind="schedule_invalid",severity="critical",subject="{bad.name}"}} 1'
+        in metrics
+    )
 
     # once the job is fixed, the next sync schedules it and the alert goes
     Job.objects.filter(pk=bad.pk).update(schedule_cron="0 0 28 2 *")
