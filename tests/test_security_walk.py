@@ -14,6 +14,7 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.contrib.sessions.backends.db import SessionStore
 from django.db import connection
 
+from inventory.api.authentication import token_failures_reset
 from inventory.models import Backfill, Batch, Connector, Job, Watermark, WatermarkEvent
 from inventory.services import backfills
 from inventory.services import lifecycle as batches
@@ -317,6 +318,89 @@ def test_names_beyond_the_deployment_are_refused_over_http(web_server, world, ro
     assert api.status_code == 400 and "name" in api.json(), api.text
     page = admin.get(f"{web_server.url}/connectors/?q=%00", timeout=TIMEOUT)
     assert page.status_code == 200
+    assert _fingerprint() == before
+
+
+def test_the_engines_edges_are_refused_over_http(web_server, world, role_users):
+    """Issue 42 (items 4, 8, 9 and the bodies and headers): a cron celery beat cannot compute,
+    hosts with a fullwidth '@' or userinfo, bodies that are not JSON, guessed /metrics bearers;
+    and every page carries the Content-Security-Policy."""
+    admin = _session(web_server, role_users["admin"])
+    operator = _session(web_server, role_users["operator"])
+    before = _fingerprint()
+    job = {"name": "walk-edge", "connector": world["connector"].name, "batch_weight": 10}
+
+    for cron in ("0 0 31 2 *", "0 0 30 2 *", "0 0 31 4 *"):
+        refused = _send(
+            admin, web_server, "POST", "/api/v1/jobs/", json={**job, "schedule_cron": cron}
+        )
+        assert refused.status_code == 400 and "schedule_cron" in refused.json(), refused.text
+        refused = _send(
+            admin,
+            web_server,
+            "PATCH",
+            f"/api/v1/jobs/{world['job'].name}/",
+            json={"schedule_cron": cron},
+        )
+        assert refused.status_code == 400 and "schedule_cron" in refused.json(), refused.text
+
+    for host in ("127.0.0.1\uff20evil", "user:pw@127.0.0.1", "b\u00fccher.example"):
+        for config, field in (
+            (
+                {"path": "s3://bucket/in/", "endpoint_url": f"http://{host}:9000"},
+                "config.endpoint_url",
+            ),
+            ({"path": f"s3://{host}/in/"}, "config.path"),
+            ({"path": f"http://{host}/in/"}, "config.path"),
+        ):
+            body = {"name": "walk-host", "kind": "files", "config": config}
+            refused = _send(admin, web_server, "POST", "/api/v1/connectors/", json=body)
+            assert refused.status_code == 400 and field in refused.json(), (config, refused.text)
+        sink = {"kind": "files", "path": f"s3://{host}/out/"}
+        refused = _send(admin, web_server, "POST", "/api/v1/jobs/", json={**job, "sink": sink})
+        assert refused.status_code == 400, refused.text
+        refused = _send(
+            operator,
+            web_server,
+            "POST",
+            f"/api/v1/connectors/{world['connector'].name}/assets/",
+            json={"assets": [{"location": f"s3://{host}/x.parquet"}]},
+        )
+        assert refused.status_code == 400, refused.text
+
+    # bodies that are not JSON: 415, not a job without its sink
+    headers = {"Referer": f"{web_server.url}/", "X-CSRFToken": admin.cookies["csrftoken"]}
+    for kwargs in (
+        {"data": {**job, "sink": "x", "params": "y"}},
+        {"files": {"sink": ("sink.json", b'{"kind": "files"}')}, "data": job},
+    ):
+        refused = admin.post(
+            f"{web_server.url}/api/v1/jobs/", headers=headers, timeout=TIMEOUT, **kwargs
+        )
+        assert refused.status_code == 415, refused.text
+        assert "JSON" in refused.json()["detail"]
+
+    # /metrics bearer guesses: counted with bad tokens, then 429 for any bearer
+    try:
+        guesses = [
+            requests.get(
+                f"{web_server.url}/metrics",
+                headers={"Authorization": f"Bearer guess-{n}"},
+                timeout=TIMEOUT,
+            ).status_code
+            for n in range(21)
+        ]
+        assert set(guesses[:20]) == {401} and guesses[20] == 429, guesses
+    finally:
+        token_failures_reset("127.0.0.1")
+
+    # the Content-Security-Policy on pages
+    for path in ("/accounts/login/", "/", "/admin/", "/api/docs/"):
+        page = admin.get(f"{web_server.url}{path}", timeout=TIMEOUT)
+        assert page.status_code == 200, path
+        policy = page.headers["Content-Security-Policy"]
+        assert "default-src 'self'" in policy and "script-src 'self'" in policy, path
+        assert "unsafe-inline" not in policy.replace("style-src-attr 'unsafe-inline'", ""), path
     assert _fingerprint() == before
 
 

@@ -1,16 +1,15 @@
 """What every source kind's config check shares: the unknown-key rule and telling an object
 store URL from a local path. Kept apart from `registry.py`, which imports every kind."""
 
-from urllib.parse import urlparse
-
 from inventory.services.errors import InvalidInput
+from inventory.services.urls import url_scheme
 
 
 def is_object_store_path(path) -> bool:
     """`s3://bucket/prefix` and any other fsspec URL (a one-letter scheme is a Windows drive)."""
     if not isinstance(path, str):
         return False
-    scheme = urlparse(path).scheme
+    scheme = url_scheme(path)
     return len(scheme) > 1 and scheme != "file"
 
 

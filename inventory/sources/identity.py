@@ -15,13 +15,13 @@ item ids mean; it does not change under existing jobs without a reset (connector
 
 import os
 from pathlib import Path
-from urllib.parse import urlparse
 
 from django.apps import apps
 from django.db import connection
 
 from inventory.services.confinement import path_confined
 from inventory.services.errors import InvalidInput
+from inventory.services.urls import url_scheme
 
 # config keys whose change re-points a connector's jobs at other data
 IDENTITY_KEYS = ("path", "meta_table", "table", "topic", "dsn_env", "job")
@@ -147,7 +147,7 @@ def check_local_directory(path, *, field: str = "config.path") -> None:
     connectors are checked by `sources/object_store.validate` instead."""
     if not isinstance(path, str) or not path.strip():
         raise InvalidInput(field, "must be a directory path")
-    scheme = urlparse(path).scheme
+    scheme = url_scheme(path)
     if scheme == "file":
         raise InvalidInput(field, "file:// URLs are not accepted; give the absolute directory path")
     if scheme:
