@@ -67,8 +67,7 @@ class Timeline:
 
     def _is_write(self, stamp: str) -> bool:
         return any(
-            f.name.split(".")[-1] in hudi_source.WRITE_ACTIONS
-            for f in self.held.glob(f"{stamp}_*")
+            f.name.split(".")[-1] in hudi_source.WRITE_ACTIONS for f in self.held.glob(f"{stamp}_*")
         )
 
     def advance(self) -> str:
@@ -217,8 +216,9 @@ def test_clustering_and_compaction_restate_nothing_and_an_overwrite_restates_dow
         hudi_source.discover(connector)  # without the restatement step, which takes the list
         restated.append(
             sorted(
-                Asset.objects.filter(pk__in=(connector.cursor or {}).get("restate", []))
-                .values_list("extra__instant", flat=True)
+                Asset.objects.filter(
+                    pk__in=(connector.cursor or {}).get("restate", [])
+                ).values_list("extra__instant", flat=True)
             )
         )
         connector.cursor = {k: v for k, v in connector.cursor.items() if k != "restate"}
@@ -290,7 +290,8 @@ def test_an_overwrite_of_the_table_leaves_only_its_rows_in_the_sink(spark, tmp_p
 
 def test_a_rolled_back_instant_is_never_read(spark, tmp_path):
     """The SQL upserts TXN-001 and inserts TXN-004 in its second commit, then rolls it back: the
-    sink never sees them, only the first commit's rows and the third's TXN-002."""
+    sink never sees them, only the first commit's rows and the third's TXN-002 (an INSERT, which
+    Hudi does not de-duplicate: the table holds TXN-002 twice, and so does the sink)."""
     table = sample(tmp_path, "sample_table/mor/avro/v9_nonpartitioned_rollback")
     out = tmp_path / "out"
     job = hudi_job("rolled-back", table, out, max_items=10)
@@ -299,6 +300,7 @@ def test_a_rolled_back_instant_is_never_read(spark, tmp_path):
     rows = sink_state(out, ("txn_id", "txn_ts", "txn_type"))
     assert rows == [
         ("TXN-001", 1700000000001, "debit"),
+        ("TXN-002", 1700000000002, "debit"),
         ("TXN-002", 1700200000002, "debit"),
         ("TXN-003", 1700000000003, "debit"),
     ]
@@ -398,3 +400,65 @@ def test_the_batch_watermark_is_its_last_instant(spark, tmp_path):
     batch = lifecycle.batch_acquire(job=job, worker="w")
     result = run_batch(spark, specs.batch_spec(batch=Batch.objects.get(pk=batch.pk)))
     assert result["watermark"] == int(job.connector.cursor["instant"])
+
+
+# ---- the kind everywhere else: API, dashboard form, pipelines file ---------------------------
+
+
+def test_the_api_creates_a_hudi_connector_and_refuses_a_bad_one_naming_the_field(
+    role_users, tmp_path
+):
+    from tests.api_support import token_client
+
+    admin = token_client(role_users["admin"])
+    table = sample(tmp_path, "sample_table/cow/v8_nonpartitioned")
+    bad = admin.post(
+        "/api/v1/connectors/",
+        {"name": "h", "kind": "hudi", "config": {"path": str(tmp_path)}},
+        format="json",
+    )
+    assert bad.status_code == 400, bad.content
+    assert "not a Hudi table" in str(bad.json()["config.path"])
+    typo = admin.post(
+        "/api/v1/connectors/",
+        {"name": "h", "kind": "hudi", "config": {"path": str(table), "lineage": True}},
+        format="json",
+    )
+    assert typo.status_code == 400 and "config.lineage" in typo.json(), typo.content
+    made = admin.post(
+        "/api/v1/connectors/",
+        {"name": "h", "kind": "hudi", "config": {"path": str(table)}},
+        format="json",
+    )
+    assert made.status_code == 201, made.content
+    assert made.json()["kind"] == "hudi"
+    assert admin.post("/api/v1/connectors/h/discover/").json()["registered"] == 2
+    locations = Asset.objects.filter(connector__name="h").order_by("id")
+    assert [a.location.rsplit("@", 1)[1] for a in locations] == [
+        "20250713010535797",
+        "20250713010536861",
+    ]
+
+
+def test_the_dashboard_connector_form_offers_the_hudi_kind(client, role_users):
+    client.force_login(role_users["admin"])
+    page = client.get("/new/connector/").content.decode()
+    assert '<option value="hudi">hudi</option>' in page
+
+
+def test_a_pipelines_file_declares_a_hudi_connector_with_a_path_from_its_folder(tmp_path):
+    from tidemark_cli.config import UsageError
+    from tidemark_cli.pipeline_file import load
+
+    file = tmp_path / "p.yaml"
+    file.write_text(
+        "version: 1\nconnectors:\n  - {name: trips, kind: hudi, config: {path: tables/trips}}\n"
+    )
+    [connector] = load(str(file)).connectors
+    assert (connector["kind"], connector["config"]["path"]) == (
+        "hudi",
+        str(tmp_path / "tables/trips"),
+    )
+    file.write_text("version: 1\nconnectors:\n  - {name: trips, kind: hoodie}\n")
+    with pytest.raises(UsageError, match=r"connectors\[0\]\.kind"):
+        load(str(file))

@@ -4,36 +4,75 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0041_register_in_one_call'),
+        ("inventory", "0041_register_in_one_call"),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='connector',
-            name='connector_kind_valid',
+            model_name="connector",
+            name="connector_kind_valid",
         ),
         migrations.RemoveConstraint(
-            model_name='restatement',
-            name='restatement_cause_valid',
+            model_name="restatement",
+            name="restatement_cause_valid",
         ),
         migrations.AlterField(
-            model_name='connector',
-            name='kind',
-            field=models.CharField(choices=[('files', 'files'), ('table', 'table'), ('kafka', 'kafka'), ('job_output', 'job output'), ('delta', 'delta'), ('hudi', 'hudi')], max_length=20),
+            model_name="connector",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("files", "files"),
+                    ("table", "table"),
+                    ("kafka", "kafka"),
+                    ("job_output", "job output"),
+                    ("delta", "delta"),
+                    ("hudi", "hudi"),
+                ],
+                max_length=20,
+            ),
         ),
         migrations.AlterField(
-            model_name='restatement',
-            name='cause',
-            field=models.CharField(choices=[('late_rows', 'late rows in a table slice'), ('changed_files', 'files changed after registration'), ('changed_objects', 'objects whose ETag changed'), ('upstream', 'upstream commits replaced'), ('delta_versions', 'Delta versions whose files a later version removed'), ('hudi_instants', 'Hudi instants whose rows a later instant changed')], max_length=20),
+            model_name="restatement",
+            name="cause",
+            field=models.CharField(
+                choices=[
+                    ("late_rows", "late rows in a table slice"),
+                    ("changed_files", "files changed after registration"),
+                    ("changed_objects", "objects whose ETag changed"),
+                    ("upstream", "upstream commits replaced"),
+                    ("delta_versions", "Delta versions whose files a later version removed"),
+                    ("hudi_instants", "Hudi instants whose rows a later instant changed"),
+                ],
+                max_length=20,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='connector',
-            constraint=models.CheckConstraint(condition=models.Q(('kind__in', ['files', 'table', 'kafka', 'job_output', 'delta', 'hudi'])), name='connector_kind_valid'),
+            model_name="connector",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("kind__in", ["files", "table", "kafka", "job_output", "delta", "hudi"])
+                ),
+                name="connector_kind_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='restatement',
-            constraint=models.CheckConstraint(condition=models.Q(('cause__in', ['late_rows', 'changed_files', 'changed_objects', 'upstream', 'delta_versions', 'hudi_instants'])), name='restatement_cause_valid'),
+            model_name="restatement",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "cause__in",
+                        [
+                            "late_rows",
+                            "changed_files",
+                            "changed_objects",
+                            "upstream",
+                            "delta_versions",
+                            "hudi_instants",
+                        ],
+                    )
+                ),
+                name="restatement_cause_valid",
+            ),
         ),
     ]

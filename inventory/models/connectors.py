@@ -28,7 +28,12 @@ def weight_unit(kind: str, config: dict | None) -> str:
     config = config or {}
     if "meta_table" in config:
         return ""
-    if kind in (ConnectorKind.FILES, ConnectorKind.DELTA, ConnectorKind.HUDI, ConnectorKind.JOB_OUTPUT):
+    if kind in (
+        ConnectorKind.FILES,
+        ConnectorKind.DELTA,
+        ConnectorKind.HUDI,
+        ConnectorKind.JOB_OUTPUT,
+    ):
         return "bytes"
     if kind == ConnectorKind.TABLE:
         # without dsn_env a table in Tidemark's own database is read as a meta table

@@ -199,7 +199,11 @@ def _item(path: str, instant, metadata: dict) -> tuple[str, int, dict]:
         "rows": rows,
         "files": len(stats),
     }
-    return f"{path}@{instant.timestamp}", sum(int(s.get("totalWriteBytes") or 0) for s in stats), extra
+    return (
+        f"{path}@{instant.timestamp}",
+        sum(int(s.get("totalWriteBytes") or 0) for s in stats),
+        extra,
+    )
 
 
 def discover(connector: Connector) -> int:

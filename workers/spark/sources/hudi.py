@@ -105,9 +105,7 @@ class HudiSliceReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self):
-        return [SliceGroup(file_slice) for file_slice in self.plan["slices"]] or [
-            SliceGroup({})
-        ]
+        return [SliceGroup(file_slice) for file_slice in self.plan["slices"]] or [SliceGroup({})]
 
     def read(self, partition: SliceGroup):
         import pyarrow as pa
