@@ -14,12 +14,13 @@ from deltalake import DeltaTable
 
 from inventory.models import Asset, Backfill, Batch, BatchStatus
 from inventory.services import lifecycle
-from inventory.services.connectors import connector_create
+from inventory.services.connectors import connector_create, connector_update
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
 from inventory.sources import discovery
 from inventory.sources import hudi as hudi_source
-from tests.test_exactly_once import drain
+from tests.factories import execute_refused_before_spark
+from tests.test_exactly_once import drain, run_and_commit
 from workers import specs
 from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
@@ -348,21 +349,38 @@ def test_a_path_that_is_not_a_hudi_table_or_an_unknown_key_is_a_400(tmp_path):
     assert refused.value.field == "config.path"
 
 
-def test_an_archived_instant_fails_its_batch_naming_it_and_the_retention(tmp_path):
-    table = sample(tmp_path, "sample_table/cow/v8_nonpartitioned")
-    job = hudi_job("archived", table, tmp_path / "out")
+def test_an_archived_instant_fails_its_batch_naming_it_and_a_snapshot_backfill_reads_it(
+    spark, tmp_path
+):
+    """An instant the archiver took off the active timeline fails its batch (stored on the
+    batch, shown on its page) naming the instant, the table's retention and the way out; with
+    config.archived "snapshot" the retry reads the rows the instant last wrote from every
+    partition's latest file slices."""
+    table = sample(tmp_path, "sample_table/cow/v9_txns_simple_meta")
+    out = tmp_path / "out"
+    job = hudi_job("archived", table, out)
     discovery.discover(job.connector)
     first = Asset.objects.filter(connector=job.connector).order_by("id").first()
-    # what the archiver does: the instant leaves the active timeline
     for file in (table / ".hoodie" / "timeline").glob(f"{first.extra['instant']}*"):
-        file.unlink()
-    batch = lifecycle.batch_acquire(job=job, worker="w")
+        file.unlink()  # what the archiver does to the active timeline
+    (batch,) = lifecycle.batches_plan(job=job, limit=1)
+    stored = execute_refused_before_spark(batch)
+    assert stored.status == BatchStatus.FAILED
+    message = stored.error["message"]
+    assert f"instant {first.extra['instant']} of the Hudi table {table}" in message
+    assert "hoodie.cleaner.commits.retained=10, hoodie.keep.min.commits=20" in message
+    assert 'snapshot backfill: set the connector\'s config.archived to "snapshot"' in message
+
+    connector_update(connector=job.connector, config={"path": str(table), "archived": "snapshot"})
+    run_and_commit(spark, lifecycle.batch_acquire(job=job, worker="w"))
+    # the first insert's rows still live: not updated, deleted or overwritten since
+    assert sink_state(out) == [
+        ("TXN-003", 1700000000003),
+        ("TXN-008", 1700000000008),
+    ]
     with pytest.raises(InvalidInput) as refused:
-        specs.batch_spec(batch=batch)
-    message = str(refused.value)
-    assert f"instant {first.extra['instant']}" in message
-    assert "hoodie.cleaner.commits.retained=" in message
-    assert "snapshot backfill" in message
+        connector_update(connector=job.connector, config={"path": str(table), "archived": "x"})
+    assert refused.value.field == "config.archived"
 
 
 def test_a_file_slice_outside_the_table_fails_the_batch_naming_its_instant(spark, tmp_path):
@@ -391,15 +409,6 @@ def test_a_file_slice_cleaned_after_planning_fails_the_batch_naming_its_instant(
     (table / file_slice["base"]).unlink()
     with pytest.raises(BatchError, match=f"instant {file_slice['instant']} .* was cleaned"):
         run_batch(spark, spec)
-
-
-def test_the_batch_watermark_is_its_last_instant(spark, tmp_path):
-    table = sample(tmp_path, "sample_table/cow/v8_nonpartitioned")
-    job = hudi_job("watermark", table, tmp_path / "out", max_items=10)
-    discovery.discover(job.connector)
-    batch = lifecycle.batch_acquire(job=job, worker="w")
-    result = run_batch(spark, specs.batch_spec(batch=Batch.objects.get(pk=batch.pk)))
-    assert result["watermark"] == int(job.connector.cursor["instant"])
 
 
 # ---- the kind everywhere else: API, dashboard form, pipelines file ---------------------------

@@ -28,7 +28,9 @@ over exactly those items. A restated instant then reads only its rows still live
 instant bringing the rest, so the sink holds each key's latest state once.
 
 An instant no longer on the active timeline (archived, its files cleaned) is a batch error naming
-it and the table's retention, never a silent partial read (docs/sources/hudi.md).
+it, the table's retention and the way out, never a silent partial read: with `"archived":
+"snapshot"` in the config, such a batch reads the rows its instants last wrote from every
+partition's latest file slices (a snapshot backfill; docs/sources/hudi.md).
 """
 
 import json
@@ -45,7 +47,10 @@ from inventory.sources.identity import check_local_directory
 
 log = logging.getLogger(__name__)
 
-KEYS = ("path",)
+KEYS = ("path", "archived")
+# what a batch does with an instant no longer on the active timeline: fail naming it, or read
+# the rows it last wrote from the table's snapshot (every partition's latest file slices)
+ARCHIVED = ("fail", "snapshot")
 INSTANTS_PER_LOOK = 1000
 WRITE_ACTIONS = ("commit", "deltacommit", "replacecommit")
 # operations that move records without changing them (each record keeps its commit time)
@@ -73,6 +78,8 @@ def validate(config: dict) -> dict:
     if not isinstance(path, str) or not path.startswith("/"):
         raise InvalidInput("config.path", "a hudi connector needs the table's absolute directory")
     check_local_directory(path, field="config.path")
+    if config.get("archived", "fail") not in ARCHIVED:
+        raise InvalidInput("config.archived", f"must be one of {', '.join(ARCHIVED)}")
     _table(path)
     return config
 
@@ -295,27 +302,34 @@ def read_spec(*, connector: Connector, batch: Batch) -> dict:
     ]
     table = _table(path)
     active = {instant.timestamp: instant for instant in completed_instants(table)}
-    reads, partitions = [], set()
+    archived = [stamp for stamp in instants if stamp not in active]
+    if archived and connector.config.get("archived", "fail") != "snapshot":
+        raise InvalidInput(
+            "config.path",
+            f"instant {archived[0]} of the Hudi table {path} is no longer on its active "
+            f"timeline (archived, its files cleaned, under {retention(path)}): its changes "
+            "cannot be read incrementally. The way out is a snapshot backfill: set the "
+            'connector\'s config.archived to "snapshot" and retry, and the batch reads the rows '
+            "its instants last wrote from every partition's latest file slices",
+        )
+    # an archived instant's partitions are unknown: every partition is read (None)
+    reads, partitions = list(archived), None if archived else set()
     for stamp in instants:
-        if stamp not in active:
-            raise InvalidInput(
-                "config.path",
-                f"instant {stamp} of the Hudi table {path} is no longer on its active timeline "
-                f"(archived or cleaned under {retention(path)}): its changes cannot be read "
-                "incrementally; take a snapshot backfill instead (docs/sources/hudi.md)",
-            )
+        if stamp in archived:
+            continue
         metadata = instant_metadata(table, active[stamp])
         if _operation(metadata) in NO_DATA_CHANGE:
             continue
         reads.append(stamp)
         for partition, stat in _write_stats(metadata):
-            partitions.add(partition)
+            if partitions is not None:
+                partitions.add(partition)
             if stat.get("path"):
                 inside(path, stat["path"], instant=stamp)
     slices = []
     if reads:
         for file_slice in table.get_file_slices():
-            if file_slice.partition_path not in partitions:
+            if partitions is not None and file_slice.partition_path not in partitions:
                 continue
             instant = file_slice.creation_instant_time
             base = file_slice.base_file_relative_path()

@@ -56,12 +56,6 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
     return load(spark, HudiSource, {}, plan)
 
 
-def covered_watermark(spec: dict) -> int | None:
-    """The last instant the batch covered, as a number (instants are yyyyMMddHHmmssSSS)."""
-    instants = spec["source"].get("instants") or []
-    return int(instants[-1]) if instants else None
-
-
 def inside(path: str, relative: str, *, instant: str) -> str:
     """The file a slice names, resolved inside the table directory, or a ReadError naming the
     slice's instant (the same message whether an outside file exists or not)."""
