@@ -15,6 +15,7 @@ from deltalake import DeltaTable
 from inventory.models import Asset, Backfill, Batch, BatchStatus
 from inventory.services import lifecycle
 from inventory.services.connectors import connector_create, connector_update
+from inventory.services.corrections import watermark_correct
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
 from inventory.sources import discovery
@@ -197,6 +198,11 @@ def test_each_batch_reads_what_its_instant_changed_and_the_sink_holds_each_key_o
         state = _apply(state, step)
         assert sink_state(out) == sorted(state.items()), f"after instant {number} ({stamp})"
     assert sink_state(out) == snapshot(table)
+    # a replay from the insert overwrite on: each key once still
+    overwrite = Asset.objects.get(connector=job.connector, extra__instant=timeline.writes[7])
+    watermark_correct(job=job, value=overwrite.pk - 1, actor="a", reason="fix", replay=True)
+    drain(spark, job)
+    assert sink_state(out) == snapshot(table) == sorted(state.items())
     restated = Backfill.objects.filter(job=job, created_by="tidemark").order_by("id")
     assert [b.reason.rsplit("instants ", 1)[1] for b in restated][-1].count(",") == 3
     assert "changed rows of instants" in restated.first().reason
