@@ -353,6 +353,10 @@ def test_a_path_that_is_not_a_hudi_table_or_an_unknown_key_is_a_400(tmp_path):
     with pytest.raises(InvalidInput) as refused:
         connector_create(name="relative", kind="hudi", config={"path": "tables/t"})
     assert refused.value.field == "config.path"
+    with pytest.raises(InvalidInput) as refused:  # outside TIDEMARK_ALLOWED_ROOTS
+        connector_create(name="outside", kind="hudi", config={"path": "/etc"})
+    assert refused.value.field == "config.path"
+    assert "TIDEMARK_ALLOWED_ROOTS" in str(refused.value)
 
 
 def test_an_archived_instant_fails_its_batch_naming_it_and_a_snapshot_backfill_reads_it(
@@ -396,7 +400,8 @@ def test_a_file_slice_outside_the_table_fails_the_batch_naming_its_instant(spark
     batch = lifecycle.batch_acquire(job=job, worker="w")
     spec = specs.batch_spec(batch=batch)
     [file_slice] = spec["source"]["slices"]
-    for name in ("../../etc/passwd", "/etc/passwd", "../nowhere.parquet"):
+    (table / "linked.parquet").symlink_to("/etc/hostname")  # a link inside, leading outside
+    for name in ("../../etc/passwd", "/etc/passwd", "../nowhere.parquet", "linked.parquet"):
         spec["source"]["slices"] = [{**file_slice, "base": name}]
         with pytest.raises(BatchError, match=f"instant {file_slice['instant']} .* outside"):
             run_batch(spark, spec)
