@@ -229,9 +229,12 @@ def discover(connector: Connector) -> int:
     ][:INSTANTS_PER_LOOK]
     if not new:
         return 0
-    items = [_item(path, instant, instant_metadata(table, instant)) for instant in new]
+    metadata = [instant_metadata(table, instant) for instant in new]
+    items = [_item(path, instant, meta) for instant, meta in zip(new, metadata, strict=True)]
     first, last = new[0].timestamp, new[-1].timestamp
-    restated = restated_instants(table, first=first, last=last) if after else set()
+    restated = set()
+    if after and any(changed_file_groups(meta) for meta in metadata):
+        restated = restated_instants(table, first=first, last=last)
     with transaction.atomic():
         locked = Connector.objects.select_for_update().get(pk=connector.pk)
         if (locked.cursor or {}).get("instant") != after:
