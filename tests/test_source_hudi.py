@@ -462,7 +462,7 @@ def test_the_api_creates_a_hudi_connector_and_refuses_a_bad_one_naming_the_field
         format="json",
     )
     assert made.status_code == 201, made.content
-    assert made.json()["kind"] == "hudi"
+    assert (made.json()["kind"], made.json()["weight_unit"]) == ("hudi", "bytes")
     assert admin.post("/api/v1/connectors/h/discover/").json()["registered"] == 2
     locations = Asset.objects.filter(connector__name="h").order_by("id")
     assert [a.location.rsplit("@", 1)[1] for a in locations] == [
