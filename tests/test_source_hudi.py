@@ -342,6 +342,25 @@ def test_a_job_over_a_whole_table_holds_its_snapshot(spark, tmp_path, name, colu
     assert len(sink_state(out, columns[:1])) == len(set(sink_state(out, columns[:1])))
 
 
+def test_a_log_block_of_an_instant_completed_after_planning_is_not_merged(spark, tmp_path):
+    """A merge-on-read slice read on an executor is merged as of the batch's planning: a log
+    block that a later instant added meanwhile would otherwise replace a key's state by one whose
+    commit time is not the batch's, and the batch would lose the row."""
+    table = sample(tmp_path, "quickstart_trips_table/mor/avro/v8_trips_8i3u1d")
+    timeline = Timeline(table, shown=6)  # the last deltacommit (an update in sao_paulo) not yet
+    out = tmp_path / "out"
+    job = hudi_job("as-of", table, out, max_items=10)
+    assert discovery.discover(job.connector) == 6
+    planned = snapshot(table, ("uuid", "fare"))
+    spec = specs.batch_spec(batch=lifecycle.batch_acquire(job=job, worker="w"))
+    timeline.advance()
+    [late] = table.glob(f"city=sao_paulo/.*_{timeline.writes[-1]}.log.*")
+    [sao_paulo] = [s for s in spec["source"]["slices"] if s["base"].startswith("city=sao_paulo")]
+    sao_paulo["logs"].append(str(late.relative_to(table)))  # as if appended to its log
+    assert run_batch(spark, spec)["rows_out"] == len(planned)
+    assert sink_state(out, ("uuid", "fare")) == planned
+
+
 def test_an_empty_table_has_no_items(tmp_path):
     table = sample(tmp_path, "sample_table/cow/v6_empty")
     connector = connector_create(name="empty", kind="hudi", config={"path": str(table)})

@@ -348,5 +348,7 @@ def read_spec(*, connector: Connector, batch: Batch) -> dict:
             "instants": instants,
             "reads": reads,
             "slices": slices,
+            # the slices' log blocks of instants completed after planning are not merged
+            "as_of": max(active) if active else None,
         },
     }

@@ -7,12 +7,13 @@ spec["source"] = {
     "reads": [instant, ...] (those that changed data: not clustering or compaction),
     "slices": [{"instant": the slice's base instant, "base": relative path,
                 "logs": [relative path, ...]}, ...],
+    "as_of": the last completed instant when the batch was planned,
 }
 
 The control plane chose the file slices (inventory/sources/hudi.py). The driver reads only the
 table's schema; each file slice is one partition of a Python data source, read on an executor by
-hudi-rs's file group reader (base file and log files merged, so a merge-on-read slice gives each
-key's latest state), keeping the records whose `_hoodie_commit_time` is one of `reads`. Every
+hudi-rs's file group reader as of the planned instant (base file and log files merged, so a
+merge-on-read slice gives each key's latest state; a log block of a later instant is not), keeping the records whose `_hoodie_commit_time` is one of `reads`. Every
 file is resolved inside the table directory before it is opened; one that is gone was cleaned
 since the batch was planned: the batch fails naming its instant, never skips it.
 """
@@ -51,6 +52,7 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
         "path": source["path"],
         "reads": source.get("reads") or [],
         "slices": slices if source.get("reads") else [],
+        "as_of": source.get("as_of"),
         "schema": schema.json(),
     }
     return load(spark, HudiSource, {}, plan)
@@ -104,7 +106,7 @@ class HudiSliceReader(DataSourceReader):
     def read(self, partition: SliceGroup):
         import pyarrow as pa
         import pyarrow.compute as pc
-        from hudi import HudiFileGroupReader
+        from hudi import HudiReadOptions, HudiTable
         from pyspark.sql.pandas.types import to_arrow_schema
 
         file_slice = partition.file_slice
@@ -121,7 +123,10 @@ class HudiSliceReader(DataSourceReader):
                     "batch, which reads the newer slice"
                 )
         try:
-            reader = HudiFileGroupReader(path)
+            options = HudiReadOptions()
+            if self.plan.get("as_of"):
+                options = options.with_as_of_timestamp(self.plan["as_of"])
+            reader = HudiTable(path).create_file_group_reader_with_options(options)
             batch = reader.read_file_slice_from_paths(file_slice["base"], file_slice["logs"])
         except Exception as exc:  # HudiCoreError: a corrupt or unreadable file
             raise ReadError(
