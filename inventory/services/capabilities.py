@@ -63,7 +63,7 @@ def source_confine(source: dict | None, *, field: str = "connector.config") -> N
             endpoints.dsn_check(dsn, field=f"{field}.dsn_env")
     elif kind == "kafka":
         source_kafka.confine(source)
-    elif kind == "delta":  # a table's files are read from under its (confined) directory
+    elif kind in ("delta", "hudi"):  # a table's files are read from under its (confined) directory
         path_confined(source.get("path"), f"{field}.path")
     elif kind == "job_output":
         # an upstream commit's location comes from its result, which an external processor
