@@ -212,3 +212,25 @@ def test_a_later_version_removing_an_outside_path_fails_the_batch_naming_it(worl
     stored = execute_refused_before_spark(batch)
     assert "version 2 of the Delta table" in stored.error["message"]
     assert "its remove action names a file outside" in stored.error["message"]
+
+
+def test_an_added_file_with_a_deletion_vector_fails_its_batch_naming_the_version(world, tmp_path):
+    """Read as plain Parquet, the file's deleted rows would come back."""
+    table, _ = world
+    entry = _log(table, 1)
+    actions = [json.loads(line) for line in entry.read_text().splitlines() if line.strip()]
+    for action in actions:
+        if "add" in action:
+            action["add"]["deletionVector"] = {
+                "storageType": "u",
+                "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^",
+                "offset": 1,
+                "sizeInBytes": 36,
+                "cardinality": 1,
+            }
+    entry.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    job = _job("deletion-vector", table, tmp_path / "out")
+    (batch,) = lifecycle.batches_plan(job=job, limit=1)
+    stored = execute_refused_before_spark(batch)
+    assert "version 1 of the Delta table" in stored.error["message"]
+    assert "deletion vector, which Tidemark cannot read" in stored.error["message"]
