@@ -58,7 +58,8 @@ def check_read_config(config: dict) -> None:
     """What the workers read of a files connector's config (a directory, an object store prefix
     or a meta table of files), checked when it is saved: `format`, `schema` (a DDL string; Spark
     parses it when a batch runs), `read_options` (the format's allowlisted Spark reader
-    options, workers/spark/options.py: text, numbers or booleans), `lineage` (true or false) and `watermark_column` (a column name)."""
+    options, workers/spark/options.py: text, numbers or booleans), `lineage` (true or false)
+    and `watermark_column` (a column name)."""
     from workers.spark.options import OptionError, normalized_reader_options
     from workers.spark.sources.files import FORMATS  # the formats the workers' reader reads
 

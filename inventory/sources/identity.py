@@ -2,7 +2,8 @@
 
 Tidemark's own data is not a source (DESIGN.md, invariant 10): a meta table or table source may not
 be one of Tidemark's tables (users, tokens, sessions, beat schedules, the inventory), a relation in
-a system schema, a view built on any of those, or a view calling a user-defined function (which
+a system schema, a view built on any of those, or a relation whose read reaches a user-defined
+function (called by a view, or behind an operator, cast, aggregate, domain, policy or index: it
 may read anything). Behind the check, local meta tables are read as the role tidemark_reader
 (`items.fetch_items`), which holds no privilege on Tidemark's tables. `source_table_check` decides it in the database,
 for the relation exactly as the planning and item queries name it: PostgreSQL resolves the quoted
