@@ -436,3 +436,45 @@ def test_password_guessing_is_locked_out(web_server, role_users, settings):
         assert "sessionid" not in http.cookies
     finally:
         AccessAttempt.objects.all().delete()  # the address is loopback: free it for other tests
+
+
+def test_options_and_functions_the_engine_would_apply_are_refused_over_http(
+    web_server, world, role_users, tmp_path
+):
+    """Issue 42: reader and sink options that reach Hadoop's or Spark's configuration, and a meta
+    table whose view reaches a SECURITY DEFINER function through an operator, as an admin sends
+    them to the running server."""
+    admin = _session(web_server, role_users["admin"])
+    before = _fingerprint()
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    for key in ("fs.defaultFS", "FS.defaultFS", "PATH", "spark.hadoop.fs.defaultFS", "he\u0430der"):
+        config = {"path": str(landing), "format": "csv", "read_options": {key: "viewfs://x/"}}
+        body = {"name": "walk-options", "kind": "files", "config": config}
+        refused = _send(admin, web_server, "POST", "/api/v1/connectors/", json=body)
+        assert refused.status_code == 400, (key, refused.text)
+        assert f"config.read_options.{key}" in refused.json(), (key, refused.text)
+    for options in ({"fs.defaultFS": "webhdfs://127.0.0.2/"}, {"compression": "a.b.Codec"}):
+        sink = {"kind": "files", "path": str(tmp_path / "out"), "options": options}
+        body = {"name": "walk-sink", "connector": world["connector"].name, "batch_weight": 10}
+        refused = _send(admin, web_server, "POST", "/api/v1/jobs/", json={**body, "sink": sink})
+        assert refused.status_code == 400, refused.text
+        assert f"sink.options.{next(iter(options))}" in refused.json(), refused.text
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION walk_op(bigint, bigint) RETURNS text LANGUAGE sql SECURITY DEFINER "
+            "AS $$ SELECT string_agg(key, ',') FROM authtoken_token $$;"
+            "CREATE OPERATOR #^# (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = walk_op);"
+            "CREATE TABLE walk_base (uid bigint PRIMARY KEY, item text, weight bigint);"
+            "CREATE VIEW walk_op_meta AS SELECT uid, uid #^# uid AS item, weight FROM walk_base;"
+            "GRANT SELECT ON walk_base, walk_op_meta TO tidemark_reader;"
+        )
+    body = {
+        "name": "walk-op-meta",
+        "kind": "files",
+        "config": {"meta_table": {"table": "walk_op_meta", "visibility": "none"}},
+    }
+    refused = _send(admin, web_server, "POST", "/api/v1/connectors/", json=body)
+    assert refused.status_code == 400, refused.text
+    assert "walk_op" in str(refused.json()["config.meta_table.table"])
+    assert _fingerprint() == before

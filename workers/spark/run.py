@@ -35,6 +35,7 @@ from workers.spark.errors import (
 )
 from workers.spark.fence import publish_from_spec
 from workers.spark.input_profile import InputProfile, parquet_footer_rows
+from workers.spark.options import OptionError, normalized_reader_options
 from workers.spark.processors import (
     ProcessorContext,
     ProcessorError,
@@ -209,6 +210,11 @@ def _check_spec(spec) -> None:
     for name in ("params", "read_options"):
         if spec.get(name) is not None and not isinstance(spec[name], dict):
             raise invalid(name, "must be an object")
+    try:
+        # before Spark: a key that would reach Hadoop's or Spark's configuration never runs
+        normalized_reader_options(spec["format"], spec.get("read_options"))
+    except OptionError as exc:
+        raise invalid("read_options", f"refuses {exc}") from None
     if not isinstance(spec.get("sink"), dict):
         raise invalid("sink", "must be an object with a 'kind'")
     column = spec.get("watermark_column") or (spec.get("params") or {}).get("watermark_column")
