@@ -15,6 +15,7 @@ NODE_HEIGHT = 40
 COLUMN_GAP = 70
 ROW_GAP = 14
 MARGIN = 10
+LEFT = 34  # room left of the first column for the start_after bows
 SWEEPS = 4
 
 
@@ -64,12 +65,12 @@ def layout(nodes: list[Node], edges: list[Edge]) -> Layout:
     for number, column in columns.items():
         for row, node in enumerate(column):
             node.row = row
-            node.x = MARGIN + number * step_x
+            node.x = LEFT + number * step_x
             node.y = MARGIN + row * step_y
     for edge in edges:
         edge.path = _path(by_id[edge.source], by_id[edge.target], edge.kind)
     tallest = max((len(c) for c in columns.values()), default=0)
-    width = MARGIN * 2 + (max(columns, default=-1) + 1) * step_x - COLUMN_GAP
+    width = LEFT + MARGIN + (max(columns, default=-1) + 1) * step_x - COLUMN_GAP
     height = MARGIN * 2 + tallest * step_y - ROW_GAP
     return Layout(nodes=nodes, edges=edges, width=max(width, 0), height=max(height, 0))
 
@@ -138,7 +139,7 @@ def _path(source: Node, target: Node, kind: str) -> str:
         # a bow left of the column: from the waited-for connector to the one that waits
         x = source.x
         y1, y2 = source.y + middle, target.y + middle
-        bow = x - COLUMN_GAP // 2 + MARGIN // 2
+        bow = x - LEFT + 4
         return f"M{x} {y1} C{bow} {y1} {bow} {y2} {x} {y2}"
     x1, y1 = source.x + NODE_WIDTH, source.y + middle
     x2, y2 = target.x, target.y + middle

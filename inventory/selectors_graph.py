@@ -104,7 +104,11 @@ def pipeline_graph(*, query: str = "", expand: list[str] | None = None) -> Graph
                     edges.append(Edge(f"c:{other}", f"c:{name}", kind="start_after"))
 
     if needle:
-        keep = {nid for nid, n in nodes.items() if needle in n.label.lower()}
+        keep = {
+            nid
+            for nid, n in nodes.items()
+            if needle in (nid if n.kind == "sink" else n.label).lower()  # a sink: its whole path
+        }
         keep |= {e.target for e in edges if e.source in keep} | {
             e.source for e in edges if e.target in keep
         }
@@ -168,12 +172,17 @@ def _sink_node(nodes: dict[str, Node], sink, *, writer: str) -> str:
         nodes[nid] = Node(
             id=nid,
             kind="sink",
-            label=where or kind,
+            label=_tail(where) or kind,
             detail=detail,
             title=f"{kind} sink {where}, written by {writer}",
             url=links.link("dashboard:job", writer),
         )
     return nid
+
+
+def _tail(where: str, width: int = 28) -> str:
+    """A sink's path or table as its node shows it: the end, where paths differ."""
+    return where if len(where) <= width else "…" + where[-(width - 1) :]
 
 
 def _collapse(nodes: dict[str, Node], edges: list[Edge], connector: str, members: list[str]):

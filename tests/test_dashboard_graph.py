@@ -228,7 +228,8 @@ def test_layout_columns_follow_depth_and_rows_reduce_crossings():
     assert by_id["j:z-from-a"].row == 0 and by_id["j:y-from-b"].row == 1
     assert by_id["s:2"].row == 0 and by_id["s:1"].row == 1
     assert len(placed.edges) == 5
-    assert placed.width == 2 * 10 + 3 * 270 - 70 and placed.height == 2 * 10 + 2 * 54 - 14
+    assert placed.width == 34 + 10 + 3 * 270 - 70 and placed.height == 2 * 10 + 2 * 54 - 14
+    assert min(int(n.x) for n in placed.nodes) == 34  # room for the start_after bow
 
 
 def test_collapsed_group_takes_its_worst_jobs_colour():
