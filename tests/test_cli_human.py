@@ -132,3 +132,21 @@ def test_cells_and_times_in_human_form():
     assert output.human("bytes", 196608) == "197 kB"
     assert output.human("lease_seconds", 120) == "2 min"
     assert output.human("weight", 3, "rows") == "3 rows"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_backfill_preview_rows_start_at_their_first_item(tidemark):
+    connector = ConnectorFactory(name="later")
+    ids = [a.id for a in make_assets(connector, [10] * 4)]
+    make_job(connector=connector, name="from-zero", batch_weight=20, max_items=2)
+    preview = tidemark("backfill", "preview", "--job", "from-zero", "--range", 0, ids[-1])
+    rows = preview.split("FIRST_ITEM", 1)[1].splitlines()[1:]
+    assert [row.split()[:3] for row in rows] == [
+        [str(ids[0]), str(ids[1]), "2"],
+        [str(ids[2]), str(ids[3]), "2"],
+    ]
+    plan = json.loads(
+        tidemark("backfill", "preview", "--job", "from-zero", "--range", 0, ids[-1], "-o", "json")
+    )
+    assert plan["batches"][0]["range_start"] == 0  # the range asked for, before the first item
+    assert plan["batches"][0]["first_item"] == ids[0]

@@ -113,6 +113,10 @@ def test_the_graph_job_batch_form_and_preview_pages_fit_a_phone_and_a_desktop(
     page.fill("input[name=range_end]", "100000")
     page.wait_for_selector("#plan-summary")
     assert page.locator(".histogram .bin").count() >= 1
+    # asked from 0, the first batch is shown from its first item
+    first = clean.connector.assets.order_by("id").first().id
+    row = page.locator("details:has(summary:text('The batches')) tbody tr").first
+    assert row.locator("td").nth(1).text_content().startswith(f"{first}–")
     _fits(page, "backfill-preview-histogram")
 
     for path in ("/", "/connectors/", "/backfills/"):  # shot by tests/test_dashboard_flows.py

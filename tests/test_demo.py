@@ -190,7 +190,7 @@ def test_slow_tidemark_on_the_running_demo_logs_in_applies_runs_and_previews(dem
     assert f"backfill of job {EXAMPLE_JOB}: items {first}..{last}" in preview
     # a files job's weight is bytes, shown as a size
     assert re.search(r"8 item\(s\), weight \d+(\.\d)? (kB|MB)", preview), preview
-    assert re.search(r"^RANGE_START\s+RANGE_END\s+ITEM_COUNT\s+WEIGHT$", preview, re.M)
+    assert re.search(r"^FIRST_ITEM\s+LAST_ITEM\s+ITEM_COUNT\s+WEIGHT$", preview, re.M)
     assert re.search(r"^\d+\s+\d+\s+2\s+\d+(\.\d)? kB$", preview, re.M), preview
 
 

@@ -343,7 +343,7 @@ def _print_plan(plan: dict) -> None:
 
     unit = plan.get("weight_unit")
     batches = [{**b, "weight": weight(b["weight"], unit)} for b in plan.get("batches") or []]
-    table(batches, ["range_start", "range_end", "item_count", "weight"])
+    table(batches, ["first_item", "last_item", "item_count", "weight"])
 
 
 def backfill_create(api, out, args) -> int:
