@@ -3,10 +3,14 @@ sends (JSON text, comma lists, numbers); the API's own serializers and the servi
 their messages are put beside the field they name (`attach_errors`)."""
 
 import json
+import re
+from decimal import Decimal, InvalidOperation
 
 from django import forms
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
 
-from inventory.models import ConnectorKind, Job, WatermarkType
+from inventory.models import Connector, ConnectorKind, Job, WatermarkType
 from inventory.services.jobs import FIXED_JOB_FIELDS, JOB_SETTINGS
 
 JSON_ROWS = 4
@@ -69,11 +73,87 @@ class ConnectorEditForm(forms.Form):
         return data
 
 
+class Datalist(forms.TextInput):
+    """A text input offering a list of known values (an HTML datalist) while taking any text:
+    the names the form offers, the service checks."""
+
+    def __init__(self, options=(), attrs=None):
+        super().__init__(attrs)
+        self.options = list(options)
+
+    def render(self, name, value, attrs=None, renderer=None):
+        listed = f"{(attrs or {}).get('id') or name}-options"
+        attrs = {**(attrs or {}), "list": listed, "autocomplete": "off"}
+        html = super().render(name, value, attrs, renderer)
+        options = "".join(f'<option value="{escape(option)}"></option>' for option in self.options)
+        return mark_safe(f'{html}<datalist id="{listed}">{options}</datalist>')
+
+
+# the sink kinds a job may write (workers/spark/sinks.py: SINK_KEYS), each with an example of its
+# settings that the job form accepts as it is (tests/test_dashboard_forms.py checks them)
+SINK_EXAMPLES = {
+    "files": {"path": "/data/out/orders", "format": "parquet"},
+    "postgres": {"table": "orders", "mode": "upsert", "key": ["id"], "dsn_env": "SINK_DSN"},
+    "delta": {"path": "/data/out/orders-delta"},
+}
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_COUNT_UNITS = ("rows", "row", "messages", "message", "items", "item")
+_WEIGHT = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+class WeightField(forms.Field):
+    """A batch weight typed in its unit: a size for bytes ("50 MB", "512 kB", "2 GB", decimal
+    units as the pages show them), a count for rows and messages ("10000", "10,000 rows");
+    the number of bytes, rows or messages it means."""
+
+    widget = forms.TextInput(attrs={"maxlength": 40, "inputmode": "decimal"})
+
+    def to_python(self, value):
+        text = (value or "").strip()
+        if not text:
+            return None
+        match = _WEIGHT.match(text)
+        unit = match.group(2).lower() if match else ""
+        if not match or (unit not in _SIZE_UNITS and unit not in _COUNT_UNITS):
+            raise forms.ValidationError(
+                f"{text!r} is not a weight: give a number with a unit, e.g. 50 MB, 512 kB, "
+                "2 GB, or a count of rows or messages, e.g. 10000"
+            )
+        try:
+            number = Decimal(match.group(1).replace(",", "").replace("_", ""))
+        except InvalidOperation:
+            raise forms.ValidationError(f"{text!r} is not a number") from None
+        weight = number * _SIZE_UNITS.get(unit, 1)
+        if weight != int(weight):
+            raise forms.ValidationError(
+                f"{text!r} is not a whole number of bytes, rows or messages"
+            )
+        self.unit_given = "bytes" if unit in _SIZE_UNITS and unit else unit
+        return int(weight)
+
+    def prepare_value(self, value):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return exact_size(value)
+        return value
+
+
+def exact_size(value: int) -> str:
+    """A weight shown in the largest decimal unit that holds it exactly (50000000 -> "50 MB"),
+    so that saving the form unchanged keeps it; a count below 1000 as it is."""
+    for unit, size in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if value and value % size == 0:
+            return f"{value // size} {unit}"
+    return str(value)
+
+
 _JOB_HELP = {
-    "processor": "a registered processor's name",
+    "processor": "a registered processor's name (the list shows those installed here)",
     "params": "the processor's parameters, a JSON object",
-    "sink": 'e.g. {"kind": "parquet", "path": "/out/orders", "key": ["id"]}',
-    "batch_weight": "the weight budget of one batch",
+    "sink_kind": "where the output goes; its settings below",
+    "sink": "the sink's settings, e.g. "
+    + "; ".join(f"{kind}: {json.dumps(example)}" for kind, example in SINK_EXAMPLES.items()),
+    "batch_weight": "the weight budget of one batch, in the connector's unit: a size for files "
+    "(50 MB, 512 kB, 2 GB), a count for tables and topics (10000 rows, 5000 messages)",
     "max_items": "at most this many items per batch",
     "schedule_seconds": "run every N seconds (empty: on demand and on discovery)",
     "lookback": "re-read this window before the watermark on every run",
@@ -94,11 +174,29 @@ class JobEditForm(forms.Form):
         order = [*FIXED_JOB_FIELDS, *JOB_SETTINGS]
         for name in order:
             if name == "connector":
-                field = forms.CharField(max_length=100, help_text="the connector's name")
+                field = forms.CharField(
+                    max_length=100,
+                    help_text="the connector's name",
+                    widget=Datalist(Connector.objects.values_list("name", flat=True)),
+                )
+            elif name == "processor":
+                field = forms.CharField(
+                    max_length=100, initial="passthrough", widget=Datalist(_processor_names())
+                )
             elif name in ("params", "sink"):
                 field = JSONText(required=False)
+            elif name == "batch_weight":
+                field = WeightField()
             else:
                 field = model_fields[name]
+            if name == "sink":
+                self.fields["sink_kind"] = forms.ChoiceField(
+                    label="Sink kind",
+                    required=False,
+                    choices=[("", "none, or as the settings say")]
+                    + [(kind, kind) for kind in SINK_EXAMPLES],
+                    help_text=_JOB_HELP["sink_kind"],
+                )
             if name in _JOB_HELP:
                 field.help_text = _JOB_HELP[name]
             if name in FIXED_JOB_FIELDS:
@@ -109,11 +207,43 @@ class JobEditForm(forms.Form):
             self.fields[name] = field
         self.fields["watermark_type"].initial = WatermarkType.INT
 
+    def clean(self):
+        data = super().clean()
+        kind, sink = data.get("sink_kind"), data.get("sink")
+        if kind and isinstance(sink, dict):
+            if sink.get("kind") not in (None, kind):
+                self.add_error(
+                    "sink_kind", f"the settings name another kind ({sink['kind']!r}): choose one"
+                )
+            else:
+                data["sink"] = {"kind": kind, **sink}
+        unit = getattr(self.fields["batch_weight"], "unit_given", "")
+        if unit and data.get("batch_weight") is not None:
+            expected = self._weight_unit(data)
+            if expected in ("rows", "messages") and unit == "bytes":
+                self.add_error(
+                    "batch_weight", f"this connector's weight is counted in {expected}, not bytes"
+                )
+            elif expected == "bytes" and unit in _COUNT_UNITS:
+                self.add_error(
+                    "batch_weight", "this connector's weight is bytes: give a size, e.g. 50 MB"
+                )
+        return data
+
+    def _weight_unit(self, data) -> str:
+        name = self.initial.get("connector") if self.editing else data.get("connector")
+        connector = Connector.objects.filter(name=name).only("kind", "config").first()
+        return connector.weight_unit if connector else ""
+
     def payload(self) -> dict:
         """What the API takes: the changed settings when editing, every given field else."""
         data = {k: v for k, v in self.cleaned_data.items() if v is not None}
+        data.pop("sink_kind", None)
         if self.editing:
-            data = {k: v for k, v in data.items() if k in self.changed_data}
+            changed = set(self.changed_data)
+            if "sink_kind" in changed:
+                changed.add("sink")
+            data = {k: v for k, v in data.items() if k in changed}
             for fixed in FIXED_JOB_FIELDS:
                 data.pop(fixed, None)
         return data
@@ -122,6 +252,9 @@ class JobEditForm(forms.Form):
     def initial_of(job: Job) -> dict:
         initial = {name: getattr(job, name) for name in (*FIXED_JOB_FIELDS, *JOB_SETTINGS)}
         initial["connector"] = job.connector.name
+        sink = dict(job.sink or {})
+        initial["sink_kind"] = sink.pop("kind", "") if sink.get("kind") in SINK_EXAMPLES else ""
+        initial["sink"] = sink if initial["sink_kind"] else job.sink
         return initial
 
 
@@ -160,3 +293,12 @@ def _text(reason) -> str:
             f"{k}: {_text(v[0] if isinstance(v, list) else v)}" for k, v in reason.items()
         )
     return str(reason)
+
+
+def _processor_names() -> list[str]:
+    from inventory.services.job_config import processors_load
+
+    try:
+        return processors_load()
+    except Exception:  # a broken processor package: the form still opens, the save names it
+        return []

@@ -304,6 +304,16 @@ class Health:
         found = self._read(**window)
         return found["dead"][:limit], found["late"][:limit]
 
+    def of(self, job_ids: list[int]) -> dict[int, tuple[str, selectors.Lag | None]]:
+        """Job id -> (state, lag) of these jobs only (dashboard.sql: health_of)."""
+        if not job_ids:
+            return {}
+        found = {}
+        for pk, state, items, weight in self.fetch("health_of", ids=list(job_ids)):
+            lag = None if items is None else selectors.Lag(int(items), int(weight or 0))
+            found[pk] = (state, lag)
+        return found
+
     def rows(self) -> list[JobRow]:
         """Every job, by name, with its blocker when that is a dead batch and its open batches by
         kind and status (/metrics). Lean, as /metrics reads it at every scrape: the connector

@@ -2,7 +2,16 @@
 
 from django.urls import path
 
-from inventory.views import backfills, batches, connectors, edit, jobs, overview, restatements
+from inventory.views import (
+    backfills,
+    batches,
+    connectors,
+    edit,
+    graph,
+    jobs,
+    overview,
+    restatements,
+)
 
 app_name = "dashboard"
 
@@ -22,6 +31,7 @@ urlpatterns = [
         name="restatement-action",
     ),
     path("jobs/<slug:name>/<str:action>/", jobs.job_pause_resume, name="job-action"),
+    path("graph/", graph.pipeline_graph, name="graph"),
     path("connectors/", connectors.connectors, name="connectors"),
     path("connectors/<slug:name>/edit/", edit.connector_edit, name="connector-edit"),
     path(

@@ -39,7 +39,14 @@ def test_a_proposed_replay_is_listed_with_its_plan_and_source(role_users):
     assert (shown["range_start"], shown["range_end"]) == (ids[2], ids[3])
     # the plan rewrites the committed outputs over the items whole (batches of 2 items here)
     assert shown["preview"]["batches"] == [
-        {"range_start": ids[2], "range_end": ids[3], "item_count": 2, "weight": 80}
+        {
+            "range_start": ids[2],
+            "range_end": ids[3],
+            "first_item": ids[2],
+            "last_item": ids[3],
+            "item_count": 2,
+            "weight": 80,
+        }
     ]
     assert shown["reason"].startswith("files changed") and shown["backfill"] is None
     one = token_client(role_users["viewer"]).get(

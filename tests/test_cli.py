@@ -335,7 +335,7 @@ def test_watch_follows_a_job_until_interrupted_and_processor_run_shows_a_sample(
             watch.wait()
 
     # one run only: a SparkSession of its own takes a while on a busy machine
-    shown = cli.run(
+    ran = cli.run(
         "processor",
         "run",
         "example_customer_totals",
@@ -348,7 +348,10 @@ def test_watch_follows_a_job_until_interrupted_and_processor_run_shows_a_sample(
         "--params",
         '{"min_amount": 10}',
         timeout=900,
-    ).stdout
+    )
+    shown = ran.stdout
+    # quiet without -v: none of the JVM's startup lines nor Spark's log, only what it does
+    assert ran.stderr.splitlines() == ["starting Spark (local[*]) ..."], ran.stderr
     assert f"processor example_customer_totals on 1 item(s) of connector {CONNECTOR}" in shown
     schema = shown.split("schema:\n", 1)[1].split("\n\n", 1)[0]
     assert schema.splitlines() == [

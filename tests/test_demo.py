@@ -177,8 +177,11 @@ def test_slow_tidemark_on_the_running_demo_logs_in_applies_runs_and_previews(dem
     job = json.loads(run("jobs", "show", EXAMPLE_JOB, "-o", "json"))
     assert job["weight_unit"] == "bytes" and job["lag"]["items"] == 0
     assert job["watermark"]["position"] > last
-    # not paused, the watermark past the files, a budget of 50 MB
-    shown = rf"^{EXAMPLE_JOB}\s+example-orders\s+example_customer_totals\s+no\s+(\d+)\s+50\.0 MB"
+    # current with no lag, the watermark past the files, a budget of 50 MB
+    shown = (
+        rf"^{EXAMPLE_JOB}\s+example-orders\s+current\s+none\s+example_customer_totals\s+(\d+)"
+        r"\s+50\.0 MB"
+    )
     assert int(re.search(shown, run("jobs"), re.M).group(1)) > last
     sink = demo.data / "examples" / "customer-totals"
     assert list(sink.rglob("*.parquet")), "the example job wrote nothing"
@@ -187,7 +190,7 @@ def test_slow_tidemark_on_the_running_demo_logs_in_applies_runs_and_previews(dem
     assert f"backfill of job {EXAMPLE_JOB}: items {first}..{last}" in preview
     # a files job's weight is bytes, shown as a size
     assert re.search(r"8 item\(s\), weight \d+(\.\d)? (kB|MB)", preview), preview
-    assert re.search(r"^RANGE_START\s+RANGE_END\s+ITEM_COUNT\s+WEIGHT$", preview, re.M)
+    assert re.search(r"^FIRST_ITEM\s+LAST_ITEM\s+ITEM_COUNT\s+WEIGHT$", preview, re.M)
     assert re.search(r"^\d+\s+\d+\s+2\s+\d+(\.\d)? kB$", preview, re.M), preview
 
 

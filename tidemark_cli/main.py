@@ -183,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--params", default="{}", help="the processor's params as JSON")
     run.add_argument("--rows", type=int, default=20, help="rows to show")
     run.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    run.add_argument(
+        "-v", "--verbose", action="store_true", help="show Spark's own log (errors only without)"
+    )
     return parser
 
 

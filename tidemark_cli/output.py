@@ -1,22 +1,54 @@
-"""Printing results: aligned tables and key/value blocks by default, JSON with `--output json`."""
+"""Printing results for people by default: aligned tables and key/value blocks in human units
+(sizes in kB/MB, durations, local times to the second, lists as comma lists, no JSON in a cell,
+nothing cut short); the API's own JSON with `--output json`."""
 
 import json
+import re
 import sys
+from datetime import datetime
 
-CELL_WIDTH = 60
+# an ISO time as the API writes it: 2026-12-06T04:12:33.123456Z or +00:00
+_ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})?$")
+
+
+def when(value: str) -> str:
+    """An API time in this machine's local time, to the second: "2026-12-06 05:12:33 CET"."""
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value
+    if moment.tzinfo is not None:
+        moment = moment.astimezone()
+    return moment.strftime("%Y-%m-%d %H:%M:%S %Z").rstrip()
 
 
 def cell(value) -> str:
-    if value is None or value == "":
+    """One value as a table cell or a block's value: a dash for none, yes/no, times to the
+    second, a list as a comma list, an object as key=value pairs; never JSON, never cut short."""
+    if value is None or value == "" or value == [] or value == {}:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, dict | list):
-        text = json.dumps(value, separators=(",", ":"), default=str)
-    else:
-        text = str(value)
-    text = " ".join(text.split())
-    return text if len(text) <= CELL_WIDTH else text[: CELL_WIDTH - 1] + "…"
+    if isinstance(value, list):
+        return ", ".join(cell(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={cell(v)}" for k, v in value.items())
+    text = " ".join(str(value).split())
+    return when(text) if _ISO_TIME.match(text) else text
+
+
+def duration(seconds: float) -> str:
+    """Seconds as the dashboard shows them: "3 d 4 h", "12 min 5 s", "0.4 s"."""
+    if seconds < 10 and seconds != int(seconds):
+        return f"{seconds:.1f} s"
+    whole, parts = round(seconds), []
+    for size_, name in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s")):
+        if whole >= size_ or (size_ == 1 and not parts):
+            parts.append(f"{whole // size_} {name}")
+            whole %= size_
+        if len(parts) == 2 or (parts and whole == 0):
+            break
+    return " ".join(parts)
 
 
 _SIZES = ("B", "kB", "MB", "GB", "TB", "PB")
@@ -53,28 +85,52 @@ def pluck(row: dict, column: str):
     return value
 
 
-def table(rows: list[dict], columns: list[str], *, out=None) -> None:
+def table(rows: list[dict], columns: list[str], *, out=None, indent: int = 0) -> None:
     out = out or sys.stdout
     if not rows:
-        print("(none)", file=out)
+        print(" " * indent + "(none)", file=out)
         return
     cells = [[cell(pluck(row, c)) for c in columns] for row in rows]
     headers = [c.replace(".", " ").upper() for c in columns]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     for line in [headers, *cells]:
-        print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip(), file=out)
+        text = "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+        print(" " * indent + text, file=out)
 
 
-def block(obj: dict, *, out=None) -> None:
-    """One object as `key: value` lines; nested objects as indented JSON."""
+def block(obj: dict, *, out=None, unit: str | None = None, indent: int = 0) -> None:
+    """One object as `key  value` lines in human units (see human); a nested object as an
+    indented block, a list of objects as an indented table."""
     out = out or sys.stdout
+    unit = obj.get("weight_unit", unit)
     width = max((len(k) for k in obj), default=0)
+    pad = " " * indent
     for key, value in obj.items():
-        if isinstance(value, dict | list) and value:
-            text = json.dumps(value, indent=2, default=str).replace("\n", "\n" + " " * (width + 2))
+        if isinstance(value, dict) and value:
+            print(f"{pad}{key}", file=out)
+            block(value, out=out, unit=unit, indent=indent + 2)
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            print(f"{pad}{key}", file=out)
+            columns = list(dict.fromkeys(k for v in value for k in v))
+            rows = [{k: human(k, v.get(k), unit) for k in columns} for v in value]
+            table(rows, columns, out=out, indent=indent + 2)
         else:
-            text = cell(value) if not isinstance(value, str) else (value or "-")
-        print(f"{key.ljust(width)}  {text}", file=out)
+            print(f"{pad}{key.ljust(width)}  {human(key, value, unit)}", file=out)
+
+
+def human(key: str, value, unit: str | None = None) -> str:
+    """A value in the unit its key names: bytes as a size, weights in their connector's unit,
+    seconds as a duration; the rest as a cell."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if "bytes" in key:
+            return size(value)
+        if key in ("weight", "batch_weight", "total_weight") or key.endswith("_weight"):
+            return weight(value, unit)
+        if key.endswith("seconds") and key not in ("retry_backoff_seconds", "lease_seconds"):
+            return duration(value)
+        if key in ("retry_backoff_seconds", "lease_seconds", "schedule_seconds"):
+            return duration(value)
+    return cell(value)
 
 
 def emit_json(data, *, out=None) -> None:

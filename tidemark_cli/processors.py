@@ -2,8 +2,12 @@
 points of the group `tidemark.processors`, and TIDEMARK_PROCESSOR_MODULES), and one of them run in
 a local SparkSession on the newest items of a connector, read with the workers' own reader."""
 
+import contextlib
 import json
+import os
 import sys
+import tempfile
+from pathlib import Path
 
 from tidemark_cli.api import quote
 from tidemark_cli.config import UsageError
@@ -89,15 +93,69 @@ def cmd_run(api, out, args) -> int:
 
 
 def _run_in_spark(processor, locations, fmt, config, *, args, params, lower, upper) -> dict:
-    from workers.spark.errors import ReadError
-    from workers.spark.processors import ProcessorContext, ProcessorError
-    from workers.spark.session import get_session, stop_session
-    from workers.spark.sources.files import read_items
+    """The processor's output on the items, in a SparkSession of this process. Spark's own log
+    (the JVM's startup lines, log4j) goes to a file unless -v, named when the run fails."""
+    from workers.spark.session import get_session
 
     print(f"starting Spark ({args.master}) ...", file=sys.stderr, flush=True)
-    spark = get_session(args.master, app_name=f"tidemark-sample-{args.name}")
+    if args.verbose:
+        spark = get_session(args.master, app_name=f"tidemark-sample-{args.name}")
+        return _sample(
+            spark,
+            processor,
+            locations,
+            fmt,
+            config,
+            args=args,
+            params=params,
+            lower=lower,
+            upper=upper,
+        )
+    with tempfile.NamedTemporaryFile(prefix="tidemark-spark-", suffix=".log", delete=False) as log:
+        with _stderr_to(log):  # the JVM started here writes its stderr to the log for life
+            spark = get_session(
+                args.master, conf=quiet_spark_conf(), app_name=f"tidemark-sample-{args.name}"
+            )
     try:
-        spark.sparkContext.setLogLevel("ERROR")
+        result = _sample(
+            spark,
+            processor,
+            locations,
+            fmt,
+            config,
+            args=args,
+            params=params,
+            lower=lower,
+            upper=upper,
+        )
+    except UsageError as exc:
+        raise UsageError(f"{exc} (Spark's log: {log.name}; -v shows it here)") from None
+    os.unlink(log.name)
+    return result
+
+
+@contextlib.contextmanager
+def _stderr_to(file):
+    """File descriptor 2 goes to `file` inside the block (a process started there keeps it)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _sample(spark, processor, locations, fmt, config, *, args, params, lower, upper) -> dict:
+    from workers.spark.errors import ReadError
+    from workers.spark.processors import ProcessorContext, ProcessorError
+    from workers.spark.session import stop_session
+    from workers.spark.sources.files import read_items
+
+    try:
+        spark.sparkContext.setLogLevel("WARN" if args.verbose else "ERROR")
         try:
             df = read_items(
                 spark,
@@ -137,6 +195,17 @@ def _check_read_options(fmt: str, options) -> None:
         normalized_reader_options(fmt, options)
     except OptionError as exc:
         raise UsageError(f"connector's read_options: {exc}") from None
+
+
+# Spark's JVM logs through log4j2 from its first line, before setLogLevel can be called: its
+# default profile announces itself and the log level, and warns about native Hadoop libraries.
+# Started with this configuration instead, it writes errors only (`processor run -v`: all of it).
+QUIET_LOG4J2 = Path(__file__).with_name("log4j2-quiet.properties")
+
+
+def quiet_spark_conf() -> dict:
+    """The driver's JVM options for a SparkSession that logs errors only."""
+    return {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={QUIET_LOG4J2.as_uri()}"}
 
 
 def _format_of(locations: list[str]) -> str:

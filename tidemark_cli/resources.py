@@ -9,17 +9,17 @@ from datetime import datetime
 
 from tidemark_cli.api import quote
 from tidemark_cli.config import UsageError
-from tidemark_cli.output import emit_json, weight
+from tidemark_cli.output import duration, emit_json, weight
 
 CONNECTOR_COLUMNS = ["name", "kind", "state", "labels", "start_after", "jobs"]
 JOB_COLUMNS = [
     "name",
     "connector",
+    "state",
+    "lag",
     "processor",
-    "paused",
     "watermark.position",
     "batch_weight",
-    "max_concurrency",
 ]
 BATCH_COLUMNS = [
     "id",
@@ -97,10 +97,29 @@ def jobs_list(api, out, args) -> int:
     rows = api.listing("jobs/", connector__name=args.connector, paused=paused)
     if not out.json:
         rows = [
-            {**r, "batch_weight": weight(r["batch_weight"], r.get("weight_unit"))} for r in rows
+            {
+                **r,
+                "state": (r.get("state") or "").replace("_", " "),
+                "lag": lag_text(r.get("lag"), r.get("weight_unit"), r.get("time_lag_seconds")),
+                "batch_weight": weight(r["batch_weight"], r.get("weight_unit")),
+            }
+            for r in rows
         ]
     out.rows(rows, JOB_COLUMNS)
     return 0
+
+
+def lag_text(lag: dict | None, unit: str | None, time_lag_seconds: int | None = None) -> str:
+    """A job's lag as the overview says it: "none", "12 items (1.2 MB)", "... , 3 h behind"."""
+    if not lag:
+        return "unreadable"
+    if not lag.get("items"):
+        return "none"
+    text = f"{lag['items']:,} item{'s' if lag['items'] != 1 else ''}"
+    text += f" ({weight(lag.get('weight'), unit)})"
+    if time_lag_seconds:
+        text += f", {duration(time_lag_seconds)} behind"
+    return text
 
 
 def job_show(api, out, args) -> int:
@@ -172,21 +191,24 @@ def _progress(job: dict) -> dict:
 def _progress_line(state: dict) -> str:
     counts = state["batch_counts"]
     shown = " ".join(f"{k}={v}" for k, v in sorted(counts.items()) if v) or "no batches"
-    lag = state["lag"]
-    if lag:
-        lag_text = f"{lag['items']} items ({weight(lag['weight'], state['weight_unit'])})"
-    else:
-        lag_text = "unknown"
     line = (
         f"{datetime.now():%H:%M:%S}  {state['job']}  watermark {state['watermark_position']}"
-        f"  lag {lag_text}  {shown}"
+        f"  lag {lag_text(state['lag'], state['weight_unit'])}  {shown}"
     )
     if state["paused"]:
         line += "  [paused]"
     blocked = state["blocked_by"]
-    if blocked:
+    # the batch at the watermark holds it only when it cannot go on by itself; a queued or
+    # running one (or one waiting for its retry) is the job working
+    if blocked and blocked["status"] in HOLDING:
         line += f"  blocked by batch {blocked['id']} ({blocked['status']})"
+    elif blocked:
+        line += f"  batch {blocked['id']} {blocked['status']}"
     return line
+
+
+# a batch at the watermark in one of these states waits for a person (retry, skip, replan)
+HOLDING = ("dead", "cancelled")
 
 
 # ---- watermarks ---------------------------------------------------------------------------------
@@ -321,7 +343,7 @@ def _print_plan(plan: dict) -> None:
 
     unit = plan.get("weight_unit")
     batches = [{**b, "weight": weight(b["weight"], unit)} for b in plan.get("batches") or []]
-    table(batches, ["range_start", "range_end", "item_count", "weight"])
+    table(batches, ["first_item", "last_item", "item_count", "weight"])
 
 
 def backfill_create(api, out, args) -> int:

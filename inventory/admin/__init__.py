@@ -8,6 +8,8 @@ call, as admin actions or forms that report with message_user. Operators use the
 watermarks (inventory/roles.py).
 """
 
+from django.contrib import admin
+
 from inventory.admin.backfills import BackfillAdmin, BackfillThrottleAdmin
 from inventory.admin.base import ROLE_PERMISSION, ReadOnlyAdmin, RoleActionsMixin
 from inventory.admin.batches import BatchAdmin, BatchAttemptAdmin
@@ -15,6 +17,9 @@ from inventory.admin.connectors import AssetAdmin, ConnectorAdmin
 from inventory.admin.jobs import JobAdmin
 from inventory.admin.restatements import RestatementAdmin
 from inventory.admin.watermarks import WatermarkAdmin, WatermarkEventAdmin
+
+# an empty field (no schedule, no watermark value yet, no finish time) reads as a dash, not "None"
+admin.site.empty_value_display = "—"
 
 __all__ = [
     "ROLE_PERMISSION",

@@ -57,7 +57,7 @@ class Backfill(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"backfill {self.pk} of {self.job_id} [{self.range_start}, {self.range_end}]"
+        return f"backfill {self.pk} of {self.job.name}, items {self.range_start}..{self.range_end}"
 
 
 class BackfillThrottle(models.Model):

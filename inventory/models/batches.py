@@ -239,7 +239,7 @@ class Batch(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"batch {self.pk} of job {self.job_id} {self.span} ({self.status})"
+        return f"batch {self.pk} of {self.job.name} ({self.status})"
 
     @property
     def first_item(self) -> int:

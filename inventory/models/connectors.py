@@ -96,7 +96,7 @@ class ConnectorEvent(models.Model):
         indexes = [models.Index(fields=["connector", "-id"], name="connector_event_history_idx")]
 
     def __str__(self) -> str:
-        return f"{self.connector_id}: {self.old_state} -> {self.new_state}"
+        return f"{self.connector.name}: {self.old_state} -> {self.new_state}"
 
 
 class Asset(models.Model):

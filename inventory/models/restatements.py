@@ -76,7 +76,9 @@ class Restatement(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"restatement {self.pk} of {self.job_id} [{self.range_start}, {self.range_end}]"
+        return (
+            f"restatement {self.pk} of {self.job.name}, items {self.range_start}..{self.range_end}"
+        )
 
     @property
     def state(self) -> str:

@@ -23,7 +23,7 @@ class AttemptRollup(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.job_id} {self.outcome or 'started'}: {self.count}"
+        return f"{self.job.name} {self.outcome or 'started'}: {self.count}"
 
 
 class JobHourlyRates(models.Model):
@@ -46,7 +46,9 @@ class JobHourlyRates(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.job_id} {self.hour:%Y-%m-%d %H}h: {self.succeeded} ok, {self.failed} failed"
+        return (
+            f"{self.job.name} {self.hour:%Y-%m-%d %H}h: {self.succeeded} ok, {self.failed} failed"
+        )
 
 
 class MaintenanceRun(models.Model):

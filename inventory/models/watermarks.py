@@ -26,7 +26,7 @@ class Watermark(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"watermark of job {self.job_id}: {self.value}"
+        return f"watermark of {self.job.name}: {'—' if self.value is None else self.value}"
 
 
 class WatermarkSource(models.TextChoices):
@@ -61,4 +61,9 @@ class WatermarkEvent(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.source} {self.old_value} -> {self.new_value}"
+        return f"{self.source} {_shown(self.old_value)} -> {_shown(self.new_value)}"
+
+
+def _shown(value) -> str:
+    """A watermark value as the admin names it: a dash for none yet."""
+    return "—" if value is None else str(value)

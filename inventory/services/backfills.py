@@ -8,7 +8,7 @@ admin); the time range it came from is kept on the backfill (`requested`) for di
 import hashlib
 import json
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 
 from inventory.models import (
@@ -62,6 +62,7 @@ def backfill_preview(
 def plan_summary(*, job: Job, span: BackfillRange, plan: list[PlannedRange]) -> dict:
     """A plan as the preview shows it, with its fingerprint: creating the backfill with that
     fingerprint runs exactly this plan or is refused (PlanChanged)."""
+    bounds = _item_bounds(job, plan)
     return {
         "job": job.name,
         "range_start": span.range_start,
@@ -76,12 +77,28 @@ def plan_summary(*, job: Job, span: BackfillRange, plan: list[PlannedRange]) -> 
             {
                 "range_start": p.lower,
                 "range_end": p.upper - 1,
+                "first_item": bounds.get(i, (None, None))[0],
+                "last_item": bounds.get(i, (None, None))[1],
                 "item_count": p.item_count,
                 "weight": p.weight,
             }
-            for p in plan
+            for i, p in enumerate(plan)
         ],
     }
+
+
+def _item_bounds(job: Job, plan: list[PlannedRange]) -> dict[int, tuple[int, int]]:
+    """Plan index -> the first and last item id each batch holds (its range starts where the one
+    before it ended, or where the backfill was asked to start, which may lie before its first
+    item: [0, 4) holds items 1-3), by one query."""
+    if not plan:
+        return {}
+    sql, params = source_for_connector(job.connector).select_bounds(
+        [(i, p.lower, p.upper) for i, p in enumerate(plan)]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {key: (first, last) for key, first, last in cursor.fetchall() if first is not None}
 
 
 def plan_fingerprint(*, job: Job, plan: list[PlannedRange]) -> str:

@@ -212,6 +212,20 @@ LEFT JOIN LATERAL (
 LEFT JOIN open_by_kind AS k ON k.job_id = h.id
 ORDER BY h.name;
 
+-- name: health_of
+-- The state and lag of the jobs %(ids)s (the API's job list shows them beside each job): the
+-- rows of `health` for those ids only, with the lag as health_all reads it.
+SELECT h.id, h.state,
+       CASE WHEN h.outside THEN h.ext_items
+            WHEN h.behind THEN h.tip_count - coalesce(done.cum_count, 0) ELSE 0 END,
+       CASE WHEN h.outside THEN h.ext_weight
+            WHEN h.behind THEN h.tip_weight - coalesce(done.cum_weight, 0) ELSE 0 END
+FROM health AS h
+LEFT JOIN LATERAL tidemark_asset_before(
+    CASE WHEN h.behind AND NOT h.outside THEN h.connector_id END, h.wm_position
+) AS done ON true
+WHERE h.id = ANY(%(ids)s::bigint[]);
+
 -- name: waiting_connectors
 -- A slice of the connectors waiting on another, by name.
 SELECT name, start_after FROM inventory_connector WHERE state = 'waiting'

@@ -1,10 +1,13 @@
 """Human units for the dashboard: durations ("3 d 4 h"), sizes ("1.2 GB"), counts ("12,345
-items") and weights in their connector's unit. `{% load human %}`; the functions are plain too, for messages built in Python."""
+items"), weights in their connector's unit and moments (`when`: the one date format of every
+page). `{% load human %}`; the functions are plain too, for messages built in Python."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from numbers import Number
 
 from django import template
+from django.utils import timezone
+from django.utils.html import format_html
 
 register = template.Library()
 
@@ -124,3 +127,31 @@ def metric(value, name: str = ""):
     if leaf in ("seconds", "duration_seconds") or leaf.endswith("_seconds"):
         return duration(value)
     return count(value)
+
+
+# the one date format of every page: the server's time zone (settings.TIME_ZONE), to the second
+WHEN_FORMAT = "%Y-%m-%d %H:%M:%S %Z"
+
+
+@register.filter
+def when(value, empty="—"):
+    """A moment as every page shows it: local time to the second, and how long ago (or how
+    soon) beside it, `<time>` carrying the exact ISO time: "2026-12-06 04:12:33 UTC · 3 min ago"."""
+    if not isinstance(value, datetime):
+        return empty
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, timezone.utc)
+    local = timezone.localtime(value)
+    seconds = (timezone.now() - value).total_seconds()
+    if abs(seconds) < 1:
+        relative = "now"
+    elif seconds > 0:
+        relative = f"{duration(seconds if seconds >= 10 else round(seconds))} ago"
+    else:
+        relative = f"in {duration(-seconds if seconds <= -10 else round(-seconds))}"
+    return format_html(
+        '<time datetime="{}">{}</time> <span class="muted ago">· {}</span>',
+        local.isoformat(timespec="seconds"),
+        local.strftime(WHEN_FORMAT),
+        relative,
+    )

@@ -107,6 +107,7 @@ def backfill_preview(request):
         job = form.cleaned_data["job"]
         summary = backfill_services.plan_summary(job=job, span=span, plan=plan)
         context.update(fingerprint=summary["fingerprint"], previewed=plan_text(summary))
+        context["planned"] = summary["batches"]  # with the first and last item each holds
         budget = form.cleaned_data.get("batch_weight") or job.batch_weight
         total_weight = sum(p.weight for p in plan)
         throttle = selectors_backfills.backfill_throttle_for(job=job)

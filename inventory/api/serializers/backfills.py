@@ -133,6 +133,11 @@ class BackfillCreateSerializer(BackfillPlanSerializer):
 class PlannedBatchSerializer(serializers.Serializer):
     range_start = serializers.IntegerField()
     range_end = serializers.IntegerField()
+    first_item = serializers.IntegerField(
+        allow_null=True,
+        help_text="the first item id the batch holds (its range may start before it)",
+    )
+    last_item = serializers.IntegerField(allow_null=True, help_text="the last item id it holds")
     item_count = serializers.IntegerField()
     weight = serializers.IntegerField()
 

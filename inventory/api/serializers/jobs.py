@@ -113,6 +113,24 @@ class JobSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class JobListSerializer(JobSerializer):
+    """A job in the list: its settings with its state and lag, as the overview shows them."""
+
+    state = serializers.CharField(
+        help_text="the overview's state: blocked, late, failing, unreadable, connector (its "
+        "connector is paused or waiting), paused, catching_up or current"
+    )
+    lag = LagSerializer(allow_null=True, help_text="null when the items cannot be read now")
+    time_lag_seconds = serializers.IntegerField(
+        allow_null=True,
+        help_text="how far a datetime watermark's source time is behind now; null for others",
+    )
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "state", "lag", "time_lag_seconds"]
+        read_only_fields = fields
+
+
 class JobDetailSerializer(JobSerializer):
     lag = LagSerializer(allow_null=True, help_text="null when the items cannot be read now")
     blocked_by = BlockerSerializer(allow_null=True)

@@ -1,12 +1,12 @@
 """/api/v1/jobs/: list, read, create, change, delete; run, pause, resume; the watermark and its
 correction; acquire for external processing."""
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from inventory import selectors
+from inventory import selectors, selectors_health
 from inventory.actions import api_roles, run
 from inventory.api import serializers as s
 from inventory.api.filters import StrictFilterBackend
@@ -38,7 +38,6 @@ def _watermark_state(job: Job):
     return watermark
 
 
-@extend_schema_view(list=extend_schema(summary="List jobs"))
 class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     queryset = Job.objects.select_related("connector", "watermark")
     serializer_class = s.JobSerializer
@@ -48,6 +47,18 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     action_roles = api_roles("jobs")  # inventory/actions.py
     # ?dry_run=true (views/base.kept_unless; any other write refuses it: permissions.py)
     dry_run_actions = ("create", "partial_update")
+
+    @extend_schema(summary="List jobs, each with its state and lag", responses=s.JobListSerializer)
+    def list(self, request):
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        jobs = page if page is not None else list(self.filter_queryset(self.get_queryset()))
+        health = selectors_health.Health().of([job.pk for job in jobs])
+        for job in jobs:
+            job.state, job.lag = health.get(job.pk, ("current", None))
+            behind = selectors_health.time_lag(job)
+            job.time_lag_seconds = None if behind is None else int(behind.total_seconds())
+        data = s.JobListSerializer(jobs, many=True).data
+        return self.get_paginated_response(data) if page is not None else Response(data)
 
     @extend_schema(
         summary="One job, with its watermark, lag, blocker and batch counts",
