@@ -18,7 +18,7 @@ from inventory.models import (
     WatermarkType,
 )
 from inventory.services.errors import InvalidInput
-from inventory.sql import query
+from inventory.sql import json_value, query
 
 # ---- pure value rules --------------------------------------------------------------------------
 
@@ -81,7 +81,7 @@ def merge_values(watermark_type: str, old, new):
             [watermark_type, _json_or_null(old), _json_or_null(new)],
         )
         merged = cursor.fetchone()[0]
-    return json.loads(merged) if isinstance(merged, str) else merged
+    return json_value(merged)
 
 
 def decreases(watermark_type: str, old, new) -> list[str]:
@@ -111,7 +111,7 @@ def value_at(job_id: int, position: int):
     with connection.cursor() as cursor:
         cursor.execute(query("watermark_value_at"), {"job": job_id, "position": position})
         row = cursor.fetchone()
-    return _loaded(row[0]) if row else None
+    return json_value(row[0]) if row else None
 
 
 def position_of_value(job_id: int, watermark_type: str, value) -> dict:
@@ -125,12 +125,8 @@ def position_of_value(job_id: int, watermark_type: str, value) -> dict:
         columns = [column.name for column in cursor.description]
         row = dict(zip(columns, cursor.fetchone(), strict=True))
     for key in ("below_value", "above_value"):
-        row[key] = _loaded(row[key])
+        row[key] = json_value(row[key])
     return row
-
-
-def _loaded(value):
-    return json.loads(value) if isinstance(value, str) else value
 
 
 # ---- writes ------------------------------------------------------------------------------------
