@@ -111,7 +111,8 @@ def job_coverage(*, job: Job, lower: int | None = None, upper: int | None = None
     frontier = incremental_frontier(job)
     if extent is None and lower is None:
         return Coverage(job.start_position, job.start_position, frontier, [])
-    lower = extent[0] if lower is None else lower
+    # the job's items start at its start position: ids below it are never a hole of the job
+    lower = extent[0] if lower is None else max(lower, job.start_position)
     upper = (extent[1] if extent else lower) if upper is None else upper
     if upper <= lower:
         return Coverage(lower, lower, frontier, [])

@@ -18,6 +18,7 @@ from inventory.models import (
     WatermarkType,
 )
 from inventory.services.errors import InvalidInput
+from inventory.services.instants import instant_checked
 from inventory.sql import json_value, query
 
 # ---- pure value rules --------------------------------------------------------------------------
@@ -41,9 +42,9 @@ def parse_value(watermark_type: str, value, *, field: str = "value"):
             parsed = datetime.fromisoformat(value)
         except ValueError:
             raise InvalidInput(field, f"{value!r} is not an ISO 8601 datetime") from None
-        if parsed.tzinfo is None:
+        if parsed.tzinfo is None or parsed.utcoffset() is None:
             raise InvalidInput(field, f"{value!r} has no time zone; add one, e.g. +00:00")
-        return parsed.isoformat()
+        return instant_checked(parsed, field=field, given=value).isoformat()
     if watermark_type == WatermarkType.KEY_VALUE:
         if not isinstance(value, dict):
             raise InvalidInput(field, "a key_value watermark needs an object of key -> integer")

@@ -26,6 +26,7 @@ from psycopg2 import sql
 from inventory.models import Asset, Batch, Connector
 from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
+from inventory.services.instants import instant_checked
 from inventory.sources.config import check_known_keys
 from inventory.sources.items import quote_identifier, quote_table
 from inventory.sources.remote_database import refuse_own_tables, source_connection
@@ -138,7 +139,7 @@ def from_json(value, column_type: str, *, field: str):
         raise InvalidInput(field, f"{value!r} needs a time zone offset (the column has one)")
     if column_type == "timestamp" and parsed.tzinfo is not None:
         raise InvalidInput(field, f"{value!r} has a time zone; the column has none")
-    return parsed
+    return instant_checked(parsed, field=field, given=value) if parsed.tzinfo else parsed
 
 
 def to_json(value):
