@@ -16,9 +16,7 @@ pytestmark = pytest.mark.django_db
     "value",
     ["9999-12-31T23:59:59-01:00", "0001-01-01T00:30:00+01:00"],
 )
-def test_a_datetime_is_checked_in_utc_a_moment_outside_years_1_to_9999_is_a_400(
-    value, role_users
-):
+def test_a_datetime_is_checked_in_utc_a_moment_outside_years_1_to_9999_is_a_400(value, role_users):
     with pytest.raises(InvalidInput) as refused:
         parse_value(WatermarkType.DATETIME, value)
     assert refused.value.field == "value" and "in UTC" in refused.value.message
@@ -43,7 +41,10 @@ def test_a_backfill_below_the_jobs_start_is_a_400_and_the_gap_report_starts_at_t
     ids = list(connector.assets.order_by("id").values_list("id", flat=True))
     job = make_job(connector=connector, name="from-the-third", start_position=ids[2])
     api = token_client(role_users["operator"])
-    for path, extra in (("/api/v1/backfills/preview/", {}), ("/api/v1/backfills/", {"reason": "r"})):
+    for path, extra in (
+        ("/api/v1/backfills/preview/", {}),
+        ("/api/v1/backfills/", {"reason": "r"}),
+    ):
         refused = api.post(
             path,
             {"job": job.name, "range_start": ids[0], "range_end": ids[3], **extra},

@@ -175,7 +175,9 @@ def _in_order(changes: list[Change]) -> list[Change]:
     declared = {(c.kind, c.name): c for c in changes}
     graph = TopologicalSorter()
     for change in changes:
-        graph.add((change.kind, change.name), *(n for n in _needs(change, changes) if n in declared))
+        graph.add(
+            (change.kind, change.name), *(n for n in _needs(change, changes) if n in declared)
+        )
     try:
         order = list(graph.static_order())
     except CycleError as exc:

@@ -24,6 +24,7 @@ from inventory.sources.registry import source_name
 
 RANGE_FIELDS = ("range_start", "range_end", "time_start", "time_end")
 
+
 def check_from_start(*, job: Job, first: int, field: str) -> None:
     """A backfill, like a watermark correction, never reaches below the job's start: items
     before `start_position` were never the job's to process."""

@@ -26,10 +26,10 @@ from inventory.services.backfill_ranges import (  # noqa: F401 (the API, forms a
     RANGE_FIELDS,
     BackfillRange,
     TimeBasis,
-    check_from_start,
     backfill_range,
     backfill_range_for_times,
     backfill_time_basis,
+    check_from_start,
 )
 from inventory.services.errors import Conflict, InvalidInput, PlanChanged
 from inventory.services.jobs import validate_budget

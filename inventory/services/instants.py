@@ -14,7 +14,5 @@ def instant_checked(parsed: datetime, *, field: str, given=None) -> datetime:
         parsed.astimezone(UTC)
     except OverflowError:
         shown = given if given is not None else parsed.isoformat()
-        raise InvalidInput(
-            field, f"{shown!r} is a moment outside years 1 to 9999 in UTC"
-        ) from None
+        raise InvalidInput(field, f"{shown!r} is a moment outside years 1 to 9999 in UTC") from None
     return parsed
