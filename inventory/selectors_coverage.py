@@ -237,6 +237,41 @@ def job_gaps(*, job: Job, lower: int | None = None, upper: int | None = None) ->
     return [seg for seg in coverage.segments if seg.state in GAP_STATES and seg.items > 0]
 
 
+@dataclass
+class SkippedRange:
+    """A skipped batch's ids with the items in them now (a forward correction skips ids no item
+    had yet; items that arrive there later are counted here, never processed)."""
+
+    lower: int
+    upper: int
+    items: int
+    batch: int
+    reason: str
+
+    @property
+    def last(self) -> int:
+        return self.upper - 1
+
+
+def job_skipped(
+    *, job: Job, lower: int | None = None, upper: int | None = None
+) -> list[SkippedRange]:
+    """The job's skipped incremental ranges meeting [lower, upper), in id order, each with the
+    items it holds now (one counting query for them all)."""
+    batches = Batch.objects.filter(job=job, kind=BatchKind.INCREMENTAL, status="skipped")
+    if lower is not None:
+        batches = batches.filter(span__endswith__gt=lower)
+    if upper is not None:
+        batches = batches.filter(span__startswith__lt=upper)
+    found = list(batches.order_by("span").values_list("pk", "span", "skip_reason")[:MAX_SEGMENTS])
+    segments = [Segment(span.lower, span.upper, "skipped", items=-1) for _, span, _ in found]
+    _count_items(job, segments)
+    return [
+        SkippedRange(seg.lower, seg.upper, seg.items, pk, reason)
+        for seg, (pk, _, reason) in zip(segments, found, strict=True)
+    ]
+
+
 def holes_to_backfill(gaps: list[Segment]) -> list[tuple[int, int]]:
     """Closed id ranges [first, last] a backfill of the holes covers: neighbouring dead,
     cancelled and never-planned stretches joined, failed ones (still retrying) left out."""
