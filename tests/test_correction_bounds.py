@@ -9,6 +9,7 @@ from django.core.cache import cache
 
 from inventory.models import Batch, BatchStatus, Watermark
 from inventory.services import lifecycle as batches
+from inventory.services.errors import InvalidInput
 from tests.api_support import make_inventory, token_client
 from tests.factories import AssetFactory
 
@@ -142,3 +143,17 @@ def test_the_cli_sends_skip_unseen_only_when_asked():
         args = parser.parse_args(["watermark", "correct", "j", "8", "--reason", "r", *extra])
         resources.watermark_correct(Api(), Out(), args)
     assert "skip_unseen" not in sent[0] and sent[1]["skip_unseen"] is True
+
+
+def test_skipping_ids_of_a_job_without_items_names_them_unseen():
+    from inventory.services.corrections import watermark_correct
+    from tests.factories import make_job
+
+    job = make_job()
+    with pytest.raises(InvalidInput) as refused:
+        watermark_correct(job=job, value=9, actor="a", reason="reserved")
+    assert refused.value.field == "value" and "(no item yet)" in refused.value.message
+    watermark_correct(job=job, value=9, actor="a", reason="reserved", skip_unseen=True)
+    skipped = Batch.objects.get(job=job, status=BatchStatus.SKIPPED)
+    assert (skipped.span.lower, skipped.span.upper) == (0, 10)
+    assert "skip_unseen" in skipped.skip_reason and "reserved" in skipped.skip_reason

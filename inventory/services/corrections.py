@@ -261,7 +261,8 @@ def _skip_up_to(
             _skipped_batch(job, cursor, batch.span.lower, reason=reason, actor=actor)
         cursor = batch.span.upper
     if cursor < new_position:
-        seen_end = max(min(unseen_from or new_position, new_position), cursor)
+        unseen = new_position if unseen_from is None else unseen_from
+        seen_end = max(min(unseen, new_position), cursor)
         if cursor < seen_end:
             _skipped_batch(job, cursor, seen_end, reason=reason, actor=actor)
         if seen_end < new_position:
