@@ -92,3 +92,16 @@ def test_a_stored_start_after_naming_nothing_is_named_by_the_overview_alert(clie
     alerts = token_client(role_users["viewer"]).get("/api/v1/alerts/").json()["alerts"]
     messages = {a["message"] for a in alerts}
     assert any("'gone-history', which names no connector or label" in m for m in messages)
+
+
+def test_the_demos_reset_deletes_the_follower_before_the_history_it_names(monkeypatch):
+    # a second `make demo` on the same database deletes the demo's connectors: the live one's
+    # start_after names the history, so the history can only go once the live one is gone
+    from inventory.management.commands import _demo_history as demo
+    from tests.sink_database import sink_database_dsn
+
+    monkeypatch.setenv(demo.SINK_DSN_ENV, sink_database_dsn())
+    ConnectorFactory(name=demo.HISTORY, state=ConnectorState.COMPLETED)
+    ConnectorFactory(name=demo.LIVE, state=ConnectorState.ACTIVE, start_after=demo.HISTORY)
+    demo.HistoryThenLive(command=None)._reset()
+    assert not Connector.objects.filter(name__in=[demo.HISTORY, demo.LIVE]).exists()
