@@ -197,11 +197,14 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
             Alert(
                 "connector_waiting",
                 name,
-                f"connector {name} waits for {start_after or '?'} to complete",
+                f"connector {name} waits for {start_after or '?'} to complete"
+                if named
+                else f"connector {name} waits for {start_after!r}, which names no connector or "
+                "label: it will never start; change its start_after",
                 reverse("dashboard:connectors"),
                 severity=SEVERITY["connector_waiting"],
             )
-            for name, start_after in rows
+            for name, start_after, named in rows
         ]
 
     segments = (

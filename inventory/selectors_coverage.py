@@ -111,7 +111,8 @@ def job_coverage(*, job: Job, lower: int | None = None, upper: int | None = None
     frontier = incremental_frontier(job)
     if extent is None and lower is None:
         return Coverage(job.start_position, job.start_position, frontier, [])
-    lower = extent[0] if lower is None else lower
+    # the job's items start at its start position: ids below it are never a hole of the job
+    lower = extent[0] if lower is None else max(lower, job.start_position)
     upper = (extent[1] if extent else lower) if upper is None else upper
     if upper <= lower:
         return Coverage(lower, lower, frontier, [])
@@ -234,6 +235,41 @@ def job_gaps(*, job: Job, lower: int | None = None, upper: int | None = None) ->
     """The failed, dead, cancelled and never-planned (below the frontier) stretches of a job."""
     coverage = job_coverage(job=job, lower=lower, upper=upper)
     return [seg for seg in coverage.segments if seg.state in GAP_STATES and seg.items > 0]
+
+
+@dataclass
+class SkippedRange:
+    """A skipped batch's ids with the items in them now (a forward correction skips ids no item
+    had yet; items that arrive there later are counted here, never processed)."""
+
+    lower: int
+    upper: int
+    items: int
+    batch: int
+    reason: str
+
+    @property
+    def last(self) -> int:
+        return self.upper - 1
+
+
+def job_skipped(
+    *, job: Job, lower: int | None = None, upper: int | None = None
+) -> list[SkippedRange]:
+    """The job's skipped incremental ranges meeting [lower, upper), in id order, each with the
+    items it holds now (one counting query for them all)."""
+    batches = Batch.objects.filter(job=job, kind=BatchKind.INCREMENTAL, status="skipped")
+    if lower is not None:
+        batches = batches.filter(span__endswith__gt=lower)
+    if upper is not None:
+        batches = batches.filter(span__startswith__lt=upper)
+    found = list(batches.order_by("span").values_list("pk", "span", "skip_reason")[:MAX_SEGMENTS])
+    segments = [Segment(span.lower, span.upper, "skipped", items=-1) for _, span, _ in found]
+    _count_items(job, segments)
+    return [
+        SkippedRange(seg.lower, seg.upper, seg.items, pk, reason)
+        for seg, (pk, _, reason) in zip(segments, found, strict=True)
+    ]
 
 
 def holes_to_backfill(gaps: list[Segment]) -> list[tuple[int, int]]:

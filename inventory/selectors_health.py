@@ -14,7 +14,7 @@ from django.utils.dateparse import parse_datetime
 
 from inventory import selectors
 from inventory.models import WatermarkType, weight_unit
-from inventory.sql import dashboard_query
+from inventory.sql import dashboard_query, json_value
 
 HOURS = 24  # the sparklines' window, one bucket per hour
 # a watermark may sit still for this many schedule intervals (plus a lease) before it is late
@@ -344,8 +344,8 @@ def _job_row(values) -> JobRow:
         every,
         lease,
         wm_type_job,
-        ConnectorRef(c_name, c_state, weight_unit(c_kind, c_config)),
-        WatermarkRow(wm_type, wm_value, wm_position, wm_updated),
+        ConnectorRef(c_name, c_state, weight_unit(c_kind, json_value(c_config))),
+        WatermarkRow(wm_type, json_value(wm_value), wm_position, wm_updated),
         n_queued=queued,
         n_running=running,
         n_failed=failed,

@@ -72,6 +72,25 @@ def test_connectors_come_before_their_jobs_and_upstream_jobs_before_job_output_c
     assert names.index("src") < names.index("up") < names.index("down") < names.index("downjob")
 
 
+def test_a_connector_comes_after_the_connectors_its_start_after_names():
+    # the server refuses a start_after naming nothing yet, so a file declaring the follower first
+    # creates what it names first, by name or by label
+    def change(name, **declared):
+        return pipelines.Change("connector", name, "create", {"name": name, **declared})
+
+    ordered = pipelines._in_order(
+        [
+            change("live", kind="kafka", start_after="history"),
+            change("audit", kind="files", start_after="loads"),
+            change("history", kind="table"),
+            change("nightly", kind="files", labels=["loads"]),
+        ]
+    )
+    names = [c.name for c in ordered]
+    assert names.index("history") < names.index("live")
+    assert names.index("nightly") < names.index("audit")
+
+
 def test_config_keys_the_server_derives_are_no_change_when_the_file_leaves_them_out():
     given = {"dsn_env": "SRC", "table": "t", "column": "id", "slice_rows": 5}
     stored = {**given, "column_type": "int", "watermark_column": "id"}

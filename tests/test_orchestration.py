@@ -181,8 +181,8 @@ def test_a_connector_that_would_wait_for_itself_is_refused_naming_start_after(tm
         assert response.status_code == 400, response.content
         assert list(response.json()) == ["start_after"], response.json()
         assert "itself" in response.json()["start_after"][0]
-    assert create("first", start_after="second").status_code == 201
     assert create("second", labels=["stage-2"]).status_code == 201
+    assert create("first", start_after="second").status_code == 201
     closing = api.patch("/api/v1/connectors/second/", {"start_after": "first"}, format="json")
     assert closing.status_code == 400, closing.content
     assert "first -> second" in closing.json()["start_after"][0] or (

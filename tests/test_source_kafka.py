@@ -18,7 +18,7 @@ from inventory.services.errors import InvalidInput
 from inventory.sources.discovery import discover
 from inventory.sources.kafka import handover_set, next_offsets, plan_slices
 from tests.api_support import token_client
-from tests.factories import make_job
+from tests.factories import ConnectorFactory, make_job
 from tests.worker_fixtures import read_sink, wait_until
 from workers.spark.errors import ReadError
 from workers.spark.sources import kafka as read_kafka
@@ -197,6 +197,7 @@ def test_a_producers_batches_under_report_the_end_yet_nothing_is_lost(
 def test_a_connector_handed_over_from_its_history_starts_at_the_synced_offsets(kafka_broker):
     topic = kafka_broker.create_topic(partitions=2)
     _produce(kafka_broker, topic, {0: 5, 1: 2})
+    ConnectorFactory(name="kafka-history")  # what start_after names must exist
     connector = connector_create(
         name="kafka-live",
         kind="kafka",

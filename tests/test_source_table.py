@@ -316,3 +316,60 @@ def test_late_rows_inside_the_lookback_reach_the_sink_with_nothing_newer(spark, 
     # the recount is recorded: the next look restates nothing more
     discover(connector)
     assert Backfill.objects.filter(job=job).count() == 1
+
+
+def test_late_rows_before_the_first_slice_inside_the_lookback_reach_the_sink_at_the_next_look(
+    spark, source_dsn
+):
+    # the first look starts at the column's minimum; 20 rows then commit with times inside the
+    # lookback but before it: no registered slice holds them, so no recount saw them and they
+    # stayed out of the sink until a newer row came (and only within that batch's lookback)
+    insert(source_dsn, range(1, 41))
+    connector = table_connector(name="orders-early", column="updated_at", slice_rows=10)
+    job = job_create(
+        name="orders-early-rows",
+        connector=connector,
+        batch_weight=100,
+        max_items=10,
+        watermark_type="datetime",
+        lookback=120,
+        sink=_sink("orders_early_rows"),
+    )
+    assert discover(connector) == 4
+    drain(spark, job)
+    assert _sink_rows("orders_early_rows") == [(i, 1) for i in range(1, 41)]
+
+    with psycopg2.connect(source_dsn) as conn, conn.cursor() as cursor:
+        for i in range(101, 121):  # 20 late rows, 1..20 s before the first row's time
+            cursor.execute(
+                "INSERT INTO orders VALUES (%s, 5, 'late', %s)",
+                [i, T0 - timedelta(seconds=i - 100)],
+            )
+    assert discover(connector) == 2  # two slices of at most 10 rows, before the first one
+    drain(spark, job)
+    rows = dict(_sink_rows("orders_early_rows"))
+    assert sorted(rows) == [*range(1, 41), *range(101, 121)]  # each source row once
+    assert all(rows[i] == 5 for i in range(101, 121))
+    watermark = Watermark.objects.get(job=job)
+    assert datetime.fromisoformat(watermark.value) == T0 + timedelta(seconds=40)
+
+    # more rows before them later: slices of a registered range now, recounted as late rows
+    assert discover(connector) == 0
+    with psycopg2.connect(source_dsn) as conn, conn.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO orders VALUES (121, 6, 'later', %s)",
+            [T0 - timedelta(seconds=15, microseconds=500)],
+        )
+    discover(connector)
+    drain(spark, job)
+    rows = dict(_sink_rows("orders_early_rows"))
+    assert sorted(rows) == [*range(1, 41), *range(101, 122)] and rows[121] == 6
+
+    # rows before the window (older than the lookback allows) are not the sink's to get
+    with psycopg2.connect(source_dsn) as conn, conn.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO orders VALUES (200, 7, 'too old', %s)", [T0 - timedelta(hours=1)]
+        )
+    assert discover(connector) == 0
+    drain(spark, job)
+    assert 200 not in dict(_sink_rows("orders_early_rows"))

@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     correct.add_argument("value", help="the new value (JSON, e.g. 42 or '\"2026-01-01T00:00Z\"')")
     correct.add_argument("--reason", required=True, help="why (recorded with your name)")
     correct.add_argument("--replay", action="store_true", help="confirm moving it backwards")
+    correct.add_argument(
+        "--skip-unseen",
+        action="store_true",
+        help="confirm moving it past the last known item (later items there are skipped)",
+    )
     correct.add_argument("--position", type=int, help="non-int watermarks only")
 
     # batches

@@ -175,8 +175,9 @@ def _in_order(changes: list[Change]) -> list[Change]:
     declared = {(c.kind, c.name): c for c in changes}
     graph = TopologicalSorter()
     for change in changes:
-        needs = _needs(change)
-        graph.add((change.kind, change.name), *([needs] if needs in declared else []))
+        graph.add(
+            (change.kind, change.name), *(n for n in _needs(change, changes) if n in declared)
+        )
     try:
         order = list(graph.static_order())
     except CycleError as exc:
@@ -203,9 +204,9 @@ def check_plan(api, changes: list[Change], *, reason: str) -> None:
         return
     created = {(c.kind, c.name) for c in changes if c.action == "create"}
     for change in to_check:
-        needs = _needs(change)
-        if needs in created:
-            change.not_checked = f"checked when applied, after {needs[0]} {needs[1]} is created"
+        first = next((n for n in _needs(change, changes) if n in created), None)
+        if first is not None:
+            change.not_checked = f"checked when applied, after {first[0]} {first[1]} is created"
             continue
         try:
             _send(api, change, reason=reason, dry_run=True)
@@ -235,13 +236,26 @@ def _no_dry_runs(api) -> str:
     return "not checked: this server has no dry runs (an older release)"
 
 
-def _needs(change: Change) -> tuple[str, str] | None:
+def _needs(change: Change, changes: list[Change]) -> list[tuple[str, str]]:
+    """What must exist before `change` is made: a job's connector, a job_output connector's
+    upstream job, and the connectors a connector's start_after names (by name or label)."""
     if change.kind == "job":
-        return ("connector", change.declared.get("connector"))
+        return [("connector", change.declared.get("connector"))]
+    needs = []
     if change.declared.get("kind") == "job_output":
         upstream = (change.declared.get("config") or {}).get("job")
-        return ("job", upstream) if isinstance(upstream, str) else None
-    return None
+        if isinstance(upstream, str):
+            needs.append(("job", upstream))
+    after = change.declared.get("start_after")
+    if after:
+        needs.extend(
+            ("connector", other.name)
+            for other in changes
+            if other.kind == "connector"
+            and other.name != change.name
+            and (other.name == after or after in (other.declared.get("labels") or []))
+        )
+    return needs
 
 
 def summary(changes: list[Change]) -> dict:

@@ -229,6 +229,8 @@ def watermark_correct(api, out, args) -> int:
     if not args.reason.strip():
         raise UsageError("--reason must say why the watermark is corrected")
     body = {"value": _json_or_text(args.value), "reason": args.reason, "replay": args.replay}
+    if args.skip_unseen:
+        body["skip_unseen"] = True
     if args.position is not None:
         body["position"] = args.position
     data = api.post(f"jobs/{quote(args.job)}/watermark/", body)

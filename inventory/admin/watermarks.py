@@ -66,6 +66,13 @@ class WatermarkCorrectionForm(forms.Form):
         "processed again.",
     )
 
+    skip_unseen = forms.BooleanField(
+        required=False,
+        label="Skip unseen items",
+        help_text="Required to move the watermark past the job's last known item: items that "
+        "arrive later with ids up to it are skipped (listed in the gap report).",
+    )
+
     def clean_value(self):
         raw = self.cleaned_data["value"].strip()
         try:
@@ -121,6 +128,7 @@ class WatermarkAdmin(ReadOnlyAdmin):
                     actor=actor_name(request.user),
                     reason=data["reason"],
                     replay=data["replay"],
+                    skip_unseen=data["skip_unseen"],
                     source=WatermarkSource.ADMIN,
                 )
             except TidemarkError as exc:

@@ -15,7 +15,12 @@ from inventory.api.serializers.fields import BIGINT, INT, SMALLINT
 from inventory.api.serializers.strict import Input
 from inventory.models import Connector, Job
 from inventory.roles import actor_name
-from inventory.selectors_coverage import holes_to_backfill, job_gaps, job_restatements
+from inventory.selectors_coverage import (
+    holes_to_backfill,
+    job_gaps,
+    job_restatements,
+    job_skipped,
+)
 from inventory.services import gaps as gap_services
 from inventory.services.errors import NotFound
 
@@ -59,10 +64,23 @@ class RestatedRangeSerializer(serializers.Serializer):
     backfill = serializers.IntegerField(source="backfill_id", allow_null=True)
 
 
+class SkippedRangeSerializer(serializers.Serializer):
+    range_start = serializers.IntegerField(source="lower")
+    range_end = serializers.IntegerField(source="last")
+    items = serializers.IntegerField(help_text="items in the range now, none of them processed")
+    batch = serializers.IntegerField()
+    reason = serializers.CharField()
+
+
 class GapReportSerializer(serializers.Serializer):
     job = serializers.CharField()
     gaps = GapSerializer(many=True)
     holes = HoleSerializer(many=True)
+    skipped = SkippedRangeSerializer(
+        many=True,
+        help_text="skipped ranges (dead batches skipped by an operator, forward corrections), "
+        "with the items in them now",
+    )
     restated = RestatedRangeSerializer(
         many=True, help_text="restated ranges in the range, newest first (at most 100)"
     )
@@ -187,7 +205,14 @@ class JobGapsView(APIView):
         gaps = job_gaps(job=job, **bounds)
         holes = [{"range_start": a, "range_end": b} for a, b in holes_to_backfill(gaps)]
         restated = job_restatements(job=job, **bounds)[:100]
-        report = {"job": job.name, "gaps": gaps, "holes": holes, "restated": restated}
+        skipped = job_skipped(job=job, **bounds)
+        report = {
+            "job": job.name,
+            "gaps": gaps,
+            "holes": holes,
+            "skipped": skipped,
+            "restated": restated,
+        }
         return Response(GapReportSerializer(report).data)
 
 

@@ -18,10 +18,23 @@ from inventory.models import (
     Job,
 )
 from inventory.services.errors import InvalidInput
+from inventory.services.instants import instant_checked
 from inventory.sources import table as source_table
 from inventory.sources.registry import source_name
 
 RANGE_FIELDS = ("range_start", "range_end", "time_start", "time_end")
+
+
+def check_from_start(*, job: Job, first: int, field: str) -> None:
+    """A backfill, like a watermark correction, never reaches below the job's start: items
+    before `start_position` were never the job's to process."""
+    if first < job.start_position:
+        raise InvalidInput(
+            field,
+            f"the job starts at item {job.start_position}; a backfill cannot go below its start "
+            f"(the range starts at item {first})",
+        )
+
 
 # ---- ids from times --------------------------------------------------------------------------
 
@@ -127,6 +140,7 @@ def backfill_range_for_times(*, job: Job, time_start, time_end) -> BackfillRange
             "range_start",
             f"job {job.name} has no item whose {basis.basis} is in [{shown[0]}, {shown[1]}]",
         )
+    check_from_start(job=job, first=ids[0], field="time_start")
     requested = {"by": basis.by, "basis": basis.basis, "start": shown[0], "end": shown[1]}
     return BackfillRange(ids[0], ids[1], requested)
 
@@ -186,7 +200,7 @@ def _instant(value, *, field: str) -> datetime:
             field,
             f"{value!r} has no UTC offset; add one, e.g. {parsed.isoformat()}+00:00 or ...Z",
         )
-    return parsed
+    return instant_checked(parsed, field=field, given=value)
 
 
 def _table_value(value, column_type: str, *, field: str):

@@ -29,6 +29,7 @@ from inventory.services.backfill_ranges import (  # noqa: F401 (the API, forms a
     backfill_range,
     backfill_range_for_times,
     backfill_time_basis,
+    check_from_start,
 )
 from inventory.services.errors import Conflict, InvalidInput, PlanChanged
 from inventory.services.jobs import validate_budget
@@ -50,6 +51,7 @@ def backfill_preview(
             raise InvalidInput(field, f"must be an integer item id, got {value!r}")
     if range_end < range_start:
         raise InvalidInput("range_end", f"the range is empty: {range_end} is before {range_start}")
+    check_from_start(job=job, first=range_start, field="range_start")
     budget = batch_weight if batch_weight is not None else job.batch_weight
     cap = max_items if max_items is not None else job.max_items
     validate_budget(batch_weight=budget, max_items=cap)

@@ -17,6 +17,7 @@ from inventory.services import lifecycle, watermarks
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.job_config import sink_outside_own_source
 from inventory.services.orchestration import (
+    check_followers_kept,
     check_start_after,
     connector_transition,
     predecessors_completed,
@@ -161,6 +162,7 @@ def connector_update(
     if labels is not _UNSET:
         if not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels):
             raise InvalidInput("labels", "must be a list of non-empty strings")
+        check_followers_kept(connector=connector, labels=labels)
         connector.labels = labels
         fields.append("labels")
     if start_after is not _UNSET:
@@ -172,6 +174,7 @@ def connector_update(
             labels=connector.labels,
             start_after=connector.start_after,
             field="start_after" if "start_after" in fields else "labels",
+            named="start_after" in fields,
         )
     if fields:
         connector.save(update_fields=[*fields, "updated_at"])
@@ -187,6 +190,7 @@ def connector_delete(*, connector: Connector) -> None:
         raise Conflict(
             f"connector {connector.name} is used by job(s) {', '.join(jobs)}; delete them first"
         )
+    check_followers_kept(connector=connector, deleted=True)
     connector.delete()
 
 

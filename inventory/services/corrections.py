@@ -19,6 +19,7 @@ from inventory.models import (
     WatermarkSource,
     WatermarkType,
 )
+from inventory.selectors_coverage import source_extent
 from inventory.services import lifecycle, watermarks
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.sources import job_output as source_job_output
@@ -33,6 +34,7 @@ def watermark_correct(
     actor: str,
     reason: str,
     replay: bool = False,
+    skip_unseen: bool = False,
     source: str = WatermarkSource.API,
 ) -> Watermark:
     """An audited correction. A reason is always required; moving backwards also needs `replay`.
@@ -41,6 +43,10 @@ def watermark_correct(
     back to an earlier batch boundary supersedes the committed batches after it, so their items
     are planned and processed again (a replay). Moving forward marks the items in between as
     skipped with the correction's reason, so "every item below the watermark is covered" holds.
+    Moving forward past the job's last known item is refused unless `skip_unseen` says so: items
+    that arrive later with ids in that range would never be processed, and nothing would show
+    it; with it, the range past the last item is skipped as such and the gap report lists it
+    with the items that arrive in it.
     """
     reason = (reason or "").strip()
     if not reason:
@@ -84,7 +90,26 @@ def watermark_correct(
         source_job_output.check_replay(job=job, position=new_position)
         _supersede_after(job, new_position, field=field)
     elif new_position > watermark.position:
-        _skip_up_to(job, watermark.position, new_position, reason=reason, actor=actor, field=field)
+        known_end = _known_end(job)
+        if new_position > known_end and not skip_unseen:
+            shown = f"position {new_position}" if field == "position" else f"{new_value!r}"
+            last = f"item {known_end - 1}" if known_end > job.start_position else "no item yet"
+            raise InvalidInput(
+                field,
+                f"{shown} is past the job's last known item ({last}): items that arrive later "
+                "with ids up to it would never be processed; correct up to the last item, or "
+                'give "skip_unseen": true to skip that range on purpose (it is recorded and '
+                "shown in the gap report)",
+            )
+        _skip_up_to(
+            job,
+            watermark.position,
+            new_position,
+            reason=reason,
+            actor=actor,
+            field=field,
+            unseen_from=known_end,
+        )
     watermarks.watermark_record(
         watermark,
         new_position=new_position,
@@ -199,10 +224,24 @@ def _supersede_after(job: Job, position: int, *, field: str = "value") -> None:
     )
 
 
+def _known_end(job: Job) -> int:
+    """One past the job's last known item (its start position when it has none)."""
+    extent = source_extent(job)
+    return extent[1] if extent else job.start_position
+
+
 def _skip_up_to(
-    job: Job, position: int, new_position: int, *, reason: str, actor: str, field: str = "value"
+    job: Job,
+    position: int,
+    new_position: int,
+    *,
+    reason: str,
+    actor: str,
+    field: str = "value",
+    unseen_from: int | None = None,
 ) -> None:
-    """Cover [position, new_position) with skipped batches where no batch holds the ids yet."""
+    """Cover [position, new_position) with skipped batches where no batch holds the ids yet;
+    ids from `unseen_from` on (past the last known item) get a batch of their own saying so."""
     held = Batch.objects.filter(
         job=job,
         kind=BatchKind.INCREMENTAL,
@@ -222,13 +261,23 @@ def _skip_up_to(
             _skipped_batch(job, cursor, batch.span.lower, reason=reason, actor=actor)
         cursor = batch.span.upper
     if cursor < new_position:
-        _skipped_batch(job, cursor, new_position, reason=reason, actor=actor)
+        unseen = new_position if unseen_from is None else unseen_from
+        seen_end = max(min(unseen, new_position), cursor)
+        if cursor < seen_end:
+            _skipped_batch(job, cursor, seen_end, reason=reason, actor=actor)
+        if seen_end < new_position:
+            _skipped_batch(job, seen_end, new_position, reason=reason, actor=actor, unseen=True)
 
 
-def _skipped_batch(job: Job, lower: int, upper: int, *, reason: str, actor: str) -> None:
+def _skipped_batch(
+    job: Job, lower: int, upper: int, *, reason: str, actor: str, unseen: bool = False
+) -> None:
+    what = (
+        f"ids {lower}-{upper - 1} skipped before any item had them (skip_unseen)" if unseen else ""
+    )
     lifecycle.batch_insert_skipped(
         job=job,
         lower=lower,
         upper=upper,
-        reason=f"watermark correction by {actor or 'unknown'}: {reason}",
+        reason=f"watermark correction by {actor or 'unknown'}: {what + '; ' if what else ''}{reason}",
     )

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.db.models import Max, Q
 
 from inventory.models import Asset, Connector, ConnectorEvent, ConnectorKind, ConnectorState, Job
-from inventory.services.errors import InvalidInput
+from inventory.services.errors import Conflict, InvalidInput
 
 SYSTEM = "orchestration"
 
@@ -81,8 +81,11 @@ def start_after_circle(*, name: str, labels: list[str], start_after: str) -> lis
     return None
 
 
-def check_start_after(*, name: str, labels: list[str], start_after: str, field: str) -> None:
-    """Refuse a `start_after` (or labels) by which a connector would wait for itself."""
+def check_start_after(
+    *, name: str, labels: list[str], start_after: str, field: str, named: bool = True
+) -> None:
+    """Refuse a `start_after` that names no other connector or label (`named`: when it is the
+    field being set), or one (or labels) by which a connector would wait for itself."""
     circle = start_after_circle(name=name, labels=labels, start_after=start_after)
     if circle:
         how = (
@@ -94,6 +97,48 @@ def check_start_after(*, name: str, labels: list[str], start_after: str, field: 
             field,
             f"connector {name} would wait for itself ({' -> '.join(circle)}): {how}, so none "
             "would ever start",
+        )
+    if named and start_after and not predecessors(start_after).exclude(name=name).exists():
+        raise InvalidInput(
+            "start_after",
+            f"{start_after!r} names no connector and no connector's label; the connector would "
+            "wait for it for ever (create that connector first, or give an existing name or label)",
+        )
+
+
+def followers_left_waiting(
+    *, connector: Connector, labels: list[str] | None = None, deleted: bool = False
+) -> list[tuple[str, str]]:
+    """The (connector, start_after) of others that would name nothing once `connector` is
+    deleted (`deleted`) or keeps only `labels`: the names it gives up that no other connector
+    still answers to."""
+    kept = set() if deleted else {connector.name, *(labels or [])}
+    given_up = {connector.name, *(connector.labels or [])} - kept
+    if not given_up:
+        return []
+    others = Connector.objects.exclude(pk=connector.pk)
+    left = []
+    for name, start_after in (
+        others.filter(start_after__in=sorted(given_up))
+        .order_by("name")
+        .values_list("name", "start_after")
+    ):
+        if not predecessors(start_after).exclude(pk=connector.pk).exists():
+            left.append((name, start_after))
+    return left
+
+
+def check_followers_kept(
+    *, connector: Connector, labels: list[str] | None = None, deleted: bool = False
+) -> None:
+    """Refuse (409) a label removal or a delete that leaves others' start_after naming nothing."""
+    left = followers_left_waiting(connector=connector, labels=labels, deleted=deleted)
+    if left:
+        shown = ", ".join(f"{name} (start_after {after!r})" for name, after in left)
+        what = "deleting it" if deleted else "removing that label"
+        raise Conflict(
+            f"connector {connector.name} is named by the start_after of {shown}; {what} would "
+            "leave them waiting for ever: change their start_after first"
         )
 
 

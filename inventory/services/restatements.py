@@ -86,6 +86,13 @@ def restate_items(
     return created, done
 
 
+def early_rows_register(connector: Connector) -> int:
+    """Late rows before the first registered slice, within the largest lookback of the
+    connector's jobs, are in no slice: they become slices of their own (new items)."""
+    lookback = max(connector.jobs.values_list("lookback", flat=True), default=0)
+    return source_table.early_rows_register(connector, lookback=lookback or 0)
+
+
 def late_rows_restate(connector: Connector) -> list[Backfill]:
     """Late rows reach the sink even when nothing newer arrives (a table read with `lookback`).
 

@@ -18,7 +18,8 @@ from inventory.models import (
     WatermarkType,
 )
 from inventory.services.errors import InvalidInput
-from inventory.sql import query
+from inventory.services.instants import instant_checked
+from inventory.sql import json_value, query
 
 # ---- pure value rules --------------------------------------------------------------------------
 
@@ -41,9 +42,9 @@ def parse_value(watermark_type: str, value, *, field: str = "value"):
             parsed = datetime.fromisoformat(value)
         except ValueError:
             raise InvalidInput(field, f"{value!r} is not an ISO 8601 datetime") from None
-        if parsed.tzinfo is None:
+        if parsed.tzinfo is None or parsed.utcoffset() is None:
             raise InvalidInput(field, f"{value!r} has no time zone; add one, e.g. +00:00")
-        return parsed.isoformat()
+        return instant_checked(parsed, field=field, given=value).isoformat()
     if watermark_type == WatermarkType.KEY_VALUE:
         if not isinstance(value, dict):
             raise InvalidInput(field, "a key_value watermark needs an object of key -> integer")
@@ -81,7 +82,7 @@ def merge_values(watermark_type: str, old, new):
             [watermark_type, _json_or_null(old), _json_or_null(new)],
         )
         merged = cursor.fetchone()[0]
-    return json.loads(merged) if isinstance(merged, str) else merged
+    return json_value(merged)
 
 
 def decreases(watermark_type: str, old, new) -> list[str]:
@@ -111,7 +112,7 @@ def value_at(job_id: int, position: int):
     with connection.cursor() as cursor:
         cursor.execute(query("watermark_value_at"), {"job": job_id, "position": position})
         row = cursor.fetchone()
-    return _loaded(row[0]) if row else None
+    return json_value(row[0]) if row else None
 
 
 def position_of_value(job_id: int, watermark_type: str, value) -> dict:
@@ -125,12 +126,8 @@ def position_of_value(job_id: int, watermark_type: str, value) -> dict:
         columns = [column.name for column in cursor.description]
         row = dict(zip(columns, cursor.fetchone(), strict=True))
     for key in ("below_value", "above_value"):
-        row[key] = _loaded(row[key])
+        row[key] = json_value(row[key])
     return row
-
-
-def _loaded(value):
-    return json.loads(value) if isinstance(value, str) else value
 
 
 # ---- writes ------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ def discover(connector: Connector) -> int:
             raise InvalidInput("kind", f"connector {connector.name} has nothing to discover")
         registered = module.discover(connector)
         if connector.kind == ConnectorKind.TABLE:
+            registered += restatements.early_rows_register(connector)
             restatements.late_rows_restate(connector)
         if connector.kind == ConnectorKind.DELTA:
             restatements.delta_restate(connector)

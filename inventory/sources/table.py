@@ -26,6 +26,7 @@ from psycopg2 import sql
 from inventory.models import Asset, Batch, Connector
 from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
+from inventory.services.instants import instant_checked
 from inventory.sources.config import check_known_keys
 from inventory.sources.items import quote_identifier, quote_table
 from inventory.sources.remote_database import refuse_own_tables, source_connection
@@ -138,7 +139,7 @@ def from_json(value, column_type: str, *, field: str):
         raise InvalidInput(field, f"{value!r} needs a time zone offset (the column has one)")
     if column_type == "timestamp" and parsed.tzinfo is not None:
         raise InvalidInput(field, f"{value!r} has a time zone; the column has none")
-    return parsed
+    return instant_checked(parsed, field=field, given=value) if parsed.tzinfo else parsed
 
 
 def to_json(value):
@@ -200,6 +201,72 @@ def discover(connector: Connector) -> int:
         locked.save(update_fields=["cursor", "updated_at"])
     connector.cursor = cursor_state
     return registered
+
+
+def early_rows_register(connector: Connector, *, lookback: int) -> int:
+    """Register the late rows that fall before the first registered slice but inside `lookback`
+    (seconds, or values of an integer column) of where registration stopped, as slices of their
+    own: the first look started at the column's minimum then (or `start_value`), so a row that
+    commits later with a smaller value is in no slice, and no recount would ever see it.
+
+    The range [window start (not below `start_value`), first registered value) is counted on each
+    look; once it holds rows they become new slices (new items: the next run processes them) and
+    the first registered value moves down to them, so later rows in that range are late rows of
+    a registered slice (late_slices). Snapshot connectors are left alone: their set is closed."""
+    config = connector.config
+    cursor_state = dict(connector.cursor or {})
+    if not lookback or config.get("snapshot") or cursor_state.get("next") is None:
+        return 0
+    column_type = config["column_type"]
+    first = _first_registered(connector)
+    if first is None:
+        return 0
+    window = lookback if column_type == "int" else timedelta(seconds=lookback)
+    floor = from_json(cursor_state["next"], column_type, field="cursor") - window
+    if config.get("start_value") is not None:
+        floor = max(floor, from_json(config["start_value"], column_type, field="start_value"))
+    if floor >= first:
+        return 0
+    with source_connection(config, field="config.dsn_env") as conn:
+        slices = _slices(
+            conn, _statements(config), config, lower=floor, horizon=first - _step(column_type)
+        )
+    slices = [part for part in slices if part[2]]
+    if not slices:
+        return 0
+    items = [
+        (
+            f"table:{config['table']}:{to_json(lower)}..{to_json(upper)}",
+            rows,
+            {"lower": to_json(lower), "upper": to_json(upper)},
+        )
+        for lower, upper, rows in slices
+    ]
+    with transaction.atomic():
+        locked = Connector.objects.select_for_update().get(pk=connector.pk)
+        if (locked.cursor or {}).get("first", cursor_state.get("first")) != cursor_state.get(
+            "first"
+        ):
+            connector.cursor = locked.cursor  # another look registered these meanwhile
+            return 0
+        registered = assets_register(connector=locked, items=items)
+        locked.cursor = {**(locked.cursor or {}), "first": to_json(slices[0][0])}
+        locked.save(update_fields=["cursor", "updated_at"])
+    connector.cursor = locked.cursor
+    return registered
+
+
+def _first_registered(connector: Connector):
+    """The smallest column value any registered slice starts at (None: no slice yet)."""
+    column_type = connector.config["column_type"]
+    first = (connector.cursor or {}).get("first")
+    if first is not None:
+        return from_json(first, column_type, field="cursor.first")
+    # registered before the cursor kept it: slices are registered in column order from there
+    extra = (
+        Asset.objects.filter(connector=connector).order_by("id").values_list("extra", flat=True)
+    ).first()
+    return None if extra is None else from_json(extra["lower"], column_type, field="extra.lower")
 
 
 # how many of the newest slices one look recounts for late rows

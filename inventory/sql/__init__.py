@@ -12,6 +12,7 @@
   `{table}`/`{column}` are filled with checked, quoted identifiers), read with `source_query()`.
 """
 
+import json
 import re
 from functools import cache
 from pathlib import Path
@@ -69,3 +70,13 @@ def dashboard_query(name: str) -> str:
 def source_query(name: str) -> str:
     """The template named `name` in source_table.sql (run on a table connector's database)."""
     return _queries("source_table.sql")[name]
+
+
+def json_value(raw):
+    """A json/jsonb column as read by raw SQL, decoded. Django's psycopg2 connection hands jsonb
+    over as its text (only a model's JSONField decodes it), so a watermark's value would arrive
+    as '"2026-03-04T23:57:36+00:00"' or '{"0": 23}'. Every raw read of a JSON column goes
+    through here; a value already decoded (another driver, a json_build result) is kept."""
+    if isinstance(raw, str | bytes | bytearray):
+        return json.loads(raw)
+    return raw

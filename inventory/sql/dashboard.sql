@@ -227,9 +227,14 @@ LEFT JOIN LATERAL tidemark_asset_before(
 WHERE h.id = ANY(%(ids)s::bigint[]);
 
 -- name: waiting_connectors
--- A slice of the connectors waiting on another, by name.
-SELECT name, start_after FROM inventory_connector WHERE state = 'waiting'
-ORDER BY name LIMIT %(limit)s OFFSET %(offset)s;
+-- A slice of the connectors waiting on another, by name, each with whether its start_after
+-- still names another connector or label (one stored before names were checked may not).
+SELECT c.name, c.start_after,
+       EXISTS (SELECT 1 FROM inventory_connector AS o
+               WHERE o.id <> c.id
+                 AND (o.name = c.start_after OR o.labels @> jsonb_build_array(c.start_after)))
+FROM inventory_connector AS c WHERE c.state = 'waiting'
+ORDER BY c.name LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: waiting_connectors_count
 SELECT count(*) FROM inventory_connector WHERE state = 'waiting';

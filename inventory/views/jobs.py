@@ -31,9 +31,11 @@ def job_detail(request, name):
     restatements = list(selectors_coverage.job_restatements(job=job)[:RESTATEMENTS_SHOWN])
     rates = selectors_health.jobs_rates(job.pk).get(job.pk) or selectors_health.JobRates()
     lag = selectors.job_lag(job=job)
+    skipped = selectors_coverage.job_skipped(job=job)
     context = {
         "job": job,
         "lag": lag,
+        "skipped_items": sum(r.items for r in skipped),
         "time_lag": selectors_health.time_lag(job),
         "eta": selectors_health.eta(lag.items if lag else None, rates),
         "rates": rates,
@@ -132,6 +134,7 @@ def job_gaps(request, name):
         **_restated_context(coverage, restatements),
         "gaps": gaps,
         "holes": selectors_coverage.holes_to_backfill(gaps),
+        "skipped": selectors_coverage.job_skipped(job=job, **bounds),
         "bounds": bounds,
         **page_context(request),
     }

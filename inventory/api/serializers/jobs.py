@@ -36,9 +36,13 @@ class WatermarkStateSerializer(WatermarkSerializer):
     blocked_by = BlockerSerializer(
         allow_null=True, help_text="the uncommitted batch the watermark waits for"
     )
+    skipped_items = serializers.IntegerField(
+        help_text="items below the watermark in skipped ranges (never processed; the gap "
+        "report lists the ranges)"
+    )
 
     class Meta(WatermarkSerializer.Meta):
-        fields = ["job", *WatermarkSerializer.Meta.fields, "lag", "blocked_by"]
+        fields = ["job", *WatermarkSerializer.Meta.fields, "lag", "blocked_by", "skipped_items"]
         read_only_fields = fields
 
 
@@ -56,6 +60,11 @@ class WatermarkCorrectionSerializer(Input):
     reason = serializers.CharField(max_length=2000)
     replay = serializers.BooleanField(
         default=False, help_text="confirm moving the watermark backwards (items are reprocessed)"
+    )
+    skip_unseen = serializers.BooleanField(
+        default=False,
+        help_text="confirm moving the watermark forward past the job's last known item: items "
+        "that arrive later with ids in that range are skipped (listed in the gap report)",
     )
 
 

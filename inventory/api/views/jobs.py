@@ -6,7 +6,7 @@ from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from inventory import selectors, selectors_health
+from inventory import selectors, selectors_coverage, selectors_health
 from inventory.actions import api_roles, run
 from inventory.api import serializers as s
 from inventory.api.filters import StrictFilterBackend
@@ -35,6 +35,7 @@ def _watermark_state(job: Job):
     watermark = job.watermark
     watermark.lag = selectors.job_lag(job=job)
     watermark.blocked_by = selectors.job_blocker(job=job)
+    watermark.skipped_items = sum(r.items for r in selectors_coverage.job_skipped(job=job))
     return watermark
 
 
@@ -200,6 +201,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
                 actor=actor_name(request.user),
                 reason=data["reason"],
                 replay=data["replay"],
+                skip_unseen=data["skip_unseen"],
                 source=WatermarkSource.API,
             )
             job = self.get_queryset().get(pk=job.pk)

@@ -85,8 +85,10 @@ class HistoryThenLive:
         for job in Job.objects.filter(name__in=[HISTORY_JOB, LIVE_JOB]):
             lifecycle.batches_cancel(Batch.objects.filter(job=job), statuses=(BatchStatus.RUNNING,))
             job_delete(job=job)
-        for connector in Connector.objects.filter(name__in=[LIVE, HISTORY]):
-            connector_delete(connector=connector)
+        # the live connector first: its start_after names the history, which is kept while named
+        for name in (LIVE, HISTORY):
+            for connector in Connector.objects.filter(name=name):
+                connector_delete(connector=connector)
         with sink_cursor() as cursor:
             cursor.execute(f'DROP TABLE IF EXISTS "{ALL_TABLE}"')
 

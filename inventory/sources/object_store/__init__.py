@@ -48,7 +48,7 @@ from inventory.sources.object_store.access import (
     s3_filesystem,
     s3_location,
 )
-from inventory.sql import query
+from inventory.sql import json_value, query
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ def _recent_objects(connector: Connector, config: dict) -> dict:
     with connection.cursor() as cursor:
         cursor.execute(query("objects_recent"), [connector.pk, seconds])
         return {
-            location: (pk, weight, json.loads(extra) if isinstance(extra, str) else extra or {})
+            location: (pk, weight, json_value(extra) or {})
             for pk, location, weight, extra in cursor
         }
 
