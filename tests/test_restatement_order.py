@@ -11,11 +11,9 @@ this process through the real lifecycle and the real fence; after every publish 
 
 from pathlib import Path
 
-import psycopg2
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from django.db import connection
 
 from inventory.models import Asset, Batch, Connector
 from inventory.services import lifecycle, restatements
@@ -26,7 +24,9 @@ from inventory.services.jobs import job_create
 from inventory.sources import delta as delta_source
 from tests import duckdb_delta
 from tests.sink_database import sink_cursor
-from tests.test_exactly_once import run_and_commit, sink_dsn  # noqa: F401 - a fixture
+from tests.test_exactly_once import run_and_commit, run_spark, sink_dsn  # noqa: F401 - a fixture
+from workers.spark import fence
+from workers.spark.errors import BatchError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -249,10 +249,13 @@ def test_a_files_sink_and_an_upsert_sink_never_hold_a_row_twice_after_any_publis
     assert [r for r in _table_rows("order_upsert") if r[0] in {k for k, _, _ in live}] == live
 
 
-def test_the_fence_makes_a_batch_over_a_restating_version_wait_for_the_restatement(spark, tmp_path):
+def test_the_fence_makes_a_batch_over_a_restating_version_wait_for_the_restatement(
+    spark, tmp_path, monkeypatch
+):
     """A batch planned over a version that restates outputs (here an operator's backfill over it)
-    may not publish while those outputs are not rebuilt: the fence answers TM425 naming them,
-    and once the restatement has published it lets the batch through."""
+    may not publish while those outputs are not rebuilt: the fence answers TM425 and asks again,
+    and past its wait the attempt fails naming them; once the restatement has published it lets
+    the batch through."""
     source, out = str(tmp_path / "s"), tmp_path / "out"
     _seed(source)
     job = _job("order-fence", source, {"kind": "delta", "path": str(out)})
@@ -270,14 +273,16 @@ def test_the_fence_makes_a_batch_over_a_restating_version_wait_for_the_restateme
     backfill_create(job=job, range_start=restating.pk, range_end=restating.pk, reason="early")
     early = lifecycle.batch_acquire(job=job, worker="racer")
     assert (early.span.lower, early.span.upper) == (restating.pk, restating.pk + 1)
-    with connection.cursor() as cursor, pytest.raises(Exception) as waits:
-        cursor.execute("SELECT * FROM tidemark_publish_begin(%s, %s)", [early.pk, early.attempt])
-    assert isinstance(waits.value.__cause__, psycopg2.Error)
-    assert waits.value.__cause__.pgcode == "TM425"
+    # the fence answers TM425 and asks again; past its wait the attempt fails, naming the output
+    monkeypatch.setattr(fence, "RESTATEMENT_WAIT_SECONDS", 0.5)
     stale = Batch.objects.get(job=job, span__contains=version_0.pk, backfill=None)
+    with pytest.raises(BatchError) as waits:
+        run_spark(spark, early)
+    assert waits.value.type == "WaitsForRestatement"
     assert f"its item {restating.pk} restates items whose output (batch {stale.pk})" in str(
         waits.value
     )
+    assert DeltaTable(str(out)).version() == 1  # nothing published
     restatements.delta_restate(connector)
     rebuild = lifecycle.batch_acquire(job=job, worker="test")
     assert rebuild.backfill.created_by == "tidemark"
