@@ -99,16 +99,23 @@ def test_an_upstream_replay_and_backfill_restate_a_delta_chain_by_themselves(spa
     drain(spark, up)
     assert discovery.discover(mid.connector) == 1
     restated = Asset.objects.get(connector=mid.connector, extra__version=1)
+    restating = Asset.objects.get(connector=mid.connector, extra__version=2)
+    assert restating.extra["restates"] == [restated.pk]
     [backfill] = _restatements(mid)
+    # one batch from the restated version through the version restating it
     assert (backfill.range_start, backfill.range_end, backfill.priority) == (
         restated.pk,
-        restated.pk,
+        restating.pk,
         1,
     )
+    assert backfill.batches.count() == 1
     assert "removed files of versions 1" in backfill.reason
     assert "restate" not in mid.connector.cursor
-    drain(spark, mid)  # the rebuild of version 1 (nothing live), then version 2 (its rows)
-    assert discovery.discover(down.connector) == 2
+    drain(spark, mid)  # version 1 rebuilt (nothing live) with version 2 (its rows): one publish
+    assert Batch.objects.get(job=mid, backfill=None, span__contains=restating.pk).status == (
+        BatchStatus.SKIPPED
+    )
+    assert discovery.discover(down.connector) == 1
     assert len(_restatements(down)) == 1
     drain(spark, down)
 
@@ -145,9 +152,10 @@ def test_a_delete_by_another_writer_restates_the_version_it_changed_and_optimize
     assert discovery.discover(job.connector) == 1
     [backfill] = _restatements(job)
     version_1 = Asset.objects.get(connector=job.connector, extra__version=1)
+    version_2 = Asset.objects.get(connector=job.connector, extra__version=2)
     assert (backfill.range_start, backfill.range_end, backfill.priority) == (
         version_1.pk,
-        version_1.pk,
+        version_2.pk,
         1,
     )
     drain(spark, job)

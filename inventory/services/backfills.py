@@ -124,11 +124,16 @@ def backfill_create(
     reason: str = "",
     actor: str = "",
     fingerprint: str | None = None,
+    whole: bool = False,
 ) -> Backfill:
     """Create a backfill and all its batches (queued); workers take them at its pace. The range
     is item ids, or a time range (`backfill_range`: exactly one of the two pairs). With the
     `fingerprint` of a preview, the backfill runs exactly that plan or is refused (PlanChanged,
-    carrying the plan as it is now) when new items, commits or other batches changed it."""
+    carrying the plan as it is now) when new items, commits or other batches changed it.
+
+    `whole` (a restatement carrying the item that restates, restatements.py): one batch over the
+    whole widened range, whatever its weight, so the outputs it replaces and the rows that replace
+    them reach the sink in one publish."""
     if (
         isinstance(max_concurrency, bool)
         or not isinstance(max_concurrency, int)
@@ -146,9 +151,18 @@ def backfill_create(
         job=job,
         range_start=span.range_start,
         range_end=span.range_end,
-        batch_weight=batch_weight,
-        max_items=max_items,
+        batch_weight=2**62 if whole else batch_weight,
+        max_items=2**31 - 1 if whole else max_items,
     )
+    if whole and len(plan) > 1:  # the budget is unbounded: only the frontier cut it
+        plan = [
+            PlannedRange(
+                plan[0].lower,
+                plan[-1].upper,
+                sum(p.item_count for p in plan),
+                sum(p.weight for p in plan),
+            )
+        ]
     if fingerprint is not None and fingerprint != plan_fingerprint(job=job, plan=plan):
         now = plan_summary(job=job, span=span, plan=plan)
         raise PlanChanged(

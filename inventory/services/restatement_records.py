@@ -63,11 +63,18 @@ def restatement_open(
     reason: str,
     detail: dict,
     priority: int = 0,
+    through: int | None = None,
 ) -> Restatement | None:
     """Restate [range_start, range_end] of `job` by its policy: a backfill now (automatic) or a
     proposed replay with its plan (proposed). None when there is nothing to rebuild: a queued or
     retrying batch holds the items (it reads them as they are now when it runs) or none is left.
-    A pending record of the same job and cause becomes this one."""
+    A pending record of the same job and cause becomes this one.
+
+    `through`: the last item that restates them (a Delta version that removed their files, an
+    upstream commit that replaced their output), not committed by the job yet. The automatic
+    backfill then runs as one batch up to it, so the sink goes from the old rows to the new ones
+    in one publish (docs/guarantees.md); when another batch holds items of that stretch, the
+    backfill covers the restated range alone and the restating item waits for it."""
     with transaction.atomic():
         record = (
             Restatement.objects.select_for_update()
@@ -87,13 +94,13 @@ def restatement_open(
                         job=job, span=BackfillRange(range_start, range_end), plan=plan
                     )
                 else:
-                    record.backfill = backfills.backfill_create(
+                    record.backfill = _restatement_backfill(
                         job=job,
                         range_start=range_start,
                         range_end=range_end,
                         reason=reason,
-                        actor=ACTOR,
                         priority=priority,
+                        through=through,
                     )
                     record.status = RestatementStatus.APPLIED
                     record.decided_by = ACTOR
@@ -105,6 +112,33 @@ def restatement_open(
         record.save()
         record.refresh_from_db(fields=["decided_at"])
         return record
+
+
+def _restatement_backfill(
+    *, job: Job, range_start: int, range_end: int, reason: str, priority: int, through
+):
+    if through is not None and through > range_end:
+        try:
+            with transaction.atomic():
+                return backfills.backfill_create(
+                    job=job,
+                    range_start=range_start,
+                    range_end=through,
+                    reason=reason,
+                    actor=ACTOR,
+                    priority=priority,
+                    whole=True,
+                )
+        except Conflict:
+            pass  # a batch holds items up to `through`: the restated range alone
+    return backfills.backfill_create(
+        job=job,
+        range_start=range_start,
+        range_end=range_end,
+        reason=reason,
+        actor=ACTOR,
+        priority=priority,
+    )
 
 
 def pending_drop(*, job: Job, cause: str) -> None:

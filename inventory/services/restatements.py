@@ -12,6 +12,11 @@ re-reads them and replaces the outputs that held them whole, in the sink's one p
 arriving with the replacing commit. A downstream rebuild is itself a commit that replaces outputs,
 so the next job down the chain follows the same way. A job with a batch running over the items is
 left for later: discovery's next look, or the orchestration step for chains.
+
+For the two kinds whose restated items are restated by a *later* item (a Delta version that
+removed their files, an upstream commit that replaced their output) the backfill runs as one batch
+through that item (`through`), so the old rows leave and the new ones arrive in one publish; until
+then no batch over that item publishes (tidemark_stale_outputs, docs/guarantees.md).
 """
 
 import json
@@ -42,10 +47,12 @@ def restate_items(
     detail: dict | None = None,
     jobs=None,
     priority: int = 0,
+    through: int | None = None,
 ) -> tuple:
     """Restate `ids` in each job of the connector that committed some of them, by the job's
     policy (restatement_records.restatement_open: a backfill now, or a proposed replay), each
-    recorded as a `Restatement`.
+    recorded as a `Restatement`. `through`: the last item that restates them (a Delta version,
+    an upstream commit), which the backfill then carries in the same publish.
 
     Returns (backfills created, done): `done` is False while a job had a batch running over them
     (recorded as pending); the caller then keeps its record to try again."""
@@ -80,6 +87,7 @@ def restate_items(
             reason=reason,
             detail=detail,
             priority=priority,
+            through=through,
         )
         if record is not None and record.backfill_id is not None:
             created.append(record.backfill)
@@ -178,9 +186,11 @@ def upstream_restate(batch_id: int) -> list[Backfill]:
         cursor.execute(query("restatement_replaced_commits"), [batch_id])
         rows = cursor.fetchall()
     created = []
-    for connector_id, upstream, commit_seqs in rows:
+    for connector_id, upstream, commit_seqs, through in rows:
         try:
-            created += _restate_chain(connector_id, set(commit_seqs), upstream=upstream)
+            created += _restate_chain(
+                connector_id, set(commit_seqs), upstream=upstream, through=through
+            )
         except TidemarkError as exc:  # e.g. the downstream's source no longer readable
             log.warning("restatement of connector %s left pending: %s", connector_id, exc)
     return created
@@ -198,10 +208,16 @@ def pending_restate() -> list[Backfill]:
     return created
 
 
-def _restate_chain(connector_id: int, commit_seqs: set, *, upstream: str) -> list[Backfill]:
+def _restate_chain(
+    connector_id: int, commit_seqs: set, *, upstream: str, through: int | None = None
+) -> list[Backfill]:
     with transaction.atomic():
         connector = Connector.objects.select_for_update().get(pk=connector_id)
         ids = sorted(commit_seqs | set((connector.cursor or {}).get("restate", [])))
+        through = max(
+            (t for t in (through, (connector.cursor or {}).get("restate_through")) if t),
+            default=None,
+        )
         shown = ", ".join(map(str, ids[:10])) + (" ..." if len(ids) > 10 else "")
         created, done = restate_items(
             connector,
@@ -210,12 +226,16 @@ def _restate_chain(connector_id: int, commit_seqs: set, *, upstream: str) -> lis
             cause=RestatementCause.UPSTREAM,
             detail={"upstream_job": upstream, "commits": ids[:1000]},
             priority=1,
+            through=through,
         )
         cursor = dict(connector.cursor or {})
         if done:
             cursor.pop("restate", None)
+            cursor.pop("restate_through", None)
         else:
             cursor["restate"] = ids
+            if through:
+                cursor["restate_through"] = through
         if cursor != (connector.cursor or {}):
             connector.cursor = cursor
             connector.save(update_fields=["cursor", "updated_at"])
@@ -246,9 +266,12 @@ def delta_restate(connector: Connector) -> list[Backfill]:
             cause=RestatementCause.DELTA_VERSIONS,
             detail={"versions": versions[:100]},
             priority=1,
+            through=(locked.cursor or {}).get("restate_through"),
         )
         if done:
-            locked.cursor = {k: v for k, v in locked.cursor.items() if k != "restate"}
+            locked.cursor = {
+                k: v for k, v in locked.cursor.items() if k not in ("restate", "restate_through")
+            }
             locked.save(update_fields=["cursor", "updated_at"])
     connector.cursor = locked.cursor
     return created

@@ -9,18 +9,23 @@ asset, under the connector's row lock with the cursor in the same transaction: l
 numbered without gaps, so registering up to the table's latest version never passes a commit still
 in flight (invariant 5).
 
-A batch reads the data files its versions added (`add` actions with `dataChange`), minus those a
-later data-changing commit removed (a delete, an overwrite, an upstream Tidemark replay): a version
+A batch reads the data files its versions added (`add` actions with `dataChange`), minus those
+whose rows a later data-changing commit removed (a delete, an update, an overwrite, an upstream
+Tidemark replay), directly or after a compaction moved them (delta_lineage.dead_files): a version
 restated since contributes only what is still live, like a replaced `job_output` commit, so a
-downstream replay reads each row once. Files moved by `OPTIMIZE` (no `dataChange`) are still read
-from the version that wrote them. A version whose log entry was cleaned up, or whose files were
-vacuumed, is an explicit error naming the version, never a silent skip (docs/sources/delta.md).
+downstream replay reads each row once. Files moved by `OPTIMIZE` (no `dataChange`) that nothing
+removed since are still read from the version that wrote them. A version whose log entry was
+cleaned up, or whose files were vacuumed, is an explicit error naming the version, never a silent
+skip; so is a removal that cannot be traced through a compaction (docs/sources/delta.md).
 
-A version that removes (with `dataChange`) files that registered versions added restates those
-versions: an upstream Tidemark replay or backfill, a delete, an overwrite. Discovery finds the
-versions that added them (`restated_versions`) and records their items in the connector's cursor
-(`restate`) in the transaction that registers the new version; `restatements.delta_restate` then
-gives every job that committed them a backfill over exactly those items (invariant 12).
+A version that removes (with `dataChange`) files holding rows of registered versions restates
+those versions: an upstream Tidemark replay or backfill, a delete, an update, an overwrite, also
+of files a compaction wrote. Discovery finds the versions (`restated_versions`, through
+compactions) and records their items in the removing version's `extra.restates` and in the
+connector's cursor (`restate`, and the last removing version in `restate_through`) in the
+transaction that registers the new version; `restatements.delta_restate` then gives every job
+that committed them a backfill from them through the removing version, in one batch (invariant
+12; docs/guarantees.md, "Restatements go first").
 
 The log is read as the Delta protocol writes it (`_delta_log/<version>.json`, one action a line);
 delta-rs (`deltalake`) answers the table's latest version, schema and protocol.
@@ -35,6 +40,7 @@ from django.db import transaction
 from inventory.models import Asset, Batch, Connector
 from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
+from inventory.sources import delta_lineage as lineage
 from inventory.sources.config import check_known_keys
 from inventory.sources.identity import check_local_directory
 from workers.spark.delta_log import confine_actions, resolve
@@ -91,11 +97,11 @@ def commit_actions(path: str, version: int) -> list[dict]:
 
 
 def _added(actions: list[dict]) -> list[dict]:
-    return [a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)]
+    return lineage.data_added(actions)
 
 
 def _removed(actions: list[dict]) -> set[str]:
-    return {a["remove"]["path"] for a in actions if "remove" in a and a["remove"].get("dataChange")}
+    return lineage.data_removed(actions)
 
 
 def _rows(add: dict) -> int:
@@ -132,7 +138,26 @@ def discover(connector: Connector) -> int:
             "operation": info.get("operation", ""),
         }
         items.append((f"{path}@v{version}", sum(int(a.get("size", 0)) for a in added), extra))
-    restated = restated_versions(path, removed, below=first) if removed and first else set()
+    if removed and first:
+        restating, untraceable = restated_versions(path, removed, start=last, below=first)
+        ids = (
+            dict(
+                Asset.objects.filter(
+                    connector=connector,
+                    extra__version__in=sorted(set().union(*restating.values())),
+                ).values_list("extra__version", "id")
+            )
+            if restating
+            else {}
+        )
+        for _, _, extra in items:
+            version = extra["version"]
+            if restating.get(version):
+                # the items this version restates: a job's batch over it publishes only once
+                # the job's outputs of them are rebuilt (tidemark_stale_outputs)
+                extra["restates"] = sorted(ids[v] for v in restating[version] if v in ids)
+            if version in untraceable:
+                extra["untraceable"] = untraceable[version]
     with transaction.atomic():
         locked = Connector.objects.select_for_update().get(pk=connector.pk)
         if (locked.cursor or {}).get("version") != after:
@@ -140,44 +165,47 @@ def discover(connector: Connector) -> int:
             return 0
         registered = assets_register(connector=locked, items=items)
         cursor = {**(locked.cursor or {}), "version": last}
+        restated = {i for _, _, extra in items for i in extra.get("restates", [])}
         if restated:
-            restate = set(cursor.get("restate", []))
-            restate |= set(
-                Asset.objects.filter(
-                    connector=locked, extra__version__in=sorted(restated)
-                ).values_list("id", flat=True)
-            )
-            cursor["restate"] = sorted(restate)
+            cursor["restate"] = sorted(set(cursor.get("restate", [])) | restated)
+            # the last version that restates them: the backfill carries it (restatements.py)
+            last_restating = max(e["version"] for _, _, e in items if e.get("restates"))
+            through = Asset.objects.get(connector=locked, extra__version=last_restating).pk
+            cursor["restate_through"] = max(cursor.get("restate_through") or 0, through)
         locked.cursor = cursor
         locked.save(update_fields=["cursor", "updated_at"])
     connector.cursor = locked.cursor
     return registered
 
 
-def restated_versions(path: str, removed: dict[str, int], *, below: int) -> set[int]:
-    """The versions below `below` that added the files in `removed` (path -> the version that
-    removed it), found by reading the log backwards from `below - 1` until every file is
-    accounted for. A file added by a version already cleaned from the log cannot be traced: it
-    is logged, not guessed (docs/sources/delta.md)."""
-    wanted, versions = dict(removed), set()
-    for version in range(below - 1, -1, -1):
-        if not wanted:
-            break
-        try:
-            actions = commit_actions(path, version)
-        except InvalidInput:
-            log.warning(
-                "Delta table %s: %d removed files were added before version %d, which the log "
-                "no longer holds; their versions are not restated",
-                path,
-                len(wanted),
-                version + 1,
-            )
-            break
-        for add in _added(actions):
-            if wanted.pop(add["path"], None) is not None:
-                versions.add(version)
-    return versions
+def restated_versions(
+    path: str, removed: dict[str, int], *, start: int, below: int
+) -> tuple[dict[int, set[int]], dict[int, str]]:
+    """For the files in `removed` (path -> the version that removed it with a data change), the
+    registered versions (below `below`) whose rows they held, traced through compactions by
+    reading the log backwards from `start` (delta_lineage.origins): ({removing version:
+    {restated versions}}, {removing version: why it cannot be traced}). A file added by a
+    version already cleaned from the log cannot be traced: it is logged, not guessed
+    (docs/sources/delta.md)."""
+
+    def gone(version: int, wanted: int) -> None:
+        log.warning(
+            "Delta table %s: %d removed files were added before version %d, which the log "
+            "no longer holds; their versions are not restated",
+            path,
+            wanted,
+            version + 1,
+        )
+
+    found, untraceable = lineage.origins(
+        removed, start=start, actions_of=lambda v: commit_actions(path, v), gone=gone
+    )
+    restating = {}
+    for by, versions in found.items():
+        kept = {v for v in versions if v < below}  # a version of this look: read as it is now
+        if kept:
+            restating[by] = kept
+    return restating, untraceable
 
 
 def read_spec(*, connector: Connector, batch: Batch) -> dict:
@@ -194,7 +222,18 @@ def read_spec(*, connector: Connector, batch: Batch) -> dict:
     table = _table(path)
     files = []
     if versions:
-        removals: dict[str, list[int]] = {}
+        assets = Asset.objects.filter(
+            connector=connector, id__gte=batch.span.lower, id__lt=batch.span.upper
+        ).values_list("extra", flat=True)
+        for extra in assets:
+            if extra.get("untraceable"):
+                raise InvalidInput(
+                    "config.path",
+                    f"version {extra['version']} of the Delta table {path} cannot be read "
+                    f"exactly once: {extra['untraceable']}. Skip the batch once the table's "
+                    "rows are rebuilt another way, or restore the table",
+                )
+        later: list[list[dict]] = []
         for version in range(versions[0], table.version() + 1):
             actions = commit_actions(path, version)
             # before any file it names is looked at: inside the table's directory
@@ -202,10 +241,16 @@ def read_spec(*, connector: Connector, batch: Batch) -> dict:
             if version in versions:
                 _refuse_deletion_vectors(path, actions, version=version)
                 files += [(version, add) for add in _added(actions)]
-            for removed in _removed(actions):
-                removals.setdefault(removed, []).append(version)
-        # a file a later data-changing commit removed: its rows were restated there
-        files = [(v, a) for v, a in files if not any(w > v for w in removals.get(a["path"], ()))]
+            later.append(actions)
+        # a file a later data-changing commit removed, directly or after a compaction moved its
+        # rows: its rows were restated there
+        try:
+            dead = lineage.dead_files([a["path"] for _, a in files], later)
+        except lineage.Untraceable as exc:
+            raise InvalidInput(
+                "config.path", f"the Delta table {path} cannot be read exactly once: {exc}"
+            ) from None
+        files = [(v, a) for v, a in files if a["path"] not in dead]
     schema = json.loads(table.schema().to_json())
     return {
         "items": [f"{path}@v{v}" for v in versions],

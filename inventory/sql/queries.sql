@@ -222,13 +222,15 @@ LEFT JOIN tidemark_asset_before(%(connector)s, g.hi) AS hi ON true;
 
 -- name: restatement_replaced_commits
 -- The commits whose output the given batch replaced, per connector reading its job's commits (none when
--- it replaced nothing or no job_output connector reads that job).
-SELECT c.id, j.name, array_agg(b.commit_seq ORDER BY b.commit_seq)
+-- it replaced nothing or no job_output connector reads that job), and the job's last commit: the
+-- downstream rebuild reads through it, so it carries the replacing commits committed by then.
+SELECT c.id, j.name, array_agg(b.commit_seq ORDER BY b.commit_seq),
+       (SELECT max(l.commit_seq) FROM inventory_batch AS l WHERE l.job_id = j.id)
 FROM inventory_batch AS b
 JOIN inventory_job AS j ON j.id = b.job_id
 JOIN inventory_connector AS c ON c.kind = 'job_output' AND c.config ->> 'job' = j.name
 WHERE b.replaced_by_id = %s AND b.commit_seq IS NOT NULL
-GROUP BY c.id, j.name
+GROUP BY c.id, j.id, j.name
 ORDER BY c.id;
 
 -- name: restatement_slice_counts

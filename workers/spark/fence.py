@@ -9,6 +9,10 @@ attempt's leftovers of a refilled hole); the sink removes them in the same step.
   while the sink publishes: tidemark_publish_begin locks the batch and refuses a stale or cancelled
   attempt (FencedOut) and an overlap that would lose rows (OutputConflict); tidemark_publish_end
   records the new output and the replaced ones. No Django here: psycopg2 and two SQL functions.
+  A batch one of whose items restates outputs the job's restatement has not rebuilt yet is told
+  to wait (TM425, tidemark_stale_outputs): the fence asks again, a moment later, until the
+  restatement has published (restatements go first, docs/guarantees.md), for at most
+  RESTATEMENT_WAIT_SECONDS; then the attempt fails (WaitsForRestatement) and is retried.
 - `static_publish`: no control plane (tests, a processor run by hand): replaces what it is told.
 
 What the fence yields is a `Replaced` list; its `token` is a number that grows with every publish
@@ -21,6 +25,7 @@ control plane). The Delta sink writes it as its application-transaction version.
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
@@ -46,6 +51,14 @@ class OutputConflict(SinkError):
     """Publishing would remove committed rows this batch does not rewrite."""
 
 
+class WaitsForRestatement(SinkError):
+    """An item of the batch restates outputs that the job's restatement has not rebuilt yet."""
+
+
+# How long a publish waits for the job's restatement of the outputs its items restate.
+RESTATEMENT_WAIT_SECONDS = 600.0
+
+
 def static_publish(replaces: list[int] | None = None) -> Publish:
     replaced = [int(i) for i in replaces or []]
 
@@ -63,18 +76,29 @@ def database_publish(*, dsn: str, batch_id: int, attempt: int) -> Publish:
 
         conn, kept = _connection(dsn)
         try:
-            try:
-                ids = _begin(conn, batch_id, attempt)
-            except psycopg2.Error as exc:
-                if not (kept and conn.closed):
-                    raise _begin_error(exc) from None
-                # the kept connection had died meanwhile (server restart, terminated backend):
-                # nothing ran, so the fence starts again on a new one
-                conn, kept = _connection(dsn, fresh=True)
+            deadline = time.monotonic() + RESTATEMENT_WAIT_SECONDS
+            pause = 0.1
+            while True:
                 try:
-                    ids = _begin(conn, batch_id, attempt)
-                except psycopg2.Error as exc:
-                    raise _begin_error(exc) from None
+                    try:
+                        ids = _begin(conn, batch_id, attempt)
+                    except psycopg2.Error as exc:
+                        if not (kept and conn.closed):
+                            raise _begin_error(exc) from None
+                        # the kept connection had died meanwhile (server restart, terminated
+                        # backend): nothing ran, so the fence starts again on a new one
+                        conn, kept = _connection(dsn, fresh=True)
+                        try:
+                            ids = _begin(conn, batch_id, attempt)
+                        except psycopg2.Error as exc:
+                            raise _begin_error(exc) from None
+                    break
+                except WaitsForRestatement:
+                    if time.monotonic() >= deadline:
+                        raise
+                    conn.rollback()  # the watermark lock goes: the restatement publishes
+                    time.sleep(pause)
+                    pause = min(pause * 2, 2.0)
             with conn.cursor() as cur:
                 cur.execute("SELECT tidemark_publish_token()")
                 replaced = Replaced(ids, token=cur.fetchone()[0])
@@ -146,6 +170,10 @@ def _begin_error(exc) -> SinkError:
         return FencedOut(message)
     if exc.pgcode == "TM422":
         return OutputConflict(message)
+    if exc.pgcode == "TM425":
+        return WaitsForRestatement(
+            f"{message} (waited up to {RESTATEMENT_WAIT_SECONDS:.0f} s for it)"
+        )
     return SinkError(f"publish fence failed: {message}")
 
 

@@ -102,6 +102,41 @@ BEGIN
 END
 $$;
 
+-- A backfill batch that committed items past the watermark while starting below it (a
+-- restatement carrying the item that restates, services/restatement_records.py) covers them in
+-- the incremental lane: a skipped incremental batch over [position, its end) names it, and the
+-- watermark moves over it, so the incremental lane never reads those items a second time. When
+-- the incremental lane holds some of them, it reads them itself. The caller holds the
+-- watermark's row lock.
+CREATE OR REPLACE FUNCTION tidemark_cover_ahead(p_watermark bigint, p_batch bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    b inventory_batch%ROWTYPE;
+    pos bigint;
+    sealed bigint;
+BEGIN
+    SELECT * INTO b FROM inventory_batch WHERE id = p_batch;
+    SELECT position INTO pos FROM inventory_watermark WHERE id = p_watermark;
+    IF b.backfill_id IS NULL OR NOT (lower(b.span) < pos AND pos < upper(b.span)) THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM inventory_batch AS x
+    WHERE x.job_id = b.job_id AND x.backfill_id IS NULL
+      AND x.status = ANY(tidemark_holding_statuses())
+      AND x.span && int8range(pos, upper(b.span));
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    SELECT id INTO sealed FROM tidemark_batch_insert(
+        b.job_id, NULL, 'skipped', ARRAY[pos], ARRAY[upper(b.span)], ARRAY[0::bigint],
+        ARRAY[0::bigint], '{}',
+        p_skip_reason => format('read and published by batch %s, the restatement it belongs to', b.id),
+        p_finished => true
+    );
+    PERFORM tidemark_advance(p_watermark, sealed, 'tidemark', format('covered by batch %s', b.id));
+END
+$$;
+
 -- Fence and commit one attempt: running, this attempt, a lease still alive by the database's clock
 -- after the locks were granted. Returns the committed batch, or nothing when fenced out (the
 -- caller says why). Called in autocommit it is a single round trip and a single transaction.
@@ -134,6 +169,7 @@ BEGIN
         PERFORM tidemark_advance(watermark_id, done.id, done.worker, '');
     ELSE
         PERFORM tidemark_complete_backfill(done.backfill_id);
+        PERFORM tidemark_cover_ahead(watermark_id, done.id);
     END IF;
     RETURN NEXT done;
 END

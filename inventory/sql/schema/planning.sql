@@ -303,6 +303,8 @@ $$;
 --   nothing while one covers its first item (the two would process and publish the same items at
 --   once, in an order nobody chose); the same for every job, with a sink or processed outside
 --   Tidemark (acquire/succeed), as a backfill is refused over items an open batch holds;
+-- - it stops in front of an item that restates outputs the job's restatement has not rebuilt yet
+--   (tidemark_stale_outputs), and plans nothing while its first item is one: restatements go first;
 -- - it extends the range to the end of every committed output still in the sink that the range
 --   reaches into, so the batch replaces those outputs whole; such a batch may exceed the budget.
 CREATE OR REPLACE FUNCTION tidemark_plan_incremental(
@@ -323,6 +325,9 @@ BEGIN
     END IF;
     up := planned.upper;
     SELECT min(o.lo) INTO blocked FROM tidemark_open_backfill_starts(p_job, int8range(p_lo, up)) AS o;
+    -- an item restating outputs not rebuilt yet waits for the job's restatement (publish.sql)
+    SELECT least(blocked, min(s.item)) INTO blocked
+    FROM tidemark_stale_outputs(p_job, int8range(p_lo, up)) AS s;
     IF blocked IS NOT NULL THEN
         IF blocked <= p_lo THEN
             RETURN;

@@ -7,12 +7,15 @@
 -- Locks the job's watermark row (one publish per job at a time; lock order watermark -> batch),
 -- then the batch row, and refuses (TM409) unless the batch is running on this attempt with a live
 -- lease. Returns the batches whose output the new one replaces; a committed output must lie
--- wholly inside the new batch's range, otherwise the publish is refused (TM422).
+-- wholly inside the new batch's range, otherwise the publish is refused (TM422). A batch one of
+-- whose items restates outputs not rebuilt yet (tidemark_stale_outputs) is told to wait (TM425):
+-- the fence (workers/spark/fence.py) asks again until the restatement has published.
 CREATE OR REPLACE FUNCTION tidemark_publish_begin(p_batch bigint, p_attempt integer)
 RETURNS TABLE(batch_id bigint, committed boolean) LANGUAGE plpgsql AS $$
 DECLARE
     b inventory_batch%ROWTYPE;
     straddling record;
+    stale record;
 BEGIN
     PERFORM 1 FROM inventory_watermark AS w JOIN inventory_batch AS x ON x.job_id = w.job_id
     WHERE x.id = p_batch
@@ -26,6 +29,12 @@ BEGIN
         RAISE EXCEPTION 'batch % attempt % may not publish its output: the batch is % on attempt %',
             p_batch, p_attempt, b.status, b.attempt
             USING ERRCODE = 'TM409';
+    END IF;
+    SELECT s.item, s.output INTO stale FROM tidemark_stale_outputs(b.job_id, b.span) AS s LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'batch % waits to publish: its item % restates items whose output (batch %) the job''s restatement has not rebuilt yet',
+            p_batch, stale.item, stale.output
+            USING ERRCODE = 'TM425';
     END IF;
     SELECT o.id, o.span INTO straddling FROM inventory_batch AS o
     WHERE o.job_id = b.job_id AND o.id <> b.id
@@ -45,6 +54,45 @@ BEGIN
           AND o.span && b.span
         ORDER BY lower(o.span);
 END
+$$;
+
+-- Publishes in inventory order (docs/guarantees.md, "Restatements go first"): the outputs of job
+-- `p_job` that an item in `p_range` restates and that were read before that item existed, so
+-- they still hold the rows the item brings again. A batch over `p_range` publishes only once none
+-- is left (tidemark_publish_begin) and the incremental planner stops in front of such an item:
+-- the job's restatement (a backfill, priority 1) rebuilds them first. An item restates
+--   - in a `delta` connector: the versions whose files it removed (`extra.restates`, asset ids,
+--     recorded by discovery in the transaction that registers it);
+--   - in a `job_output` connector: the upstream commits whose output its upstream batch replaced.
+-- Outputs inside `p_range` are not counted (the batch replaces them itself), nor are those of a
+-- job whose restatements an operator applies (`proposed`: its sink keeps the rows until then).
+CREATE OR REPLACE FUNCTION tidemark_stale_outputs(p_job bigint, p_range int8range)
+RETURNS TABLE(item bigint, output bigint) LANGUAGE sql STABLE AS $$
+    WITH job AS (
+        SELECT j.id, c.id AS connector_id, c.kind, c.config->>'job' AS upstream
+        FROM inventory_job AS j JOIN inventory_connector AS c ON c.id = j.connector_id
+        WHERE j.id = p_job AND j.restatements = 'automatic'
+    ), restating AS (
+        SELECT a.id AS item, a.discovered_at AS since, r.restated::bigint AS restated
+        FROM job JOIN inventory_asset AS a ON a.connector_id = job.connector_id
+        CROSS JOIN LATERAL jsonb_array_elements_text(a.extra -> 'restates') AS r(restated)
+        WHERE job.kind = 'delta' AND a.id >= lower(p_range) AND a.id < upper(p_range)
+          AND a.extra ? 'restates'
+        UNION ALL
+        SELECT u.commit_seq, u.finished_at, r.commit_seq
+        FROM job JOIN inventory_job AS up ON up.name = job.upstream
+        JOIN inventory_batch AS u ON u.job_id = up.id
+        JOIN inventory_batch AS r ON r.replaced_by_id = u.id
+        WHERE job.kind = 'job_output' AND u.commit_seq >= lower(p_range)
+          AND u.commit_seq < upper(p_range) AND r.commit_seq IS NOT NULL
+    )
+    SELECT DISTINCT s.item, o.id
+    FROM restating AS s JOIN inventory_batch AS o ON o.job_id = p_job AND o.span @> s.restated
+    WHERE o.published_attempt IS NOT NULL AND o.replaced_by_id IS NULL
+      AND o.status = ANY(tidemark_output_statuses())
+      AND NOT p_range @> o.span
+      AND o.started_at < s.since
+    ORDER BY s.item, o.id
 $$;
 
 -- Records that this attempt's output is in the sink and that the replaced outputs left.

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("inventory", "0041_register_in_one_call"),
+        ("inventory", "0042_restatements_go_first"),
     ]
 
     operations = [
