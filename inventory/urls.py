@@ -2,7 +2,16 @@
 
 from django.urls import path
 
-from inventory.views import backfills, batches, connectors, edit, jobs, overview, restatements
+from inventory.views import (
+    backfills,
+    batches,
+    connectors,
+    deleting,
+    edit,
+    jobs,
+    overview,
+    restatements,
+)
 
 app_name = "dashboard"
 
@@ -12,6 +21,7 @@ urlpatterns = [
     path("new/connector/", edit.connector_new, name="connector-new"),
     path("jobs/<slug:name>/", jobs.job_detail, name="job"),
     path("jobs/<slug:name>/edit/", edit.job_edit, name="job-edit"),
+    path("jobs/<slug:name>/delete/", deleting.job_delete, name="job-delete"),
     path("jobs/<slug:name>/batches/", jobs.job_batches_partial, name="job-batches"),
     path("jobs/<slug:name>/run/", jobs.job_run_now, name="job-run"),
     path("jobs/<slug:name>/gaps/", jobs.job_gaps, name="job-gaps"),
@@ -24,6 +34,7 @@ urlpatterns = [
     path("jobs/<slug:name>/<str:action>/", jobs.job_pause_resume, name="job-action"),
     path("connectors/", connectors.connectors, name="connectors"),
     path("connectors/<slug:name>/edit/", edit.connector_edit, name="connector-edit"),
+    path("connectors/<slug:name>/delete/", deleting.connector_delete, name="connector-delete"),
     path(
         "connectors/<slug:name>/<str:action>/", connectors.connector_action, name="connector-action"
     ),
