@@ -120,6 +120,7 @@ jobs:
     connector: demo-orders
     processor: passthrough
     sink: {{kind: files, path: ../var/mine/orders, format: parquet}}
+    batch_weight: 1000000
     paused: true
 """
 
