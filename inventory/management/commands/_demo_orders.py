@@ -1,7 +1,7 @@
 """The demo's order events: Parquet files landing in the demo's directory, a few per day.
 
-The events are dated relative to the moment the demo runs: its DAYS days end at the start of the
-current hour (`day_one`), so a job that processed them all is a few minutes behind in source time,
+The events are dated relative to the moment the demo runs: its DAYS days end at the minute it
+started (`day_one`), so a job that processed them all is a few minutes behind in source time,
 as the dashboard's "caught up" says, never months.
 """
 
@@ -17,9 +17,9 @@ EVENT_SECONDS = 144
 
 
 def day_one(now: datetime | None = None) -> datetime:
-    """When the demo's first day begins: DAYS days before the current hour began."""
+    """When the demo's first day begins: DAYS days before the current minute began."""
     now = now or datetime.now(UTC)
-    return now.replace(minute=0, second=0, microsecond=0) - timedelta(days=DAYS)
+    return now.replace(second=0, microsecond=0) - timedelta(days=DAYS)
 
 
 def write_orders(

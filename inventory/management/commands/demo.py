@@ -165,7 +165,7 @@ class Command(DemoChildren, BaseCommand):
         self._start_children(port, names=("web",))
         self._web_ready(port, password)
         self.api = self._api_login(port, password)
-        self.day_one = day_one()  # the events end when the current hour began
+        self.day_one = day_one()  # the events end at the minute the demo started
         files = write_orders(self.landing, first_day=1, days=3, start=self.day_one)
         self._say("3. sample data", f"{len(files)} Parquet files of order events in {self.landing}")
         connector, hourly, customers = self._pipeline()
