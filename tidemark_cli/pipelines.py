@@ -8,7 +8,8 @@ value; new objects get the server's defaults; config keys the server derives its
 are left alone, unless `--prune LABEL` says which of them are the file's (tidemark_cli/prune.py):
 those it no longer declares are deleted. A change of a connector's source identity (IDENTITY_KEYS) while jobs read from it
 is a reset: every job of the connector starts over, so `apply` does it only with `--allow-reset`.
-A job's connector, watermark_type and start_position never change: delete and recreate the job.
+A job's connector, watermark_type and start_position never change: delete the job (`tidemark jobs
+delete`) and apply again.
 """
 
 import json
@@ -151,7 +152,10 @@ def job_change(declared: dict, server: dict | None) -> Change:
         if key in FIXED_JOB_FIELDS:
             change.fixed.append(key)
             for f in found:
-                f.note = "fixed after creation: delete and recreate the job to change it"
+                f.note = (
+                    f"fixed after creation: delete the job (tidemark jobs delete {name}) "
+                    "and apply again to change it"
+                )
         else:
             change.patch[key] = value
     if change.fields:
@@ -407,7 +411,8 @@ def _refuse(changes: list[Change], *, allow_reset: bool) -> None:
         if change.fixed:
             raise UsageError(
                 f"{change.kind} {change.name}: {', '.join(change.fixed)} cannot change after "
-                "creation (delete and recreate it, or restore the file's value); nothing applied"
+                f"creation (delete it with tidemark {change.kind}s delete {change.name} and "
+                "apply again, or restore the file's value); nothing applied"
             )
     resets = [c for c in changes if c.resets]
     if resets and not allow_reset:
