@@ -47,6 +47,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy on every response: own scripts and styles only, no inline script
+    "controlplane.middleware.ContentSecurityPolicyMiddleware",
     # NUL characters in query strings: 400 on the API, dropped on pages (never a 500)
     "controlplane.middleware.NulInQueryMiddleware",
     # 413 for bodies over DATA_UPLOAD_MAX_MEMORY_SIZE, before any parser reads them
@@ -208,11 +210,9 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # JSON only, a NUL anywhere in it refused naming the field (inventory/api/parsers.py)
-    "DEFAULT_PARSER_CLASSES": [
-        "inventory.api.parsers.StrictJSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # JSON bodies only: a form-encoded or multipart body cannot carry the nested config,
+    # params and sink, which such parsers dropped silently; any other type is a 415 saying so
+    "DEFAULT_PARSER_CLASSES": ["inventory.api.parsers.StrictJSONParser"],
     # page numbers, a page size, and a 400 naming a bad paging value (inventory/api/paging.py)
     "DEFAULT_PAGINATION_CLASS": "inventory.api.paging.Numbered",
     "PAGE_SIZE": 100,
@@ -269,7 +269,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # and replaced (Celery's default, 4 s, is often too short on a busy machine: each kill costs a
 # child, and with it a SparkSession's start)
 CELERY_WORKER_PROC_ALIVE_TIMEOUT = env_int("CELERY_WORKER_PROC_ALIVE_TIMEOUT", 30, minimum=1)
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's, surviving an entry celery cannot compute (controlplane/beat.py)
+CELERY_BEAT_SCHEDULER = "controlplane.beat:Scheduler"
 CELERY_TIMEZONE = TIME_ZONE
 # One queue name per deployment (tests use their own so other workers on a shared Redis never
 # take their tasks).

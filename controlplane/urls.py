@@ -8,7 +8,7 @@ from django.shortcuts import redirect
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views import defaults
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from inventory.api.metrics import metrics_view
 
@@ -49,7 +49,8 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(
         "api/docs/",
-        login_required(SpectacularSwaggerView.as_view(url_name="schema")),
+        # the split view serves its start-up script as a file: no inline script (the CSP)
+        login_required(SpectacularSwaggerSplitView.as_view(url_name="schema")),
         name="api-docs",
     ),
     path("metrics", metrics_view, name="metrics"),

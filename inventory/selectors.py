@@ -64,14 +64,15 @@ def job_lag(*, job: Job) -> Lag | None:
         return jobs_lag([job])[job.pk]
     position = job.watermark.position
     try:
-        items_sql, params = source_for_connector(job.connector).select(
-            lower=position, upper=None, limit=None, with_item=False
-        )
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT count(*), coalesce(sum(weight), 0) FROM ({items_sql}) AS pending", params
+        source = source_for_connector(job.connector)
+        items_sql, params = source.select(lower=position, upper=None, limit=None, with_item=False)
+        # as a batch's items are read: a user's table as the reader role (fetch_items)
+        with transaction.atomic():
+            ((items, weight),) = fetch_items(
+                source,
+                f"SELECT count(*), coalesce(sum(weight), 0) FROM ({items_sql}) AS pending",
+                params,
             )
-            items, weight = cursor.fetchone()
     except (DatabaseError, InvalidInput):
         log.warning("job %s: cannot count its pending items", job.name, exc_info=True)
         return None
@@ -153,10 +154,10 @@ def batches_item_bounds(*, job: Job, batches) -> dict[int, tuple[int, int]]:
     spans = [(b.pk, b.span.lower, b.span.upper) for b in batches]
     if not spans:
         return {}
-    sql, params = source_for_connector(job.connector).select_bounds(spans)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {key: (first, last) for key, first, last in cursor.fetchall() if first is not None}
+    source = source_for_connector(job.connector)
+    sql, params = source.select_bounds(spans)
+    rows = fetch_items(source, sql, params)  # a user's table as the reader role
+    return {key: (first, last) for key, first, last in rows if first is not None}
 
 
 def error_summary(error: dict) -> str:

@@ -1,5 +1,5 @@
-"""Alerts: dead batches, late watermarks, waiting connectors, an overdue reaper, stalled backfills;
-and the attempts counted for /metrics.
+"""Alerts: dead batches, late watermarks, waiting connectors, an overdue reaper, stalled backfills,
+jobs whose schedule beat cannot compute; and the attempts counted for /metrics.
 
 Every function here runs a fixed number of set-based queries whatever the number of jobs or
 batches (the overview, /api/v1/alerts/ and /metrics call them on every refresh).
@@ -15,6 +15,7 @@ from inventory import selectors, selectors_health
 from inventory.links import link
 from inventory.models import Backfill
 from inventory.selectors_health import BatchRef
+from inventory.services.scheduling import unschedulable_jobs
 from inventory.sql import dashboard_query
 from inventory.templatetags.human import duration
 
@@ -23,7 +24,7 @@ STALLED_AFTER = timedelta(minutes=10)  # a running backfill with nothing finishe
 
 @dataclass
 class Alert:
-    kind: str  # dead_batches, watermark_late, connector_waiting, reaper_overdue, backfill_stalled
+    kind: str  # one of ALERT_KINDS
     subject: str  # the job, connector or backfill it is about ("" for the reaper)
     message: str
     url: str
@@ -41,6 +42,7 @@ class Alert:
 
 ALERT_KINDS = (
     "dead_batches",
+    "schedule_invalid",
     "watermark_late",
     "connector_waiting",
     "reaper_overdue",
@@ -48,6 +50,7 @@ ALERT_KINDS = (
 )
 SEVERITY = {
     "dead_batches": "critical",
+    "schedule_invalid": "critical",
     "watermark_late": "warning",
     "connector_waiting": "info",
     "reaper_overdue": "critical",
@@ -114,7 +117,7 @@ def _late_alert(name: str, late, schedule_seconds: int, items: int) -> Alert:
 
 def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=None) -> AlertsPage:
     """Everything that needs a person now, the critical first (jobs with dead batches by name,
-    the overdue reaper), then the warnings (late watermarks by job name, stalled backfills), then
+    the overdue reaper, jobs beat cannot schedule), then the warnings (late watermarks by job name, stalled backfills), then
     the connectors waiting on another: the slice [offset, offset + limit) (all when limit is
     None), with the count of every alert by kind.
 
@@ -134,6 +137,7 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
         dead_rows, late_rows = health.alerts(limit=limit, offset=offset, reaper=int(reaper.overdue))
         n_dead, n_late = health.alert_counts()
     stalled = stalled_backfills()
+    unschedulable = sorted(unschedulable_jobs().items())
     with connection.cursor() as cursor:
         cursor.execute(dashboard_query("waiting_connectors_count"))
         n_waiting = cursor.fetchone()[0]
@@ -160,6 +164,18 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
             "reaper_overdue", "", message, reverse("dashboard:overview"), SEVERITY["reaper_overdue"]
         )
         return [alert][off : off + lim]
+
+    def schedule_alerts(lim, off):
+        return [
+            Alert(
+                "schedule_invalid",
+                name,
+                f"{name}: not scheduled, celery beat cannot compute its schedule_cron: {reason}",
+                link("dashboard:job", name),
+                severity=SEVERITY["schedule_invalid"],
+            )
+            for name, reason in unschedulable[off : off + lim]
+        ]
 
     def stalled_alerts(lim, off):
         return [
@@ -191,6 +207,7 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
     segments = (
         ("dead_batches", n_dead, dead),
         ("reaper_overdue", int(reaper.overdue), reaper_alert),
+        ("schedule_invalid", len(unschedulable), schedule_alerts),
         ("watermark_late", n_late, late),
         ("backfill_stalled", len(stalled), stalled_alerts),
         ("connector_waiting", n_waiting, waiting),
@@ -217,12 +234,13 @@ def alert_labels(rows: list) -> list[tuple[str, str, str]]:
     from `rows` (every job's row, Health.rows): what /metrics says of each alert, without building
     the message and the link of one alert per job."""
     others = [(a.kind, a.subject, a.severity) for a in alerts_page(rows=[]).alerts]
-    reaper = [label for label in others if label[0] == "reaper_overdue"]
+    reaper = [label for label in others if label[0] in ("reaper_overdue", "schedule_invalid")]
     dead = [("dead_batches", r.name, SEVERITY["dead_batches"]) for r in rows if r.n_dead]
     late = [
         ("watermark_late", r.name, SEVERITY["watermark_late"]) for r in rows if r.late is not None
     ]
-    return dead + reaper + late + [label for label in others if label[0] != "reaper_overdue"]
+    rest = [label for label in others if label[0] not in ("reaper_overdue", "schedule_invalid")]
+    return dead + reaper + late + rest
 
 
 def attempt_counts() -> list[tuple[int, str, int]]:

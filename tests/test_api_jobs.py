@@ -214,10 +214,16 @@ def test_an_operator_pauses_and_resumes_a_job(role_users):
     client = token_client(role_users["operator"])
     response = client.post(f"/api/v1/jobs/{job.name}/pause/")
     assert response.status_code == 200 and response.json()["paused"] is True
-    assert client.post(f"/api/v1/jobs/{job.name}/acquire/", {"worker": "x"}).status_code == 409
+    assert (
+        client.post(f"/api/v1/jobs/{job.name}/acquire/", {"worker": "x"}, format="json").status_code
+        == 409
+    )
     response = client.post(f"/api/v1/jobs/{job.name}/resume/")
     assert response.status_code == 200 and response.json()["paused"] is False
-    assert client.post(f"/api/v1/jobs/{job.name}/acquire/", {"worker": "x"}).status_code == 200
+    assert (
+        client.post(f"/api/v1/jobs/{job.name}/acquire/", {"worker": "x"}, format="json").status_code
+        == 200
+    )
 
 
 @pytest.mark.parametrize(

@@ -180,3 +180,42 @@ def test_past_the_bad_token_limit_metrics_answer_429_with_when_to_retry(client, 
         assert bad[-1]["Retry-After"] == "90"
     finally:
         cache.clear()
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_bad_metrics_bearer_tokens_are_counted_and_throttled_as_api_tokens_are(client, settings):
+    """Issue 42, item 8: a wrong `Bearer` at /metrics was neither counted nor throttled, so the
+    scrape token could be guessed without limit. It now counts with the API's bad tokens for the
+    address (one count for both kinds), is recorded for the admin, and past the limit the right
+    bearer gets 429 too."""
+    from axes.models import AccessFailureLog
+
+    settings.TIDEMARK_TOKEN_FAILURE_LIMIT = 3
+    settings.TIDEMARK_TOKEN_FAILURE_WINDOW = 90
+    cache.clear()
+    try:
+        here = {"REMOTE_ADDR": "10.8.0.1"}
+        bad = [
+            client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer guess-{n}", **here).status_code
+            for n in range(2)
+        ]
+        assert bad == [401, 401]
+        # an API token guess from the same address counts with them: the limit is reached
+        assert (
+            client.get("/api/v1/jobs/", HTTP_AUTHORIZATION="Token nope", **here).status_code == 401
+        )
+        right = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me", **here)
+        assert right.status_code == 429
+        assert right["Retry-After"] == "90"
+        assert b"tidemark_" not in right.content
+        recorded = AccessFailureLog.objects.filter(
+            username="(metrics token)", ip_address="10.8.0.1"
+        )
+        assert recorded.count() == 2
+        # another address still scrapes
+        elsewhere = client.get(
+            "/metrics", HTTP_AUTHORIZATION="Bearer scrape-me", REMOTE_ADDR="10.8.0.2"
+        )
+        assert elsewhere.status_code == 200
+    finally:
+        cache.clear()

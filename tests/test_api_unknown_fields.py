@@ -121,3 +121,44 @@ def test_a_sink_kind_that_is_not_a_name_is_a_400(admin, kind):
     response = admin.post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 400, response.content
     assert "unknown sink kind" in response.json()["sink"][0]
+
+
+@pytest.mark.parametrize("encoding", ["multipart", "form"])
+def test_a_body_that_is_not_json_is_a_415_and_changes_nothing(admin, encoding):
+    """Issue 42: form-encoded and multipart bodies were parsed by form parsers that cannot carry
+    a nested `config`, `params` or `sink`: those keys were silently dropped (a job created
+    without its sink, a connector without its settings). The API now reads JSON only."""
+    from urllib.parse import urlencode
+
+    connector, job = make_inventory()
+    body = {"name": "flat", "connector": connector.name, "batch_weight": "5", "sink": "x"}
+    if encoding == "multipart":
+        created = admin.post("/api/v1/jobs/", body, format="multipart")
+        changed = admin.patch(
+            f"/api/v1/jobs/{job.name}/", {"batch_weight": "7"}, format="multipart"
+        )
+    else:
+        kind = "application/x-www-form-urlencoded"
+        created = admin.post("/api/v1/jobs/", urlencode(body), content_type=kind)
+        changed = admin.patch(
+            f"/api/v1/jobs/{job.name}/", urlencode({"batch_weight": 7}), content_type=kind
+        )
+    for response in (created, changed):
+        assert response.status_code == 415, response.content
+        detail = response.json()["detail"]
+        assert "JSON" in detail and "application/json" in detail
+    assert not Job.objects.filter(name="flat").exists()
+    job.refresh_from_db()
+    assert job.batch_weight != 7
+    # a connector's config likewise
+    kind = "application/x-www-form-urlencoded"
+    response = admin.post(
+        "/api/v1/connectors/", urlencode({"name": "c", "kind": "files"}), content_type=kind
+    )
+    assert response.status_code == 415
+    assert not Connector.objects.filter(name="c").exists()
+    # the login call too (the CLI sends JSON)
+    response = admin.post(
+        "/api/v1/auth/token/", urlencode({"username": "u", "password": "p"}), content_type=kind
+    )
+    assert response.status_code == 415

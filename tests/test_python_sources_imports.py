@@ -1,7 +1,7 @@
 """What the driver's Python data source planner processes pay for, per request: Spark runs
 `create_data_source` and `plan_data_source_read` in Python processes of their own (reused between
 requests for a minute, then started again), which unpickle the registered data source class and
-so import its module. That module imports neither pyarrow nor confluent_kafka (only the
+so import its module. That module imports neither pyarrow, confluent_kafka nor hudi (only the
 executors' `read` needs them), and every such process keeps its zip archives' directories
 between requests (`workers/spark/zip_imports.py`). Why: docs/benchmarks.md, small_batches."""
 
@@ -20,10 +20,11 @@ import pytest
 
 import workers.spark  # noqa: F401  (installs zip_imports)
 from workers.spark.python_sources import source_class
+from workers.spark.sources.hudi import HudiSource
 from workers.spark.sources.kafka_source import KafkaSource
 from workers.spark.sources.object_store_source import ObjectStoreSource
 
-HEAVY = ("pyarrow", "confluent_kafka", "pandas")
+HEAVY = ("pyarrow", "confluent_kafka", "pandas", "hudi")
 ROOT = Path(workers.spark.__file__).resolve().parents[2]
 CREATE = "pyspark.sql.worker.create_data_source"
 PLAN = "pyspark.sql.worker.plan_data_source_read"
@@ -60,6 +61,14 @@ OBJECT_PLAN = {
     },
     "groups": [["s3://bucket/a.parquet"], ["s3://bucket/b.parquet", "s3://bucket/c.parquet"]],
 }
+HUDI_PLAN = {
+    "path": "/data/t",
+    "reads": ["20260101000000000"],
+    "slices": [
+        {"instant": "20260101000000000", "base": f"p/{n}.parquet", "logs": []} for n in range(4)
+    ],
+    "schema": json.dumps(OBJECT_PLAN["schema"]),
+}
 KAFKA_PLAN = {
     "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "orders"},
     "ranges": [[0, 0, 10], [1, 5, 7], [0, 10, 12]],
@@ -88,7 +97,7 @@ def _planner_imports(base, plan: dict, worker: str, *, path: tuple[str, ...] = (
 @pytest.mark.parametrize("worker", [CREATE, PLAN])
 @pytest.mark.parametrize(
     ("base", "plan", "partitions"),
-    [(ObjectStoreSource, OBJECT_PLAN, 2), (KafkaSource, KAFKA_PLAN, 3)],
+    [(ObjectStoreSource, OBJECT_PLAN, 2), (KafkaSource, KAFKA_PLAN, 3), (HudiSource, HUDI_PLAN, 4)],
 )
 def test_a_planner_process_unpickles_and_plans_a_source_without_pyarrow_or_kafka(
     base, plan, partitions, worker

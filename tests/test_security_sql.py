@@ -8,8 +8,16 @@ import pytest
 
 from inventory.models import Job
 from tests.api_support import make_inventory, token_client
-from workers.spark.processors import ProcessorContext, ProcessorError, get_processor
+from workers.spark.errors import BatchError
+from workers.spark.processors import (
+    ProcessorContext,
+    ProcessorError,
+    get_processor,
+    query_to_run,
+)
+from workers.spark.run import run_batch
 from workers.spark.sql_guard import SqlRefused, check_query
+from workers.spark.sql_plan import check_plan
 
 ALLOWED = [
     "SELECT * FROM batch",
@@ -137,3 +145,150 @@ def test_the_worker_refuses_a_stored_query_before_spark_runs_it(spark, tmp_path,
         job="j", batch_id=1, lower=0, upper=1, params={"query": "SELECT id + 1 AS n FROM batch"}
     )
     assert [row.n for row in get_processor("sql")(df, allowed).collect()] == [2]
+
+
+# ---- issue 42: the seam between the guard's reading and Spark's ------------------------------
+
+CANARY = "canary-value-42"
+
+# texts the guard before issue 42 read as `SELECT id, v FROM batch` while Spark ran the rest
+# (sqlglot nests `/*+` inside a comment, Spark does not; Spark continues `--` over `\` + newline)
+SEAM_ATTACKS = {
+    "secret": "SELECT id, v FROM batch /* /*+ */ UNION ALL SELECT java_method('java.lang.System', "
+    "'getenv', 'TIDEMARK_SQL_CANARY') AS id, 'x' AS v -- */",
+    "secret-backslash": "SELECT id, v FROM batch -- \\\n/*\nUNION ALL SELECT java_method("
+    "'java.lang.System', 'getenv', 'TIDEMARK_SQL_CANARY') AS id, 'x' AS v -- */",
+    "file": "SELECT id, v FROM batch /* /*+ */ UNION ALL SELECT 0 AS id, value AS v "
+    "FROM text.`{secret}` -- */",
+    "command": "SELECT id, v FROM batch /* /*+ */ UNION ALL SELECT TRANSFORM(id, v) "
+    "USING 'touch {marker}' AS (id, v) FROM batch -- */",
+    "directory": "/* /*+ */ INSERT OVERWRITE DIRECTORY '{directory}' USING parquet -- */\n"
+    "SELECT id, v FROM batch",
+    "directory-backslash": "-- \\\n/*\nINSERT OVERWRITE DIRECTORY '{directory}' USING parquet "
+    "-- */\nSELECT id, v FROM batch",
+}
+
+# (query, words the refusal must hold): each was accepted before issue 42
+SEAM_REFUSED = [
+    (SEAM_ATTACKS["secret"], "comment opened inside"),
+    (SEAM_ATTACKS["secret-backslash"], "backslash"),
+    # an inner WITH name is not trusted outside its scope, nor inside its own definition
+    ("WITH t AS (SELECT * FROM t) SELECT * FROM t", "relation t"),
+    (
+        "SELECT * FROM (WITH s AS (SELECT * FROM batch) SELECT * FROM s) x JOIN s ON x.id = s.id",
+        "relation s",
+    ),
+    ("WITH a AS (SELECT * FROM b), b AS (SELECT * FROM batch) SELECT * FROM a", "relation b"),
+    # sizes: bounded before the text is parsed
+    ("SELECT " + ", ".join(f"v AS c{i}" for i in range(7000)) + " FROM batch", "65,536 bytes"),
+    ("SELECT " + "(" * 40 + "1" + ")" * 40 + " FROM batch", "limit is 32"),
+]
+
+
+def _one_row(spark):
+    return spark.createDataFrame([(1, "a")], "id INT, v STRING")
+
+
+def _context(query):
+    return ProcessorContext(job="j", batch_id=1, lower=0, upper=1, params={"query": query})
+
+
+@pytest.mark.parametrize(("query", "words"), SEAM_REFUSED, ids=lambda v: str(v)[:40])
+def test_texts_the_parsers_read_differently_and_oversized_ones_are_refused(query, words):
+    with pytest.raises(SqlRefused) as caught:
+        check_query(query, inputs=("batch",))
+    assert words in str(caught.value)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("query", "words"), SEAM_REFUSED, ids=lambda v: str(v)[:40])
+def test_the_api_refuses_the_seam_attacks_with_a_400_naming_params_query(role_users, query, words):
+    connector, _ = make_inventory()
+    api = token_client(role_users["admin"])
+    payload = {
+        "name": "evil",
+        "connector": connector.name,
+        "batch_weight": 100,
+        "processor": "sql",
+        "params": {"query": query},
+    }
+    response = api.post("/api/v1/jobs/", payload, format="json")
+    assert response.status_code == 400, response.content
+    assert words in str(response.json()["params.query"])
+    assert not Job.objects.filter(name="evil").exists()
+
+
+@pytest.mark.parametrize("name", SEAM_ATTACKS)
+def test_a_stored_seam_attack_runs_nothing_on_the_worker(spark, tmp_path, monkeypatch, name):
+    """A job stored around the API: the worker refuses the text or runs only the checked query;
+    the secret, the file, the command and the directory stay untouched."""
+    monkeypatch.setenv("TIDEMARK_SQL_CANARY", CANARY)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do-not-read")
+    marker = tmp_path / "ran"
+    directory = tmp_path / "kept"
+    directory.mkdir()
+    (directory / "keep.txt").write_text("still here")
+    query = SEAM_ATTACKS[name].format(secret=secret, marker=marker, directory=directory)
+    try:
+        rows = get_processor("sql")(_one_row(spark), _context(query)).collect()
+    except ProcessorError as exc:
+        assert exc.param == "query"
+        rows = []
+    assert all(tuple(row) == (1, "a") for row in rows), rows
+    assert not marker.exists()
+    assert (directory / "keep.txt").read_text() == "still here"
+
+
+def test_spark_runs_the_checked_query_not_the_users_text(spark):
+    """A comment the guard drops never reaches Spark: what runs is the checked tree written out."""
+    query = "SELECT id, /* a comment */ upper(v) AS v FROM batch -- trailing\n WHERE id = :batch_id"
+    text = query_to_run({"query": query})
+    assert "comment" not in text and "trailing" not in text
+    assert [tuple(r) for r in get_processor("sql")(_one_row(spark), _context(query)).collect()] == [
+        (1, "A")
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SELECT java_method('java.lang.System', 'getenv', 'X') FROM batch",
+        "SELECT * FROM text.`/etc/passwd`",
+        "SELECT TRANSFORM(id) USING 'id' FROM batch",
+        "INSERT OVERWRITE DIRECTORY '/tmp/x' SELECT * FROM batch",
+        "SELECT * FROM range(3)",
+        "SELECT * FROM IDENTIFIER('batch')",
+        "WITH t AS (SELECT * FROM t) SELECT * FROM t",
+        "SELECT /*+ NO_SUCH_HINT(batch) */ * FROM batch",
+        "SELECT system.builtin.upper(v) FROM batch",
+        "SET spark.sql.ansi.enabled=false",
+        "SELECT sum(id) OVER w FROM batch WINDOW w AS (PARTITION BY reflect('a', 'b'))",
+    ],
+)
+def test_the_workers_plan_check_refuses_what_spark_would_read_beyond_a_query(spark, text):
+    with pytest.raises(SqlRefused):
+        check_plan(spark, text)
+
+
+def test_a_stored_refused_query_fails_its_batch_before_anything_is_read(spark, tmp_path):
+    spec = {
+        "job": "j",
+        "batch_id": 1,
+        "kind": "incremental",
+        "lower": 0,
+        "upper": 1,
+        "items": [str(tmp_path / "never-read.json")],
+        "format": "json",
+        "read_options": {},
+        "schema": None,
+        "lineage": False,
+        "processor": "sql",
+        "params": {"query": "SELECT " + "(" * 40 + "1" + ")" * 40 + " FROM batch"},
+        "sink": {"kind": "files", "path": str(tmp_path / "out")},
+    }
+    with pytest.raises(BatchError) as caught:
+        run_batch(spark, spec)
+    assert caught.value.stage == "config"
+    assert "param 'query' nests brackets 40 deep; the limit is 32" in caught.value.message
+    assert not (tmp_path / "out").exists()

@@ -14,6 +14,7 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.contrib.sessions.backends.db import SessionStore
 from django.db import connection
 
+from inventory.api.authentication import token_failures_reset
 from inventory.models import Backfill, Batch, Connector, Job, Watermark, WatermarkEvent
 from inventory.services import backfills
 from inventory.services import lifecycle as batches
@@ -196,10 +197,19 @@ def test_named_things_that_reach_too_far_are_refused(web_server, world, role_use
         "SELECT * FROM text.`/etc/hostname`",
         "SELECT '${env:SECRET_KEY}' FROM batch",
         "SET spark.sql.ansi.enabled=false",
+        # issue 42: texts sqlglot and Spark read differently, CTE scope, sizes
+        "SELECT id FROM batch /* /*+ */ UNION ALL SELECT java_method('java.lang.System', "
+        "'getenv', 'SECRET_KEY') -- */",
+        "SELECT id FROM batch -- \\\n/*\nUNION ALL SELECT value FROM text.`/etc/passwd` -- */",
+        "/* /*+ */ INSERT OVERWRITE DIRECTORY '/tmp' USING parquet -- */\nSELECT id FROM batch",
+        "SELECT id FROM batch /* /*+ */ UNION ALL SELECT TRANSFORM(id) USING 'id' FROM batch -- */",
+        "WITH t AS (SELECT * FROM t) SELECT * FROM t",
+        "SELECT " + ", ".join(f"id AS c{i}" for i in range(7000)) + " FROM batch",
+        "SELECT " + "(" * 40 + "1" + ")" * 40 + " FROM batch",
     ):
         response = post_job(processor="sql", params={"query": query})
-        assert response.status_code == 400, (query, response.text)
-        assert "params.query" in response.json(), query
+        assert response.status_code == 400, (query[:200], response.text[:500])
+        assert "params.query" in response.json(), query[:200]
     for sink in (
         {"kind": "postgres", "dsn_env": "DATABASE_URL", "table": "auth_user", "key": ["id"]},
         {"kind": "postgres", "dsn_env": "DATABASE_URL", "table": "pg_catalog.pg_class"},
@@ -311,6 +321,89 @@ def test_names_beyond_the_deployment_are_refused_over_http(web_server, world, ro
     assert _fingerprint() == before
 
 
+def test_the_engines_edges_are_refused_over_http(web_server, world, role_users):
+    """Issue 42 (items 4, 8, 9 and the bodies and headers): a cron celery beat cannot compute,
+    hosts with a fullwidth '@' or userinfo, bodies that are not JSON, guessed /metrics bearers;
+    and every page carries the Content-Security-Policy."""
+    admin = _session(web_server, role_users["admin"])
+    operator = _session(web_server, role_users["operator"])
+    before = _fingerprint()
+    job = {"name": "walk-edge", "connector": world["connector"].name, "batch_weight": 10}
+
+    for cron in ("0 0 31 2 *", "0 0 30 2 *", "0 0 31 4 *"):
+        refused = _send(
+            admin, web_server, "POST", "/api/v1/jobs/", json={**job, "schedule_cron": cron}
+        )
+        assert refused.status_code == 400 and "schedule_cron" in refused.json(), refused.text
+        refused = _send(
+            admin,
+            web_server,
+            "PATCH",
+            f"/api/v1/jobs/{world['job'].name}/",
+            json={"schedule_cron": cron},
+        )
+        assert refused.status_code == 400 and "schedule_cron" in refused.json(), refused.text
+
+    for host in ("127.0.0.1\uff20evil", "user:pw@127.0.0.1", "b\u00fccher.example"):
+        for config, field in (
+            (
+                {"path": "s3://bucket/in/", "endpoint_url": f"http://{host}:9000"},
+                "config.endpoint_url",
+            ),
+            ({"path": f"s3://{host}/in/"}, "config.path"),
+            ({"path": f"http://{host}/in/"}, "config.path"),
+        ):
+            body = {"name": "walk-host", "kind": "files", "config": config}
+            refused = _send(admin, web_server, "POST", "/api/v1/connectors/", json=body)
+            assert refused.status_code == 400 and field in refused.json(), (config, refused.text)
+        sink = {"kind": "files", "path": f"s3://{host}/out/"}
+        refused = _send(admin, web_server, "POST", "/api/v1/jobs/", json={**job, "sink": sink})
+        assert refused.status_code == 400, refused.text
+        refused = _send(
+            operator,
+            web_server,
+            "POST",
+            f"/api/v1/connectors/{world['connector'].name}/assets/",
+            json={"assets": [{"location": f"s3://{host}/x.parquet"}]},
+        )
+        assert refused.status_code == 400, refused.text
+
+    # bodies that are not JSON: 415, not a job without its sink
+    headers = {"Referer": f"{web_server.url}/", "X-CSRFToken": admin.cookies["csrftoken"]}
+    for kwargs in (
+        {"data": {**job, "sink": "x", "params": "y"}},
+        {"files": {"sink": ("sink.json", b'{"kind": "files"}')}, "data": job},
+    ):
+        refused = admin.post(
+            f"{web_server.url}/api/v1/jobs/", headers=headers, timeout=TIMEOUT, **kwargs
+        )
+        assert refused.status_code == 415, refused.text
+        assert "JSON" in refused.json()["detail"]
+
+    # /metrics bearer guesses: counted with bad tokens, then 429 for any bearer
+    try:
+        guesses = [
+            requests.get(
+                f"{web_server.url}/metrics",
+                headers={"Authorization": f"Bearer guess-{n}"},
+                timeout=TIMEOUT,
+            ).status_code
+            for n in range(21)
+        ]
+        assert set(guesses[:20]) == {401} and guesses[20] == 429, guesses
+    finally:
+        token_failures_reset("127.0.0.1")
+
+    # the Content-Security-Policy on pages
+    for path in ("/accounts/login/", "/", "/admin/", "/api/docs/"):
+        page = admin.get(f"{web_server.url}{path}", timeout=TIMEOUT)
+        assert page.status_code == 200, path
+        policy = page.headers["Content-Security-Policy"]
+        assert "default-src 'self'" in policy and "script-src 'self'" in policy, path
+        assert "unsafe-inline" not in policy.replace("style-src-attr 'unsafe-inline'", ""), path
+    assert _fingerprint() == before
+
+
 def test_password_guessing_is_locked_out(web_server, role_users, settings):
     user = role_users["operator"]
     user.set_password("the-right-one")
@@ -343,3 +436,45 @@ def test_password_guessing_is_locked_out(web_server, role_users, settings):
         assert "sessionid" not in http.cookies
     finally:
         AccessAttempt.objects.all().delete()  # the address is loopback: free it for other tests
+
+
+def test_options_and_functions_the_engine_would_apply_are_refused_over_http(
+    web_server, world, role_users, tmp_path
+):
+    """Issue 42: reader and sink options that reach Hadoop's or Spark's configuration, and a meta
+    table whose view reaches a SECURITY DEFINER function through an operator, as an admin sends
+    them to the running server."""
+    admin = _session(web_server, role_users["admin"])
+    before = _fingerprint()
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    for key in ("fs.defaultFS", "FS.defaultFS", "PATH", "spark.hadoop.fs.defaultFS", "he\u0430der"):
+        config = {"path": str(landing), "format": "csv", "read_options": {key: "viewfs://x/"}}
+        body = {"name": "walk-options", "kind": "files", "config": config}
+        refused = _send(admin, web_server, "POST", "/api/v1/connectors/", json=body)
+        assert refused.status_code == 400, (key, refused.text)
+        assert f"config.read_options.{key}" in refused.json(), (key, refused.text)
+    for options in ({"fs.defaultFS": "webhdfs://127.0.0.2/"}, {"compression": "a.b.Codec"}):
+        sink = {"kind": "files", "path": str(tmp_path / "out"), "options": options}
+        body = {"name": "walk-sink", "connector": world["connector"].name, "batch_weight": 10}
+        refused = _send(admin, web_server, "POST", "/api/v1/jobs/", json={**body, "sink": sink})
+        assert refused.status_code == 400, refused.text
+        assert f"sink.options.{next(iter(options))}" in refused.json(), refused.text
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION walk_op(bigint, bigint) RETURNS text LANGUAGE sql SECURITY DEFINER "
+            "AS $$ SELECT string_agg(key, ',') FROM authtoken_token $$;"
+            "CREATE OPERATOR #^# (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = walk_op);"
+            "CREATE TABLE walk_base (uid bigint PRIMARY KEY, item text, weight bigint);"
+            "CREATE VIEW walk_op_meta AS SELECT uid, uid #^# uid AS item, weight FROM walk_base;"
+            "GRANT SELECT ON walk_base, walk_op_meta TO tidemark_reader;"
+        )
+    body = {
+        "name": "walk-op-meta",
+        "kind": "files",
+        "config": {"meta_table": {"table": "walk_op_meta", "visibility": "none"}},
+    }
+    refused = _send(admin, web_server, "POST", "/api/v1/connectors/", json=body)
+    assert refused.status_code == 400, refused.text
+    assert "walk_op" in str(refused.json()["config.meta_table.table"])
+    assert _fingerprint() == before

@@ -6,7 +6,13 @@ import urllib.error
 import urllib.parse
 
 from tidemark_cli.config import UsageError
-from tidemark_client import Throttled, Tidemark, TidemarkError, UnexpectedAnswer
+from tidemark_client import (
+    RedirectRefused,
+    Throttled,
+    Tidemark,
+    TidemarkError,
+    UnexpectedAnswer,
+)
 
 # a throttled call waits as the server asks, a few times, then gives up with the 429
 THROTTLE_RETRIES = 3
@@ -26,6 +32,8 @@ class Api:
                 if attempt == THROTTLE_RETRIES:
                     raise
                 time.sleep(min(exc.retry_after or 1.0, THROTTLE_MAX_WAIT))
+            except RedirectRefused as exc:
+                raise UsageError(str(exc)) from None
             except urllib.error.URLError as exc:
                 raise UsageError(f"cannot reach {self.url}: {exc.reason}") from None
             except (TimeoutError, ConnectionError) as exc:

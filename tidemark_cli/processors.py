@@ -60,6 +60,7 @@ def cmd_run(api, out, args) -> int:
     config = connector.get("config") or {}
     locations = [item["item"] for item in items]
     fmt = config.get("format") or _format_of(locations)
+    _check_read_options(fmt, config.get("read_options"))
 
     result = _run_in_spark(
         processor,
@@ -124,6 +125,18 @@ def _run_in_spark(processor, locations, fmt, config, *, args, params, lower, upp
         return {"schema": output.schema.jsonValue(), "rows": rows}
     finally:
         stop_session()
+
+
+def _check_read_options(fmt: str, options) -> None:
+    """The workers' one allowlist of reader options, before Spark starts on this machine: an
+    option that would reach Hadoop's configuration (a connector saved before the rule) is one
+    line naming it, never applied here."""
+    from workers.spark.options import OptionError, normalized_reader_options
+
+    try:
+        normalized_reader_options(fmt, options)
+    except OptionError as exc:
+        raise UsageError(f"connector's read_options: {exc}") from None
 
 
 def _format_of(locations: list[str]) -> str:

@@ -16,6 +16,10 @@ Standard library only (urllib), no Django. Typical loop:
 
 `succeed` raises `Conflict` when the lease was lost (the batch was taken over): the output of this
 attempt must then not be published.
+
+The token is only ever sent to the server given as `base_url`: a redirect to another scheme, host
+or port is not followed (`RedirectRefused`, before anything is sent there); a redirect within the
+same origin is followed with the token.
 """
 
 import json
@@ -32,6 +36,7 @@ __all__ = [
     "Forbidden",
     "InvalidRequest",
     "NotFound",
+    "RedirectRefused",
     "Throttled",
     "Tidemark",
     "TidemarkError",
@@ -79,6 +84,59 @@ class UnexpectedAnswer(TidemarkError):
     def __init__(self, status: int, payload: str, content_type: str):
         self.content_type = content_type
         super().__init__(status, payload)
+
+
+class RedirectRefused(Exception):
+    """The server answered a call with a redirect to another origin (scheme, host or port). It is
+    not followed: urllib would send the `Authorization` header along to whatever server the
+    redirect names. `location` is where it pointed."""
+
+    def __init__(self, url: str, location: str):
+        self.url = url
+        self.location = location
+        super().__init__(
+            f"{_origin_text(url)} redirected to another server ({_origin_text(location)}); "
+            f"not followed, the token is only sent to {_origin_text(url)}: use the server's "
+            "own URL"
+        )
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, port) as urllib connects to them; None when the URL cannot be read."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        scheme = parts.scheme.lower()
+        return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
+    except ValueError:  # a bad port, a host that changes under NFKC normalisation
+        return None
+
+
+def _origin_text(url: str) -> str:
+    origin = _origin(url)
+    if origin is None:
+        return repr(url[:100])
+    scheme, host, port = origin
+    return f"{scheme}://{host}" + (
+        f":{port}" if port not in (None, _DEFAULT_PORTS.get(scheme)) else ""
+    )
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, but only within the origin of the call (urllib itself copies every
+    header, the token's too, onto a redirect to any host)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        origin = _origin(req.full_url)
+        if origin is None or _origin(newurl) != origin:
+            fp.close()
+            raise RedirectRefused(req.full_url, newurl)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_opener = urllib.request.build_opener(_SameOriginRedirects)
 
 
 _ERRORS = {
@@ -149,7 +207,7 @@ class Tidemark:
         if data is not None:
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as response:
+            with _opener.open(req, timeout=self.timeout) as response:
                 raw = response.read()
                 try:
                     return json.loads(raw) if raw else None

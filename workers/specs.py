@@ -7,7 +7,12 @@ from inventory.services.job_config import sink_outside_own_source
 from inventory.services.own_database import own_database_identity
 from inventory.sources.items import ItemSource, fetch_items
 from inventory.sources.registry import connector_source, source_for_connector
-from workers.spark.errors import ReadError
+from workers.spark.errors import ReadError, SinkError
+from workers.spark.options import (
+    OptionError,
+    normalized_reader_options,
+    normalized_writer_options,
+)
 
 _FORMAT_BY_SUFFIX = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv"}
 
@@ -44,8 +49,10 @@ def batch_spec(*, batch: Batch, source: ItemSource | None = None) -> dict:
         "lower": batch.span.lower,
         "upper": batch.span.upper,
         "items": items,
-        "format": config.get("format") or _guess_format(items, connector.kind),
-        "read_options": config.get("read_options") or {},
+        "format": _format(config, items, connector.kind),
+        # Spark gets the allowlisted option names only (checked again on every batch: a
+        # connector saved before the allowlist fails here, before Spark, naming the key)
+        "read_options": _read_options(config, items, connector.kind),
         "schema": config.get("schema"),
         "lineage": bool(config.get("lineage", False)),
         "watermark_column": config.get("watermark_column"),
@@ -64,10 +71,32 @@ def batch_spec(*, batch: Batch, source: ItemSource | None = None) -> dict:
         "fence": outputs.fence_spec(),
         **({"source": read["source"]} if "source" in read else {}),
     }
+    _check_sink_options(spec["sink"])
     # checked against the deployment's settings now, whatever they were when the job was saved
     capabilities.spec_confine(spec)
     sink_outside_own_source(spec["sink"], connector)
     return spec
+
+
+def _format(config: dict, items: list[str], kind: str) -> str:
+    return config.get("format") or _guess_format(items, kind)
+
+
+def _read_options(config: dict, items: list[str], kind: str) -> dict[str, str]:
+    try:
+        return normalized_reader_options(_format(config, items, kind), config.get("read_options"))
+    except OptionError as exc:
+        raise ReadError(f"the connector's read_options: {exc}") from None
+
+
+def _check_sink_options(sink: dict) -> None:
+    """A files sink's writer options, by the one allowlist (a job saved before it: the batch
+    fails here, before Spark, naming the key)."""
+    if isinstance(sink, dict) and sink.get("kind") == "files":
+        try:
+            normalized_writer_options(sink.get("format", "parquet"), sink.get("options"))
+        except OptionError as exc:
+            raise SinkError(f"the job's sink options: {exc}") from None
 
 
 def _guess_format(items: list[str], kind: str) -> str:

@@ -1,4 +1,5 @@
-"""Service errors as HTTP: InvalidInput 400 {field: [reason]}, NotFound 404, Conflict 409.
+"""Service errors as HTTP: InvalidInput 400 {field: [reason]}, NotFound 404, Conflict 409; a body
+that is not JSON 415 saying what the API reads.
 
 Database errors that slip past validation are still the client's input, never a 500: an integrity
 error is a conflict with existing data, a data error is a value the database cannot store.
@@ -8,6 +9,7 @@ import logging
 
 from django.db import DataError, IntegrityError
 from rest_framework import status
+from rest_framework.exceptions import UnsupportedMediaType
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -35,6 +37,16 @@ def exception_handler(exc, context):
     if isinstance(exc, DataError):
         log.warning("data error mapped to 400: %s", exc)
         return Response({"non_field_errors": [_first_line(exc)]}, status=400)
+    if isinstance(exc, UnsupportedMediaType):
+        request = context.get("request")
+        given = getattr(request, "content_type", "") or "none"
+        return Response(
+            {
+                "detail": f"the API reads JSON bodies only: send the body as JSON with "
+                f"Content-Type: application/json (this request's type: {given.split(';')[0]})"
+            },
+            status=status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+        )
     return drf_exception_handler(exc, context)
 
 

@@ -17,7 +17,12 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from rest_framework.exceptions import AuthenticationFailed, Throttled
 
 from inventory import selectors, selectors_alerts, selectors_health
-from inventory.api.authentication import ThrottledTokenAuthentication
+from inventory.api.authentication import (
+    METRICS_USERNAME,
+    ThrottledTokenAuthentication,
+    guess_failure_record,
+    guess_refused_check,
+)
 from inventory.api.exposition import Family, render
 from inventory.roles import VIEWER, has_role
 
@@ -178,9 +183,16 @@ def exposition() -> bytes:
 
 def _authorized(request) -> bool:
     header = request.headers.get("Authorization", "")
-    token = settings.METRICS_TOKEN
-    if token and header.startswith("Bearer "):
-        return hmac.compare_digest(header[len("Bearer ") :].encode(), token.encode())
+    if header.split(" ", 1)[0].lower() == "bearer":
+        # counted and throttled with the API's bad tokens, per address (authentication.py):
+        # past the limit, 429 whatever the bearer, so a guess cannot be told from a hit
+        address = guess_refused_check(request)
+        token = settings.METRICS_TOKEN
+        offered = header.split(" ", 1)[1] if " " in header else ""
+        if token and hmac.compare_digest(offered.encode(), token.encode()):
+            return True
+        guess_failure_record(request, address, username=METRICS_USERNAME)
+        return False
     if header.startswith("Token "):
         try:
             user_auth = ThrottledTokenAuthentication().authenticate(request)

@@ -10,6 +10,7 @@ class ConnectorKind(models.TextChoices):
     KAFKA = "kafka", "kafka"
     JOB_OUTPUT = "job_output", "job output"
     DELTA = "delta", "delta"
+    HUDI = "hudi", "hudi"
 
 
 class ConnectorState(models.TextChoices):
@@ -21,13 +22,18 @@ class ConnectorState(models.TextChoices):
 
 def weight_unit(kind: str, config: dict | None) -> str:
     """What one unit of a connector's item weight is, so it can be shown as such: "bytes" for
-    files (local or object store), Delta versions and job outputs (docs/sources/), "rows" for a
+    files (local or object store), Delta versions, Hudi instants and job outputs (docs/sources/), "rows" for a
     table read in slices, "messages" for Kafka, "" for a meta table, whose weight column means
     whatever its writer chose. The dashboard, the admin and the API all take it from here."""
     config = config or {}
     if "meta_table" in config:
         return ""
-    if kind in (ConnectorKind.FILES, ConnectorKind.DELTA, ConnectorKind.JOB_OUTPUT):
+    if kind in (
+        ConnectorKind.FILES,
+        ConnectorKind.DELTA,
+        ConnectorKind.HUDI,
+        ConnectorKind.JOB_OUTPUT,
+    ):
         return "bytes"
     if kind == ConnectorKind.TABLE:
         # without dsn_env a table in Tidemark's own database is read as a meta table

@@ -13,6 +13,7 @@ class RestatementCause(models.TextChoices):
     CHANGED_OBJECTS = "changed_objects", "objects whose ETag changed"
     UPSTREAM = "upstream", "upstream commits replaced"
     DELTA_VERSIONS = "delta_versions", "Delta versions whose files a later version removed"
+    HUDI_INSTANTS = "hudi_instants", "Hudi instants whose rows a later instant changed"
 
 
 class RestatementStatus(models.TextChoices):

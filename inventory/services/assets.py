@@ -10,7 +10,6 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlparse
 
 from django.db import connection, transaction
 
@@ -18,6 +17,7 @@ from inventory.models import Asset, Connector, ConnectorKind, ConnectorState
 from inventory.services.confinement import location_within
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.transactions import single_call
+from inventory.services.urls import url_parse, url_scheme
 from inventory.sources.config import is_object_store_path
 from inventory.sql import query
 
@@ -165,7 +165,7 @@ def location_inside(location: str, *, base, field: str) -> None:
     if not isinstance(base, str) or not base:
         raise InvalidInput(field, "the connector has no location to register assets under")
     if is_object_store_path(base):
-        given, root = urlparse(location), urlparse(base)
+        given, root = url_parse(location, field=field), url_parse(base, field=field)
         prefix = root.path.rstrip("/") + "/"
         if (
             (given.scheme, given.netloc) != (root.scheme, root.netloc)
@@ -174,7 +174,7 @@ def location_inside(location: str, *, base, field: str) -> None:
         ):
             raise InvalidInput(field, f"{location} is not under the connector's prefix {base}")
         return
-    if urlparse(location).scheme:
+    if url_scheme(location):
         raise InvalidInput(field, f"{location} is a URL; give a path inside {base}")
     location_within(os.path.join(base, location), base=base, field=field)
 

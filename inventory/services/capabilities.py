@@ -9,13 +9,13 @@ and reaches nothing. The rules themselves live in one module each: `secrets` (va
 """
 
 import os
-from urllib.parse import urlparse
 
 from inventory.services import endpoints
 from inventory.services.assets import location_inside
 from inventory.services.confinement import path_confined
 from inventory.services.errors import InvalidInput
 from inventory.services.secrets import credential_value, env_names_check
+from inventory.services.urls import url_parse
 from inventory.sources import kafka as source_kafka
 from inventory.sources.object_store.access import OBJECT_STORE_SCHEMES
 
@@ -40,7 +40,7 @@ def sink_confine(sink: dict | None, *, field: str = "sink") -> None:
 
 
 def _object_location(location: str, *, field: str) -> None:
-    scheme = urlparse(location).scheme
+    scheme = url_parse(location, field=field).scheme
     if not scheme:
         path_confined(location, field)
     elif scheme not in OBJECT_STORE_SCHEMES:
@@ -63,7 +63,7 @@ def source_confine(source: dict | None, *, field: str = "connector.config") -> N
             endpoints.dsn_check(dsn, field=f"{field}.dsn_env")
     elif kind == "kafka":
         source_kafka.confine(source)
-    elif kind == "delta":  # a table's files are read from under its (confined) directory
+    elif kind in ("delta", "hudi"):  # a table's files are read from under its (confined) directory
         path_confined(source.get("path"), f"{field}.path")
     elif kind == "job_output":
         # an upstream commit's location comes from its result, which an external processor

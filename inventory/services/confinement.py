@@ -17,11 +17,11 @@ symlink loops cannot tie up a worker.
 import os
 import stat
 from collections.abc import Iterator, Mapping, Set
-from urllib.parse import urlparse
 
 from django.conf import settings
 
 from inventory.services.errors import InvalidInput
+from inventory.services.urls import url_scheme
 
 
 def allowed_roots() -> list[str]:
@@ -48,7 +48,7 @@ def path_confined(path, field: str) -> str:
         raise InvalidInput(field, "must be an absolute local path")
     if "\x00" in path:
         raise InvalidInput(field, "must not contain NUL characters")
-    scheme = urlparse(path).scheme
+    scheme = url_scheme(path)
     if scheme:
         raise InvalidInput(
             field, f"{scheme}: URLs are not local paths here; give an absolute directory path"
@@ -79,7 +79,7 @@ def sink_outside_source(sink_path, source_path, *, source: str, field: str) -> N
     output as new files and read it back. Both paths are compared resolved; URLs are not."""
     if not isinstance(sink_path, str) or not isinstance(source_path, str):
         return
-    if urlparse(sink_path).scheme or urlparse(source_path).scheme:
+    if url_scheme(sink_path) or url_scheme(source_path):
         return
     if not (os.path.isabs(sink_path) and os.path.isabs(source_path)):
         return

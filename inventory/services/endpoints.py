@@ -8,7 +8,8 @@ s3:// connector without `endpoint_url` talks to AWS's own endpoints.
 What is matched, per kind (always before any connection is opened):
 
 - object stores: `endpoint_url` (`http://minio:9000` -> scheme http, host minio, port 9000; no
-  port: 80/443), and the URL of an http(s) fsspec path;
+  port: 80/443), and the URL of an http(s) fsspec path, both read by `urls.url_parse` (ASCII
+  hosts only, no userinfo; anything else is a 400 naming the field);
 - PostgreSQL DSNs read from `dsn_env` (URL or key/value form): every `host` (and `hostaddr`)
   with its `port` (default 5432) as `postgresql://host:port`; a unix-socket directory as
   `postgresql:///socket/dir` (the directory, resolved). A DSN without a host (libpq's defaults)
@@ -22,6 +23,7 @@ from urllib.parse import urlparse
 from django.conf import settings
 
 from inventory.services.errors import InvalidInput
+from inventory.services.urls import url_parse
 
 DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432}
 _SCHEME_ALIASES = {"postgres": "postgresql"}
@@ -35,7 +37,10 @@ def _scheme(value: str) -> str:
 def _allowed() -> list[tuple[str, str, int | None]]:
     entries = []
     for entry in settings.TIDEMARK_ALLOWED_ENDPOINTS:
-        parsed = urlparse(entry)
+        try:
+            parsed = urlparse(entry)
+        except ValueError:
+            continue  # settings_check reports it; an unusable entry allows nothing
         if not parsed.netloc and parsed.path.startswith("/"):  # scheme:///socket/dir
             entries.append((_scheme(parsed.scheme), os.path.realpath(parsed.path), None))
             continue
@@ -70,14 +75,11 @@ def endpoint_check(scheme: str, host: str, port: int | None, *, field: str) -> N
 
 def url_check(url, *, field: str) -> None:
     """An http(s) URL (an object store's `endpoint_url`) at an allowed endpoint."""
-    parsed = urlparse(url) if isinstance(url, str) else None
-    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
+    parsed = url_parse(url, field=field)  # one reading of every URL (urls.py)
+    if parsed.scheme not in ("http", "https") or not parsed.host:
         raise InvalidInput(field, "must be an http:// or https:// URL with a host")
-    try:
-        port = parsed.port or DEFAULT_PORTS[parsed.scheme]
-    except ValueError:
-        raise InvalidInput(field, "has an invalid port") from None
-    endpoint_check(parsed.scheme, parsed.hostname, port, field=field)
+    port = parsed.port or DEFAULT_PORTS[parsed.scheme]
+    endpoint_check(parsed.scheme, parsed.host, port, field=field)
 
 
 def dsn_check(dsn: str, *, field: str) -> None:

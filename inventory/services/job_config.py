@@ -59,7 +59,8 @@ def job_validate_runtime(
         try:
             check_sink(sink)
         except SinkError as exc:
-            raise InvalidInput("sink", str(exc)) from None
+            field = getattr(exc, "field", None)
+            raise InvalidInput(f"sink.{field}" if field else "sink", str(exc)) from None
         sink_confine(sink)
         if connector is not None:
             sink_outside_own_source(sink, connector)

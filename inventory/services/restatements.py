@@ -245,3 +245,36 @@ def delta_restate(connector: Connector) -> list[Backfill]:
             locked.save(update_fields=["cursor", "updated_at"])
     connector.cursor = locked.cursor
     return created
+
+
+# ---- hudi tables -------------------------------------------------------------------------------
+
+
+def hudi_restate(connector: Connector) -> list[Backfill]:
+    """Instants of a `hudi` connector's table whose rows a later instant changed (an update, a
+    delete, an insert overwrite, an overwrite of the table), recorded by discovery in
+    `cursor.restate`, are rebuilt by every job that committed them, before its incremental work
+    (priority 1). A restated instant reads only its rows still live, the later instant bringing
+    the rest, so each key reaches the sink once. What waits for a running batch stays for the
+    next look."""
+    with transaction.atomic():
+        locked = Connector.objects.select_for_update().get(pk=connector.pk)
+        ids = sorted((locked.cursor or {}).get("restate", []))
+        if not ids:
+            return []
+        instants = sorted(locked.assets.filter(pk__in=ids).values_list("extra__instant", flat=True))
+        shown = ", ".join(instants[:10]) + (" ..." if len(instants) > 10 else "")
+        created, done = restate_items(
+            locked,
+            ids,
+            reason=f"later instants of Hudi table {locked.config.get('path')} changed rows "
+            f"of instants {shown}",
+            cause=RestatementCause.HUDI_INSTANTS,
+            detail={"instants": instants[:100]},
+            priority=1,
+        )
+        if done:
+            locked.cursor = {k: v for k, v in locked.cursor.items() if k != "restate"}
+            locked.save(update_fields=["cursor", "updated_at"])
+    connector.cursor = locked.cursor
+    return created

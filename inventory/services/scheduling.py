@@ -9,9 +9,16 @@ ahead of work (job runs and discovery carry `dispatch.WORK_PRIORITY`); a copy of
 waited in the broker while the step ran is skipped by the database's clock (`fixed_step_run`),
 never by a worker's, whose clock may be wrong. Entries Tidemark created for jobs or connectors
 that are gone are removed; entries made by hand are left alone.
+
+A job whose stored `schedule_cron` celery cannot compute a next run for (`0 0 31 2 *`, stored
+before the check on save, or written around it) gets no entry: beat would die on it, and with it
+the reaper and discovery. The sync skips it, logs it and records it (`UNSCHEDULABLE`), which the
+overview's alert strip, /api/v1/alerts/ and /metrics show as a `schedule_invalid` alert naming
+the job until the job is changed.
 """
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
@@ -50,6 +57,10 @@ REQUEUE = f"{PREFIX}requeue-due"
 PACE_BACKFILLS = f"{PREFIX}pace-backfills"
 RELEASE_CONNECTORS = f"{PREFIX}release-connectors"
 SYNC_SCHEDULES = f"{PREFIX}sync-schedules"
+# MaintenanceRun row: the jobs the last sync could not schedule, {job name: reason}
+UNSCHEDULABLE = f"{PREFIX}unschedulable-jobs"
+
+log = logging.getLogger(__name__)
 
 # name -> (task, every seconds)
 FIXED_STEPS = {
@@ -66,6 +77,7 @@ class SyncReport:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # job name -> why it has no entry
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -96,6 +108,7 @@ class _Sync:
             for c in CrontabSchedule.objects.order_by("-pk")
         }
         self.wanted: set[str] = set()
+        self.parsed: dict[str, dict | InvalidInput] = {}
 
     def interval(self, seconds: int) -> IntervalSchedule:
         if seconds not in self.intervals:
@@ -105,7 +118,14 @@ class _Sync:
         return self.intervals[seconds]
 
     def crontab(self, expression: str) -> CrontabSchedule:
-        fields = parse_cron(expression)
+        if expression not in self.parsed:  # once per expression, however many jobs share it
+            try:
+                self.parsed[expression] = parse_cron(expression)
+            except InvalidInput as exc:
+                self.parsed[expression] = exc
+        fields = self.parsed[expression]
+        if isinstance(fields, InvalidInput):
+            raise fields
         key = _crontab_key(**fields, timezone="UTC")
         if key not in self.crontabs:
             self.crontabs[key], _ = CrontabSchedule.objects.get_or_create(**fields, timezone="UTC")
@@ -182,7 +202,13 @@ def schedules_sync() -> SyncReport:
         "pk", "name", "paused", "schedule_seconds", "schedule_cron"
     )
     for job in scheduled.order_by("pk"):
-        schedule = sync.job_schedule(job)
+        try:
+            schedule = sync.job_schedule(job)
+        except InvalidInput as exc:
+            # never an entry beat cannot compute: its entry (if any) goes with remove_stale
+            log.error("job %s has no schedule: %s", job.name, exc.message)
+            sync.report.skipped[job.name] = exc.message
+            continue
         if schedule is None:
             continue
         sync.upsert(
@@ -208,7 +234,24 @@ def schedules_sync() -> SyncReport:
         )
 
     sync.remove_stale()
+    _unschedulable_record(sync.report.skipped)
     return sync.report
+
+
+def _unschedulable_record(skipped: dict[str, str]) -> None:
+    """Keep the jobs this sync skipped for the alerts (one row; written only when it changes)."""
+    row = MaintenanceRun.objects.filter(name=UNSCHEDULABLE).first()
+    if row is not None and row.outcome.get("jobs") == skipped:
+        return
+    MaintenanceRun.objects.update_or_create(
+        name=UNSCHEDULABLE, defaults={"last_run_at": Now(), "outcome": {"jobs": skipped}}
+    )
+
+
+def unschedulable_jobs() -> dict[str, str]:
+    """{job name: reason} of the jobs the last schedule sync could not give a beat entry."""
+    row = MaintenanceRun.objects.filter(name=UNSCHEDULABLE).only("outcome").first()
+    return dict(row.outcome.get("jobs", {})) if row is not None else {}
 
 
 def job_run_now(*, job: Job) -> RunOutcome:

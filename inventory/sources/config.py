@@ -1,16 +1,15 @@
 """What every source kind's config check shares: the unknown-key rule and telling an object
 store URL from a local path. Kept apart from `registry.py`, which imports every kind."""
 
-from urllib.parse import urlparse
-
 from inventory.services.errors import InvalidInput
+from inventory.services.urls import url_scheme
 
 
 def is_object_store_path(path) -> bool:
     """`s3://bucket/prefix` and any other fsspec URL (a one-letter scheme is a Windows drive)."""
     if not isinstance(path, str):
         return False
-    scheme = urlparse(path).scheme
+    scheme = url_scheme(path)
     return len(scheme) > 1 and scheme != "file"
 
 
@@ -57,8 +56,10 @@ def discover_seconds(config: dict) -> int:
 def check_read_config(config: dict) -> None:
     """What the workers read of a files connector's config (a directory, an object store prefix
     or a meta table of files), checked when it is saved: `format`, `schema` (a DDL string; Spark
-    parses it when a batch runs), `read_options` (Spark reader options: text, numbers or
-    booleans), `lineage` (true or false) and `watermark_column` (a column name)."""
+    parses it when a batch runs), `read_options` (the format's allowlisted Spark reader
+    options, workers/spark/options.py: text, numbers or booleans), `lineage` (true or false)
+    and `watermark_column` (a column name)."""
+    from workers.spark.options import OptionError, normalized_reader_options
     from workers.spark.sources.files import FORMATS  # the formats the workers' reader reads
 
     fmt = config.get("format")
@@ -67,15 +68,11 @@ def check_read_config(config: dict) -> None:
     schema = config.get("schema")
     if schema is not None and (not isinstance(schema, str) or not schema.strip()):
         raise InvalidInput("config.schema", "must be a DDL string such as 'id INT, name STRING'")
-    options = config.get("read_options")
-    if options is not None:
-        if not isinstance(options, dict):
-            raise InvalidInput("config.read_options", "must be an object of Spark reader options")
-        for key, value in options.items():
-            if not isinstance(value, str | int | float | bool):
-                raise InvalidInput(
-                    f"config.read_options.{key}", "must be a string, number or boolean"
-                )
+    try:
+        normalized_reader_options(fmt, config.get("read_options"))
+    except OptionError as exc:
+        field = f"config.read_options.{exc.key}" if exc.key else "config.read_options"
+        raise InvalidInput(field, exc.reason) from None
     if not isinstance(config.get("lineage", False), bool):
         raise InvalidInput("config.lineage", "must be true or false")
     column = config.get("watermark_column")

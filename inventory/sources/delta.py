@@ -37,6 +37,8 @@ from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
 from inventory.sources.config import check_known_keys
 from inventory.sources.identity import check_local_directory
+from workers.spark.delta_log import confine_actions, resolve
+from workers.spark.errors import ReadError
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +197,10 @@ def read_spec(*, connector: Connector, batch: Batch) -> dict:
         removals: dict[str, list[int]] = {}
         for version in range(versions[0], table.version() + 1):
             actions = commit_actions(path, version)
+            # before any file it names is looked at: inside the table's directory
+            confine_actions(path, actions, version=version)
             if version in versions:
+                _refuse_deletion_vectors(path, actions, version=version)
                 files += [(version, add) for add in _added(actions)]
             for removed in _removed(actions):
                 removals.setdefault(removed, []).append(version)
@@ -210,7 +215,7 @@ def read_spec(*, connector: Connector, batch: Batch) -> dict:
             "versions": versions,
             "files": [
                 {
-                    "path": os.path.join(path, _decoded(add["path"])),
+                    "path": resolve(path, add["path"], version=version, action="add"),
                     "version": version,
                     "partition_values": add.get("partitionValues") or {},
                 }
@@ -226,10 +231,11 @@ def read_spec(*, connector: Connector, batch: Batch) -> dict:
     }
 
 
-def _decoded(relative: str) -> str:
-    """A log path (URI-encoded, relative to the table or an absolute file: URI) as a file name."""
-    from urllib.parse import unquote, urlparse
-
-    if "://" in relative or relative.startswith("file:"):
-        return unquote(urlparse(relative).path)
-    return unquote(relative)
+def _refuse_deletion_vectors(path: str, actions: list[dict], *, version: int) -> None:
+    """An added file with a deletion vector holds rows that are deleted: read as plain Parquet
+    they would come back, so the batch fails naming the version."""
+    if any(isinstance(add.get("deletionVector"), dict) for add in _added(actions)):
+        raise ReadError(
+            f"version {version} of the Delta table {path} cannot be read: its add action has a "
+            "deletion vector, which Tidemark cannot read"
+        )

@@ -47,6 +47,8 @@ def discover(connector: Connector) -> int:
             restatements.late_rows_restate(connector)
         if connector.kind == ConnectorKind.DELTA:
             restatements.delta_restate(connector)
+        elif connector.kind == ConnectorKind.HUDI:
+            restatements.hudi_restate(connector)
         elif source_name(connector.kind, connector.config) == "object_store":
             restatements.changed_files_restate(connector)  # objects rewritten under their key
     else:

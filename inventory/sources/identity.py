@@ -2,7 +2,8 @@
 
 Tidemark's own data is not a source (docs/design.md, invariant 10): a meta table or table source may not
 be one of Tidemark's tables (users, tokens, sessions, beat schedules, the inventory), a relation in
-a system schema, a view built on any of those, or a view calling a user-defined function (which
+a system schema, a view built on any of those, or a relation whose read reaches a user-defined
+function (called by a view, or behind an operator, cast, aggregate, domain, policy or index: it
 may read anything). Behind the check, local meta tables are read as the role tidemark_reader
 (`items.fetch_items`), which holds no privilege on Tidemark's tables. `source_table_check` decides it in the database,
 for the relation exactly as the planning and item queries name it: PostgreSQL resolves the quoted
@@ -15,13 +16,13 @@ item ids mean; it does not change under existing jobs without a reset (connector
 
 import os
 from pathlib import Path
-from urllib.parse import urlparse
 
 from django.apps import apps
 from django.db import connection
 
 from inventory.services.confinement import path_confined
 from inventory.services.errors import InvalidInput
+from inventory.services.urls import url_scheme
 
 # config keys whose change re-points a connector's jobs at other data
 IDENTITY_KEYS = ("path", "meta_table", "table", "topic", "dsn_env", "job")
@@ -43,8 +44,14 @@ def tidemark_table_prefixes() -> list[str]:
     return sorted({f"{label}_" for label in labels} | {"django_"})
 
 
-# The relation named by $1 as PostgreSQL resolves it, whether it is Tidemark's own, lies in
-# Tidemark's schema with a Tidemark prefix, or is a view reading (at any depth) one of those.
+# The relation named by %(relation)s as PostgreSQL resolves it, and everything a read of it can
+# reach: its rules (a view's query, at any depth), row security policies, indexes, column types
+# and domains' CHECK constraints, and whatever those name in pg_depend (relations, functions,
+# operators and the functions behind them, casts, aggregates and their support functions). A
+# reached relation that is Tidemark's own, lies in Tidemark's schema with a Tidemark prefix or in
+# a system schema refuses the source, as does any function that is not built in (an extension's
+# only when SECURITY DEFINER): such a function may read anything, and planning runs the source's
+# query as Tidemark's own role.
 _RESOLVE = """
 WITH RECURSIVE target AS (
     SELECT to_regclass(%(relation)s) AS oid
@@ -52,13 +59,28 @@ WITH RECURSIVE target AS (
     SELECT to_regclass(quote_ident(name)) AS oid FROM unnest(%(own)s::text[]) AS name
 ), own_schemas AS (
     SELECT DISTINCT c.relnamespace AS nsp FROM pg_class c JOIN own ON c.oid = own.oid
-), reads(oid) AS (
-    SELECT oid FROM target WHERE oid IS NOT NULL
+), reach(classid, objid) AS (
+    SELECT 'pg_class'::regclass::oid, oid FROM target WHERE oid IS NOT NULL
     UNION
-    SELECT d.refobjid FROM reads
-    JOIN pg_rewrite r ON r.ev_class = reads.oid
-    JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
-                    AND d.refclassid = 'pg_class'::regclass AND d.refobjid <> reads.oid
+    SELECT step.classid, step.objid FROM reach
+    CROSS JOIN LATERAL (
+        SELECT d.refclassid AS classid, d.refobjid AS objid FROM pg_depend d
+        WHERE d.classid = reach.classid AND d.objid = reach.objid AND d.deptype <> 'e'
+        UNION ALL
+        SELECT 'pg_rewrite'::regclass::oid, w.oid FROM pg_rewrite w
+        WHERE reach.classid = 'pg_class'::regclass AND w.ev_class = reach.objid
+        UNION ALL
+        SELECT 'pg_policy'::regclass::oid, p.oid FROM pg_policy p
+        WHERE reach.classid = 'pg_class'::regclass AND p.polrelid = reach.objid
+        UNION ALL
+        SELECT 'pg_class'::regclass::oid, i.indexrelid FROM pg_index i
+        WHERE reach.classid = 'pg_class'::regclass AND i.indrelid = reach.objid
+        UNION ALL
+        SELECT 'pg_constraint'::regclass::oid, c.oid FROM pg_constraint c
+        WHERE reach.classid = 'pg_type'::regclass AND c.contypid = reach.objid
+    ) AS step
+), reads AS (
+    SELECT objid AS oid FROM reach WHERE classid = 'pg_class'::regclass
 )
 SELECT n.nspname, c.relname,
        EXISTS (SELECT 1 FROM reads JOIN own ON own.oid = reads.oid) AS reads_own,
@@ -73,13 +95,14 @@ SELECT n.nspname, c.relname,
            WHERE rn.nspname LIKE 'pg\\_%%' OR rn.nspname = ANY (%(system)s::text[])
        ) AS reads_system,
        (
-           SELECT min(pn.nspname || '.' || p.proname) FROM reads
-           JOIN pg_rewrite r ON r.ev_class = reads.oid
-           JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
-                           AND d.refclassid = 'pg_proc'::regclass
-           JOIN pg_proc p ON p.oid = d.refobjid
+           SELECT min(pn.nspname || '.' || p.proname) FROM reach
+           JOIN pg_proc p ON reach.classid = 'pg_proc'::regclass AND p.oid = reach.objid
            JOIN pg_namespace pn ON pn.oid = p.pronamespace
-           WHERE pn.nspname <> 'pg_catalog'
+           WHERE p.oid >= 16384  -- FirstNormalObjectId: below it, PostgreSQL's own
+             AND (p.prosecdef OR NOT EXISTS (
+                 SELECT 1 FROM pg_depend e
+                 WHERE e.classid = 'pg_proc'::regclass AND e.objid = p.oid AND e.deptype = 'e'
+             ))
        ) AS calls_function
 FROM target JOIN pg_class c ON c.oid = target.oid JOIN pg_namespace n ON n.oid = c.relnamespace
 """
@@ -87,25 +110,13 @@ FROM target JOIN pg_class c ON c.oid = target.oid JOIN pg_namespace n ON n.oid =
 
 def source_table_check(relation: str, *, field: str) -> None:
     """Refuse a relation (as quoted for SQL, e.g. '"public"."events"') that is, or reads, one of
-    Tidemark's own tables or a system catalog. A relation that does not exist passes here; the
-    caller's existence check names it."""
-    verdict = _verdict(connection.settings_dict["NAME"], relation)
+    Tidemark's own tables or a system catalog, or whose read can reach a user-defined function.
+    A relation that does not exist passes here; the caller's existence check names it. Decided
+    on every call (planning, acquire, a batch's items, lag): DDL can change the verdict at any
+    time, so none is remembered."""
+    verdict, _ = _resolve(relation)
     if verdict:
         raise InvalidInput(field, verdict)
-
-
-# (database, relation) pairs found safe: the hot paths (acquire, planning) re-check every call,
-# and only DDL could change a verdict; refusals and missing relations are never remembered
-_SAFE: set[tuple[str, str]] = set()
-
-
-def _verdict(database: str, relation: str) -> str:
-    if (database, relation) in _SAFE:
-        return ""
-    verdict, exists = _resolve(relation)
-    if exists and not verdict:
-        _SAFE.add((database, relation))
-    return verdict
 
 
 def _resolve(relation: str) -> tuple[str, bool]:
@@ -134,8 +145,9 @@ def _resolve(relation: str) -> tuple[str, bool]:
     if calls_function:
         # a function may read anything (Tidemark's tables included) out of the check's sight
         return (
-            f"{schema}.{name} is a view calling the function {calls_function}; a source may be a "
-            "table or a view over tables, not over user-defined functions"
+            f"{schema}.{name} reaches the function {calls_function} (called by a view, or behind "
+            "an operator, cast, aggregate, domain check, row security policy or index it uses); "
+            "a source may be a table or a view over tables, not over user-defined functions"
         ), True
     return "", True
 
@@ -147,7 +159,7 @@ def check_local_directory(path, *, field: str = "config.path") -> None:
     connectors are checked by `sources/object_store.validate` instead."""
     if not isinstance(path, str) or not path.strip():
         raise InvalidInput(field, "must be a directory path")
-    scheme = urlparse(path).scheme
+    scheme = url_scheme(path)
     if scheme == "file":
         raise InvalidInput(field, "file:// URLs are not accepted; give the absolute directory path")
     if scheme:

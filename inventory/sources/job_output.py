@@ -361,7 +361,7 @@ def _output(upstream: Job, row: dict) -> dict | None:
         "location": location,
         "format": sink.get("format", "parquet"),
     }
-    header = (sink.get("options") or {}).get("header")
+    header = _sink_options(sink).get("header")
     if header is not None:
         output["options"] = {"header": str(header).lower()}
     return output
@@ -385,3 +385,14 @@ def _newest_output(upstream: Job) -> dict | None:
         return _output(upstream, newest)
     except InvalidInput:
         return None
+
+
+def _sink_options(sink: dict) -> dict[str, str]:
+    """A files sink's writer options as its writer took them (names in any case); none when the
+    sink's options are refused (its batches failed: no output of it is read)."""
+    from workers.spark.options import OptionError, normalized_writer_options
+
+    try:
+        return normalized_writer_options(sink.get("format", "parquet"), sink.get("options"))
+    except OptionError:
+        return {}

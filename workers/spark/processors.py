@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from workers.spark.sql_guard import SqlRefused, check_query
+from workers.spark.sql_plan import check_plan
 
 
 @dataclass(frozen=True)
@@ -179,17 +180,18 @@ SQL_INPUTS = ("batch",)
 
 
 def _validate_sql(params: dict) -> None:
-    _checked_query(params)
+    query_to_run(params)
 
 
-def _checked_query(params: dict) -> str:
-    """params["query"], refused unless it is one query over the batch (workers/spark/sql_guard)."""
+def query_to_run(params: dict) -> str:
+    """The text to run for params["query"]: the checked query written out again by the guard
+    (workers/spark/sql_guard), never the user's text; refused unless it is one query over the
+    batch."""
     query = _string_param(params, "query")
     try:
-        check_query(query, inputs=SQL_INPUTS)
+        return check_query(query, inputs=SQL_INPUTS)
     except SqlRefused as exc:
         raise ProcessorError(f"param 'query' {exc}", param="query") from None
-    return query
 
 
 # temp views are per session and a worker may run batches from several threads
@@ -203,8 +205,13 @@ def sql(df: DataFrame, ctx: ProcessorContext) -> DataFrame:
     The query may use the named parameters :batch_id, :lower and :upper.
     """
     # checked again here: a job stored before the check existed may hold any text
-    query = _checked_query(ctx.params)
+    query = query_to_run(ctx.params)
     spark = df.sparkSession
+    try:
+        # and as Spark's own parser reads the text it is about to run (workers/spark/sql_plan)
+        check_plan(spark, query, inputs=SQL_INPUTS)
+    except SqlRefused as exc:
+        raise ProcessorError(f"param 'query' {exc}", param="query") from None
     values = {"batch_id": ctx.batch_id, "lower": ctx.lower, "upper": ctx.upper}
     # bind only the markers the query uses: a query without any stays an unparameterized one,
     # where `:` keeps its other meanings (e.g. variant paths)

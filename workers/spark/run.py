@@ -35,12 +35,14 @@ from workers.spark.errors import (
 )
 from workers.spark.fence import publish_from_spec
 from workers.spark.input_profile import InputProfile, parquet_footer_rows
+from workers.spark.options import OptionError, normalized_reader_options
 from workers.spark.processors import (
     ProcessorContext,
     ProcessorError,
     UnknownProcessor,
     get_processor,
     load_processor_modules,
+    validate_params,
 )
 from workers.spark.sinks import check_sink, write_sink
 from workers.spark.sources.files import FORMATS, add_lineage, read_items
@@ -55,6 +57,9 @@ def run_batch(spark: SparkSession, spec: dict) -> dict:
     params = spec.get("params") or {}
     try:
         processor = _processor(spec["processor"])
+        # the params as checked when the job was saved, checked again before anything is read
+        # (a job stored before a rule, or around the API: a refused or oversized SQL query)
+        validate_params(spec["processor"], params)
         check_sink(spec["sink"])
     except (ProcessorError, SinkError) as exc:
         raise _batch_error("config", exc) from exc
@@ -205,6 +210,11 @@ def _check_spec(spec) -> None:
     for name in ("params", "read_options"):
         if spec.get(name) is not None and not isinstance(spec[name], dict):
             raise invalid(name, "must be an object")
+    try:
+        # before Spark: a key that would reach Hadoop's or Spark's configuration never runs
+        normalized_reader_options(spec["format"], spec.get("read_options"))
+    except OptionError as exc:
+        raise invalid("read_options", f"refuses {exc}") from None
     if not isinstance(spec.get("sink"), dict):
         raise invalid("sink", "must be an object with a 'kind'")
     column = spec.get("watermark_column") or (spec.get("params") or {}).get("watermark_column")

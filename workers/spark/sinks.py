@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from workers.spark.delta_sink import check_delta, write_delta
 from workers.spark.errors import SinkError, spark_error_summary
 from workers.spark.fence import Publish, static_publish
+from workers.spark.options import OptionError, normalized_writer_options
 from workers.spark.pgsink import check_postgres, write_postgres
 from workers.spark.sink_files import local_path, sink_files
 
@@ -125,9 +126,12 @@ def _file_settings(sink: dict) -> tuple[str, str, list[str], dict]:
             f"sink 'partition_by' may not name {BATCH_COLUMN!r}: the sink's own "
             f"'{BATCH_COLUMN}=<id>' directories hold each batch"
         )
-    options = sink.get("options") or {}
-    if not isinstance(options, dict):
-        raise SinkError("sink 'options' must be an object of Spark writer options")
+    try:
+        options = normalized_writer_options(fmt, sink.get("options"))
+    except OptionError as exc:
+        error = SinkError(f"sink 'options': {exc}")
+        error.field = f"options.{exc.key}" if exc.key else "options"
+        raise error from None
     return path.rstrip("/"), fmt, partition_by, options
 
 

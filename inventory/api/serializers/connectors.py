@@ -9,7 +9,7 @@ from inventory.models import Asset, Connector, ConnectorKind
 from inventory.sources import registry as source_kinds
 
 WEIGHT_UNIT_HELP = (
-    "what one unit of weight is: `bytes` (files, object stores, Delta, job outputs), `rows` (a "
+    "what one unit of weight is: `bytes` (files, object stores, Delta, Hudi, job outputs), `rows` (a "
     "table read in slices), `messages` (Kafka), or empty (a meta table's own weight column)"
 )
 

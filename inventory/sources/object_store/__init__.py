@@ -28,12 +28,12 @@ restates it in every job that committed it, once per change.
 import json
 import logging
 import time
-from urllib.parse import urlparse
 
 from django.db import connection, transaction
 
 from inventory.models import Asset, Batch, Connector
 from inventory.services import assets
+from inventory.services.urls import url_parse, url_scheme
 from inventory.sources import files, files_known
 from inventory.sources.config import check_known_keys
 from inventory.sources.object_store.access import (
@@ -77,7 +77,7 @@ def validate(config: dict) -> dict:
     """The config checked, and the bucket reached with it (InvalidInput naming `config.<key>`)."""
     check_known_keys(config, KEYS, kind="files (object store)")
     path = config.get("path")
-    scheme = urlparse(path).scheme if isinstance(path, str) else ""
+    scheme = url_parse(path, field="config.path").scheme if isinstance(path, str) else ""
     check_keys(config, scheme)
     files.check_completion_config(config)
     if scheme in S3_SCHEMES:
@@ -93,7 +93,7 @@ def validate(config: dict) -> dict:
 def discover(connector: Connector) -> int:
     """One look at the prefix: register the complete objects not registered yet."""
     config = connector.config or {}
-    scheme = urlparse(config["path"]).scheme
+    scheme = url_scheme(config["path"])
     if scheme in S3_SCHEMES and config.get("listing", "start_after") == "start_after":
         return _discover_after_cursor(connector, config)
     return _discover_full(connector, config, scheme)

@@ -2,11 +2,11 @@
 variable names only), the s3fs/fsspec filesystem for a config, the config's own keys checked, and the probe a connector save runs."""
 
 import os
-from urllib.parse import urlparse
 
 from inventory.services import endpoints
 from inventory.services.errors import InvalidInput
 from inventory.services.secrets import credential_value
+from inventory.services.urls import url_parse
 
 # a bucket that does not answer fails the connector's save in seconds, not minutes
 _CONNECT = {"connect_timeout": 5, "read_timeout": 20, "retries": {"max_attempts": 2}}
@@ -51,7 +51,10 @@ def check_keys(config: dict, scheme: str) -> None:
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise InvalidInput(f"config.{key}", "must be a non-empty string")
     endpoint = config.get("endpoint_url")
-    if endpoint is not None and urlparse(endpoint).scheme not in ("http", "https"):
+    if endpoint is not None and url_parse(endpoint, field="config.endpoint_url").scheme not in (
+        "http",
+        "https",
+    ):
         raise InvalidInput("config.endpoint_url", "must be an http:// or https:// URL")
     listing = config.get("listing", "start_after" if scheme in S3_SCHEMES else "full")
     if listing not in LISTINGS:
@@ -80,7 +83,7 @@ def check_keys(config: dict, scheme: str) -> None:
 
 def s3_location(path: str) -> tuple[str, str]:
     """(bucket, key prefix) of an `s3://bucket/prefix` URL; a prefix ends with `/` unless empty."""
-    parsed = urlparse(path)
+    parsed = url_parse(path, field="config.path")
     prefix = parsed.path.lstrip("/")
     if prefix and not prefix.endswith("/"):
         prefix += "/"

@@ -7,7 +7,8 @@ spec["source"] = {
     "partition_columns": [...],
 }
 
-The control plane chose the files (inventory/sources/delta.py); Spark's executors read
+The control plane chose the files (inventory/sources/delta.py), each confined to the table's
+directory (workers/spark/delta_log.py), and is checked again here; Spark's executors read
 them as Parquet, one read per partition, the partition values added as typed columns. A file that
 is gone was vacuumed: the batch fails naming its version, never skips it.
 """
@@ -19,7 +20,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from workers.spark.delta_log import confined
 from workers.spark.errors import ReadError
+from workers.spark.sources.files import literal_path
 
 # Delta's primitive type names as Spark SQL types (decimal(p,s) is spelled alike)
 _TYPES = {"long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint"}
@@ -39,6 +42,10 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
     )
     files = source.get("files") or []
     for file in files:
+        # confined first: whether a file outside the table exists is never told
+        file["path"] = confined(
+            source["path"], _absolute(file["path"]), version=file["version"], action="add"
+        )
         if not os.path.exists(file["path"]):
             raise ReadError(
                 f"version {file['version']} of the Delta table {source['path']} cannot be read: "
@@ -53,7 +60,8 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
     for file in files:
         values = file.get("partition_values") or {}
         key = tuple((name, values.get(name)) for name in partition_columns)
-        groups.setdefault(key, []).append(file["path"])
+        # a file name is never a pattern: Spark globs `*`, `?`, `[...]`, `{...}` in a path
+        groups.setdefault(key, []).append(literal_path(file["path"]))
     frames = [
         _with_partitions(
             spark.read.schema(schema).parquet(*paths), dict(key), columns, partition_columns
@@ -61,6 +69,10 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
         for key, paths in groups.items()
     ]
     return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def _absolute(path) -> str | None:
+    return path if isinstance(path, str) and path.startswith("/") and "\x00" not in path else None
 
 
 def _with_partitions(df: DataFrame, values: dict, columns, partition_columns) -> DataFrame:

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from workers.spark.errors import ReadError, spark_error_summary
+from workers.spark.options import OptionError, normalized_reader_options
 
 FORMATS = ("parquet", "json", "csv")
 DEFAULT_OPTIONS: dict[str, dict[str, str]] = {
@@ -34,7 +35,8 @@ def read_items(
 ) -> DataFrame:
     """The rows of all `locations` in format `fmt` (parquet, json = JSON lines, csv).
 
-    `options` are Spark reader options (e.g. {"header": "false", "sep": ";"}), `schema` a DDL
+    `options` are Spark reader options (e.g. {"header": "false", "sep": ";"}; only the format's
+    allowlisted names, workers/spark/options.py), `schema` a DDL
     string ("id INT, name STRING"). With `lineage` = {"batch_id", "job", "processed_at"} the rows
     get `_tm_batch_id`, `_tm_job`, `_tm_processed_at` and `_tm_source_file`.
     Spark reads lazily: the caller forces evaluation (run_batch counts the rows) so that a
@@ -49,11 +51,11 @@ def read_items(
     ):
         raise ReadError("items must be a non-empty list of file locations")
     merged = _reader_options(fmt, options)
-    if fmt == "csv" and schema is None and "enforceschema" not in map(str.lower, merged):
+    if fmt == "csv" and schema is None and "enforceSchema" not in merged:
         # the columns come from the header: every file's header must name the same columns in
         # the same order, else Spark reads a file by position under another file's names
         merged["enforceSchema"] = "false"
-    if fmt == "parquet" and schema is None and "mergeschema" not in map(str.lower, merged):
+    if fmt == "parquet" and schema is None and "mergeSchema" not in merged:
         if _parquet_columns_differ(locations):
             # schema drift (a file gained or lost a column): Spark takes one footer's schema
             # unless asked to merge, and would drop the other files' extra columns silently
@@ -169,13 +171,9 @@ def _parquet_columns_differ(locations: list[str]) -> bool:
 
 
 def _reader_options(fmt: str, options: dict | None) -> dict[str, str]:
-    if options is None:
-        options = {}
-    if not isinstance(options, dict):
-        raise ReadError("read_options must be an object of Spark reader options")
-    merged = dict(DEFAULT_OPTIONS[fmt])
-    for key, value in options.items():
-        if not isinstance(key, str) or not isinstance(value, (str, int, float, bool)):
-            raise ReadError(f"read option {key!r} must be a string, number or boolean")
-        merged[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
-    return merged
+    """The format's defaults under the job's options, as the one allowlist passes them on."""
+    try:
+        given = normalized_reader_options(fmt, options)
+    except OptionError as exc:
+        raise ReadError(f"read_options: {exc}") from None
+    return {**DEFAULT_OPTIONS[fmt], **given}

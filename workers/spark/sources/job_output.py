@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from workers.spark.errors import ReadError
+from workers.spark.options import OptionError, normalized_reader_options
 from workers.spark.sources.files import literal_path
 
 FORMATS = ("parquet", "json", "csv", "orc")
@@ -36,12 +37,25 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
     # one read per format and options: Spark lists and plans the directories together
     groups: dict[tuple, list[str]] = {}
     for output in outputs:
-        key = (output["format"], tuple(sorted((output.get("options") or {}).items())))
+        key = (
+            output["format"],
+            tuple(sorted(_options(output, upstream=source.get("job")).items())),
+        )
         # an upstream sink's path may hold glob characters: read its directory, not a pattern
         groups.setdefault(key, []).append(literal_path(output["location"]))
     for (fmt, options), locations in groups.items():
         frames.append(spark.read.format(fmt).options(**dict(options)).load(locations))
     return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+
+
+def _options(output: dict, *, upstream) -> dict[str, str]:
+    """The reader options of an upstream output (its sink's CSV header): the one allowlist."""
+    try:
+        return normalized_reader_options(output["format"], output.get("options"))
+    except OptionError as exc:
+        raise ReadError(
+            f"commit {output.get('commit_seq')} of job {upstream}: read options {exc}"
+        ) from None
 
 
 def _check(spark: SparkSession, output, *, upstream) -> None:
@@ -69,7 +83,7 @@ def _empty(spark: SparkSession, schema_from) -> DataFrame:
         try:
             reader = spark.read.format(schema_from["format"])
             schema = (
-                reader.options(**(schema_from.get("options") or {}))
+                reader.options(**_options(schema_from, upstream=None))
                 .load(literal_path(schema_from["location"]))
                 .schema
             )

@@ -24,6 +24,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from workers.spark import python_sources
 from workers.spark.errors import ReadError
+from workers.spark.options import OptionError, normalized_reader_options
 from workers.spark.sources.files import FORMATS, read_items
 from workers.spark.sources.object_store_source import (
     SOURCE_FILE,
@@ -63,7 +64,10 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
         if spec.get("lineage"):
             df = df.select("*", F.col("_metadata.file_path").alias(SOURCE_FILE))
         return df
-    options = spec.get("read_options") or {}
+    try:
+        options = normalized_reader_options(fmt, spec.get("read_options"))
+    except OptionError as exc:
+        raise ReadError(f"read_options: {exc}") from None
     _check_options(fmt, options)
     secrets = credentials(source)
     settings = {key: source[key] for key in _PLAN_KEYS if source.get(key)}
