@@ -56,7 +56,8 @@ soak: $(VENV)/.installed /usr/bin/faketime
 # the README's screenshots: the browser tests, saving their pages under docs/screenshots/
 screenshots: $(VENV)/.installed /usr/bin/chromium
 	TIDEMARK_SCREENSHOTS=docs/screenshots $(VENV)/bin/pytest tests/test_dashboard_flows.py tests/test_dashboard_editing.py \
-		tests/test_dashboard_looks.py
+		tests/test_dashboard_looks.py \
+		tests/test_dashboard_delete_browser.py
 
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py

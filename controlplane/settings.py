@@ -328,7 +328,7 @@ for _root in TIDEMARK_ALLOWED_ROOTS:
     if not Path(_root).is_absolute() or _root == "/":
         raise ConfigError(f"TIDEMARK_ALLOWED_ROOTS: {_root!r} must be an absolute directory, not /")
 # The embedded PostgreSQL's and Redis's folders (in the data folder, the default root): never a
-# files source, sink or asset, whatever TIDEMARK_ALLOWED_ROOTS says (DESIGN.md, invariant 10).
+# files source, sink or asset, whatever TIDEMARK_ALLOWED_ROOTS says (docs/design.md, invariant 10).
 TIDEMARK_OWN_DIRECTORIES = [str(path.resolve()) for path in embedded.own_directories(DATA_DIR)]
 # A directory walk (discovery of a local directory) stops with an error past these.
 TIDEMARK_WALK_MAX_DEPTH = env_int("TIDEMARK_WALK_MAX_DEPTH", 32, minimum=1)

@@ -1,10 +1,8 @@
-"""Reads of backfills: their progress, the shared throttle's budgets, a scheduling form's estimate
-of duration and its weight histogram.
+"""Reads of backfills: their progress and ETA, the shared throttle's budgets and a scheduling form's
+weight histogram (durations come from services/estimates.py).
 
 The API, the dashboard and the admin read through these; nothing here writes.
 """
-
-from datetime import timedelta
 
 from django.db.models import (
     Count,
@@ -19,10 +17,10 @@ from inventory.models import (
     COMMITTED_STATUSES,
     Backfill,
     BackfillThrottle,
-    Batch,
     BatchStatus,
     Job,
 )
+from inventory.services import estimates
 from inventory.templatetags.human import compact
 
 
@@ -63,39 +61,17 @@ def backfill_throttles() -> list[dict]:
 
 def backfill_throttle_for(*, job: Job) -> int | None:
     """The tightest weight-per-minute budget a backfill of `job` draws from, if any."""
-    budgets = BackfillThrottle.objects.filter(
-        Q(connector__isnull=True) | Q(connector_id=job.connector_id)
-    ).values_list("weight_per_minute", flat=True)
-    return min(budgets, default=None)
+    return estimates.throttle_for(connector_id=job.connector_id)
 
 
-RECENT_BATCHES = 20  # the job's last succeeded batches a backfill's duration is estimated from
-
-
-def backfill_duration_estimate(
-    *, job: Job, plan, concurrency: int, throttle: int | None
-) -> timedelta | None:
-    """How long a backfill of `plan` should take: waves of `concurrency` batches, each as long as
-    the job's recent batches took (median), and no faster than the shared throttle admits. None
-    when the job has no finished batch to judge by and no throttle."""
-    recent = (
-        Batch.objects.filter(
-            job=job, status=BatchStatus.SUCCEEDED, started_at__isnull=False
-        )  # batch_job_succeeded_idx
-        .order_by("-finished_at")
-        .values_list("started_at", "finished_at")[:RECENT_BATCHES]
-    )
-    took = sorted((finished - started).total_seconds() for started, finished in recent)
-    estimates = []
-    if took:
-        waves = -(-len(plan) // max(concurrency, 1))
-        estimates.append(waves * took[len(took) // 2])
-    if throttle:
-        # the first minute's budget is spent at once; each further one waits for the next minute
-        estimates.append(60 * (sum(p.weight for p in plan) // throttle))
-    if not estimates:
-        return None
-    return timedelta(seconds=max(estimates))
+def with_etas(backfills):
+    """`backfills` (annotated with their progress), each given `.eta`: the time its batches left
+    should take, by the one estimate of services/estimates.py (None when it cannot be judged)."""
+    backfills = list(backfills)
+    etas = estimates.backfill_etas(backfills)
+    for backfill in backfills:
+        backfill.eta = etas[backfill.pk]
+    return backfills
 
 
 def weight_histogram(plan, *, budget: int, buckets: int = 10, unit: str = "") -> list[dict]:

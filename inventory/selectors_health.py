@@ -61,12 +61,6 @@ class JobRates:
         last_hour = self.items[-1] + self.items[-2] * (1 - min(max(self.elapsed, 0.0), 1.0))
         return last_hour / 3600
 
-    @property
-    def weight_per_second(self) -> float:
-        """Weight committed per second over the last day's busy hours (for estimates)."""
-        busy = [w for w in self.weight if w]
-        return sum(busy) / (3600 * len(busy)) if busy else 0.0
-
 
 def last_batches(job_ids: list[int]) -> dict[int, LastBatch]:
     """Job id -> its newest batch (index batch_job_recent_idx, one probe per job)."""

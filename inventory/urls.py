@@ -6,6 +6,7 @@ from inventory.views import (
     backfills,
     batches,
     connectors,
+    deleting,
     edit,
     graph,
     jobs,
@@ -21,6 +22,7 @@ urlpatterns = [
     path("new/connector/", edit.connector_new, name="connector-new"),
     path("jobs/<slug:name>/", jobs.job_detail, name="job"),
     path("jobs/<slug:name>/edit/", edit.job_edit, name="job-edit"),
+    path("jobs/<slug:name>/delete/", deleting.job_delete, name="job-delete"),
     path("jobs/<slug:name>/batches/", jobs.job_batches_partial, name="job-batches"),
     path("jobs/<slug:name>/run/", jobs.job_run_now, name="job-run"),
     path("jobs/<slug:name>/gaps/", jobs.job_gaps, name="job-gaps"),
@@ -34,6 +36,7 @@ urlpatterns = [
     path("graph/", graph.pipeline_graph, name="graph"),
     path("connectors/", connectors.connectors, name="connectors"),
     path("connectors/<slug:name>/edit/", edit.connector_edit, name="connector-edit"),
+    path("connectors/<slug:name>/delete/", deleting.connector_delete, name="connector-delete"),
     path(
         "connectors/<slug:name>/<str:action>/", connectors.connector_action, name="connector-action"
     ),

@@ -123,17 +123,27 @@ def test_a_dry_run_needs_the_role_of_the_call_and_a_true_or_false(role_users, ad
 
 def test_a_write_without_a_dry_run_refuses_the_parameter_instead_of_doing_it(admin):
     connector, job = make_inventory()
-    gone = admin.delete(f"/api/v1/jobs/{job.name}/?dry_run=true")
-    assert gone.status_code == 400, gone.content
-    assert "no dry run" in gone.json()["dry_run"][0]
-    assert Job.objects.filter(pk=job.pk).exists()
     paused = admin.post(f"/api/v1/jobs/{job.name}/pause/?dry_run=true")
     assert paused.status_code == 400
+    assert "no dry run" in paused.json()["dry_run"][0]
     job.refresh_from_db()
     assert not job.paused
     holes = admin.post(f"/api/v1/jobs/{job.name}/gaps/backfill/?dry_run=true", {}, format="json")
     assert holes.status_code == 400 and "dry_run" in holes.json()
-    assert admin.delete(f"/api/v1/connectors/{connector.name}/?dry_run=1").status_code == 400
+
+
+def test_a_deletes_dry_run_checks_it_and_deletes_nothing(admin):
+    """`tidemark plan --prune` asks the server whether each deletion would go through."""
+    connector, job = make_inventory()
+    gone = admin.delete(f"/api/v1/jobs/{job.name}/?dry_run=true")
+    assert gone.status_code == 204, gone.content
+    assert Job.objects.filter(pk=job.pk).exists()
+    # the connector still has its job: the dry run is refused as the delete would be
+    refused = admin.delete(f"/api/v1/connectors/{connector.name}/?dry_run=1")
+    assert refused.status_code == 409
+    assert f"used by job(s) {job.name}" in refused.json()["detail"]
     assert Connector.objects.filter(pk=connector.pk).exists()
+    assert admin.delete(f"/api/v1/jobs/{job.name}/?dry_run=maybe").status_code == 400
+    assert Job.objects.filter(pk=job.pk).exists()
     # an anonymous caller is told to authenticate first, whatever it asks
     assert APIClient().delete(f"/api/v1/jobs/{job.name}/?dry_run=true").status_code == 401

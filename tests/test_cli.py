@@ -201,6 +201,7 @@ def test_apply_creates_the_example_pipeline_and_a_second_apply_changes_nothing(
         "change": 0,
         "reset": 0,
         "unchanged": 2,
+        "delete": 0,
     }
 
     # `tidemark jobs` shows the job; a run goes through a real worker, which finds the

@@ -52,8 +52,10 @@ def test_a_job_compares_only_what_the_file_declares_and_refuses_fixed_fields():
     assert same.action == "unchanged"
     moved = pipelines.job_change({"name": "j", "connector": "d", "params": {"x": 2}}, server)
     assert moved.fixed == ["connector"] and moved.patch == {"params": {"x": 2}}
-    with pytest.raises(UsageError, match="connector cannot change after creation"):
+    assert "tidemark jobs delete j" in moved.fields[0].note
+    with pytest.raises(UsageError, match="connector cannot change after creation") as refused:
         pipelines._refuse([moved], allow_reset=True)
+    assert "delete it with tidemark jobs delete j and apply again" in str(refused.value)
 
 
 def test_connectors_come_before_their_jobs_and_upstream_jobs_before_job_output_connectors():

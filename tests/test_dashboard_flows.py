@@ -1,7 +1,7 @@
 """The dashboard's answers and actions in a real browser (Debian's Chromium through Playwright)
 against gunicorn with DEBUG off and a real Celery worker running PySpark. Each page visited is
 saved as a screenshot: under var/screenshots/ by default, so a test run leaves the tree as it was;
-`make screenshots` saves them under docs/screenshots/ (the README shows those)."""
+`make screenshots` saves them under docs/screenshots/ (docs/dashboard.md shows those)."""
 
 import os
 import re

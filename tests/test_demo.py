@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,18 @@ def demo(tmp_path_factory):
         running.clean_up()
 
 
+FOREIGN = "my-orders-copy"
+FOREIGN_JOB = f"""version: 1
+jobs:
+  - name: {FOREIGN}
+    connector: demo-orders
+    processor: passthrough
+    sink: {{kind: files, path: ../var/mine/orders, format: parquet}}
+    batch_weight: 1000000
+    paused: true
+"""
+
+
 def _tidemark(config_home: Path, *args, input: str | None = None) -> str:
     done = subprocess.run(
         [str(TIDEMARK), *map(str, args)],
@@ -193,6 +206,11 @@ def test_slow_tidemark_on_the_running_demo_logs_in_applies_runs_and_previews(dem
     assert re.search(r"^FIRST_ITEM\s+LAST_ITEM\s+ITEM_COUNT\s+WEIGHT$", preview, re.M)
     assert re.search(r"^\d+\s+\d+\s+2\s+\d+(\.\d)? kB$", preview, re.M), preview
 
+    # a user's own job on the demo's connector: the next `make demo` must say what to do
+    mine = demo.base / "examples" / "mine.yaml"
+    mine.write_text(FOREIGN_JOB)
+    assert f"created job {FOREIGN}" in run("apply", "-f", mine)
+
 
 def test_slow_the_demo_processes_the_first_files_then_only_the_new_ones_and_stops_on_ctrl_c(demo):
     demo.interrupt()
@@ -220,8 +238,12 @@ def test_slow_the_demo_processes_the_first_files_then_only_the_new_ones_and_stop
     assert "only the new files were processed: yes" in out
     second_round = out.split("5. new files", 1)[1].split("6. history then live", 1)[0]
     assert second_round.count("succeeded attempt 1") == 2
-    assert "orders-2026-03-01" not in second_round.split("arrived", 1)[1].split("\n", 1)[1]
-    assert re.search(r"demo-orders-hourly\s+watermark -> 2026-03-04T23:57:36\+00:00", out)
+    arrived = second_round.split("arrived", 1)[1].split("\n", 1)[0]
+    assert len(set(re.findall(r"orders-[\d-]+h\.parquet", arrived))) == 2, arrived
+    # the events are dated relative to now: the watermark is minutes behind, not months
+    mark = re.findall(r"demo-orders-hourly\s+watermark -> (\S+)", out)[-1]
+    behind = datetime.now(UTC) - datetime.fromisoformat(mark)
+    assert timedelta(0) < behind < timedelta(minutes=30), mark
     # history then live: the table's history, then the topic from the synced offsets, each once
     assert "demo-orders-history is completed; released demo-orders-live" in out
     assert "every order exactly once across the switch: yes" in out
@@ -231,3 +253,33 @@ def test_slow_the_demo_processes_the_first_files_then_only_the_new_ones_and_stop
     assert (demo.data / "demo" / "sinks" / "orders_hourly").is_dir()
     renamed = re.search(r"(\d+) renamed by the new files, (\d+) of them still with", out)
     assert renamed and int(renamed.group(1)) > 0 and renamed.group(1) == renamed.group(2)
+
+
+def test_slow_a_second_demo_under_a_users_job_on_its_connector_says_what_to_do_in_one_line(demo):
+    """After the user added a job on a demo connector (the first test), `make demo` again neither
+    crashes with a traceback nor deletes the user's job: it names the job and the command."""
+    if demo.proc.poll() is None:
+        demo.interrupt()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("DATABASE_URL", "REDIS_URL", "CELERY_QUEUE", "SPARK_MASTER")
+        and not key.startswith(("TIDEMARK_", "TM_"))
+    }
+    env.update(TIDEMARK_DATA_DIR=str(demo.data), TIDEMARK_DEV="1", TIDEMARK_DEMO_ONCE="1")
+    again = subprocess.run(
+        [sys.executable, "manage.py", "demo", "--port", "0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = again.stdout + again.stderr
+    assert again.returncode == 1, out
+    assert "Traceback" not in out
+    refusal = [line for line in out.splitlines() if FOREIGN in line]
+    assert len(refusal) == 1, out
+    assert f"job {FOREIGN} use(s) the demo's pipeline" in refusal[0]
+    assert f"tidemark jobs delete {FOREIGN}" in refusal[0]
+    assert "username admin" not in out  # refused before it changed anything

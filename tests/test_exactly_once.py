@@ -1,4 +1,4 @@
-"""Exactly once across retry, replay and backfill (issue 8, DESIGN.md invariants 5, 7, 8).
+"""Exactly once across retry, replay and backfill (issue 8, docs/design.md invariants 5, 7, 8).
 
 Batches run in this process through the real lifecycle (acquire, batch_spec, run_batch on the
 session's SparkSession, succeed), so every publish goes through the real fence in PostgreSQL.

@@ -1,6 +1,6 @@
 """The batch lifecycle: out-of-order commits, dead batches, operator retry and skip, fencing, reaping.
 
-Invariants 1, 3 and 8 of DESIGN.md: the watermark is the contiguous committed prefix, a failed or
+Invariants 1, 3 and 8 of docs/design.md: the watermark is the contiguous committed prefix, a failed or
 dead batch never moves it, and only the current attempt with a live lease may commit.
 """
 

@@ -1,6 +1,6 @@
 """The planner against a reference model, on random weights, budgets, caps and id gaps.
 
-The reference is the greedy rule of DESIGN.md in plain Python: take items in id order while the
+The reference is the greedy rule of docs/design.md in plain Python: take items in id order while the
 summed weight stays within the budget (always at least one item) and the count within the cap.
 Every example writes its items inside a savepoint that is rolled back, on one connection.
 """

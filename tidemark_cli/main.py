@@ -6,6 +6,7 @@ import getpass
 import os
 import sys
 
+from tidemark_cli import deleting
 from tidemark_cli import resources as r
 from tidemark_cli.api import Api, error_line
 from tidemark_cli.config import (
@@ -94,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     items.add_argument("--limit", type=_at_least_one, default=50)
     for verb in ("pause", "resume", "discover"):
         sub.add(verb, r.connector_action(verb), f"{verb} a connector").add_argument("name")
+    deleting.add_arguments(
+        sub.add("delete", deleting.connector_delete, "delete a connector no job reads (admin)")
+    )
 
     # jobs
     g, sub = top.group("jobs", "jobs", aliases=["job"], default=r.jobs_list)
@@ -104,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add("run", r.job_run, "plan the job's new items now").add_argument("name")
     for verb in ("pause", "resume"):
         sub.add(verb, r.job_action(verb), f"{verb} a job").add_argument("name")
+    deleting.add_arguments(
+        sub.add("delete", deleting.job_delete, "delete a job, its batches and history (admin)")
+    )
     watch = sub.add("watch", r.job_watch, "follow a job's progress until interrupted")
     watch.add_argument("name")
     watch.add_argument("--interval", type=_seconds, default=2.0, help="seconds between looks")
@@ -167,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = top.add("plan", pipelines.cmd_plan, "what `apply` would create, change or leave")
     plan.add_argument("-f", "--file", required=True, help="the pipelines file (YAML)")
+    _prune(plan)
     apply = top.add("apply", pipelines.cmd_apply, "create and change what the file declares")
     apply.add_argument("-f", "--file", required=True, help="the pipelines file (YAML)")
     apply.add_argument(
@@ -175,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="reset connectors whose source identity changes (their jobs start over)",
     )
     apply.add_argument("--reason", default="tidemark apply", help="recorded with a reset")
+    _prune(apply)
 
     # processors
     from tidemark_cli import processors
@@ -192,6 +201,15 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="show Spark's own log (errors only without)"
     )
     return parser
+
+
+def _prune(p) -> None:
+    p.add_argument(
+        "--prune",
+        metavar="LABEL",
+        help="also delete the connectors labelled LABEL that the file does not declare, and the "
+        "jobs it does not declare that read them or its connectors",
+    )
 
 
 def _batch_filters(p) -> None:

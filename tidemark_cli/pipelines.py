@@ -5,15 +5,18 @@ What a file declares is compared with the server, field by field: a connector's 
 `labels` and `start_after`, a job's fields given in the file (a field left out keeps the server's
 value; new objects get the server's defaults; config keys the server derives itself, listed in its
 `config_derived`, count as given). Objects on the server that the file does not name
-are left alone. A change of a connector's source identity (IDENTITY_KEYS) while jobs read from it
+are left alone, unless `--prune LABEL` says which of them are the file's (tidemark_cli/prune.py):
+those it no longer declares are deleted. A change of a connector's source identity (IDENTITY_KEYS) while jobs read from it
 is a reset: every job of the connector starts over, so `apply` does it only with `--allow-reset`.
-A job's connector, watermark_type and start_position never change: delete and recreate the job.
+A job's connector, watermark_type and start_position never change: delete the job (`tidemark jobs
+delete`) and apply again.
 """
 
 import json
 from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
 
+from tidemark_cli import prune as pruning
 from tidemark_cli.api import quote
 from tidemark_cli.config import UsageError
 from tidemark_cli.output import emit_json
@@ -41,7 +44,7 @@ class FieldChange:
 class Change:
     kind: str  # connector | job
     name: str
-    action: str  # create | change | reset | unchanged
+    action: str  # create | change | reset | unchanged | delete
     declared: dict
     fields: list[FieldChange] = field(default_factory=list)
     patch: dict = field(default_factory=dict)
@@ -149,7 +152,10 @@ def job_change(declared: dict, server: dict | None) -> Change:
         if key in FIXED_JOB_FIELDS:
             change.fixed.append(key)
             for f in found:
-                f.note = "fixed after creation: delete and recreate the job to change it"
+                f.note = (
+                    f"fixed after creation: delete the job (tidemark jobs delete {name}) "
+                    "and apply again to change it"
+                )
         else:
             change.patch[key] = value
     if change.fields:
@@ -161,13 +167,18 @@ def _created(declared: dict) -> list[FieldChange]:
     return [FieldChange(k, None, v) for k, v in declared.items() if k != "name"]
 
 
-def make_plan(api, pipelines: Pipelines) -> list[Change]:
+def make_plan(api, pipelines: Pipelines, *, prune: str | None = None) -> list[Change]:
+    """What applying `pipelines` changes; with `prune`, the deletions of the objects labelled
+    `prune` (and their jobs) that the file no longer declares come last."""
     changes = [
         connector_change(c, api.get_or_none(f"connectors/{quote(c['name'])}/"))
         for c in pipelines.connectors
     ]
     changes += [job_change(j, api.get_or_none(f"jobs/{quote(j['name'])}/")) for j in pipelines.jobs]
-    return _in_order(changes)
+    changes = _in_order(changes)
+    if prune is not None:
+        changes += pruning.deletions(api, pipelines, prune, Change)
+    return changes
 
 
 def _in_order(changes: list[Change]) -> list[Change]:
@@ -203,7 +214,11 @@ def check_plan(api, changes: list[Change], *, reason: str) -> None:
             change.not_checked = missing
         return
     created = {(c.kind, c.name) for c in changes if c.action == "create"}
+    deleted = {(c.kind, c.name) for c in changes if c.action == "delete"}
     for change in to_check:
+        if change.action == "delete" and _deleted_after_others(change, deleted):
+            change.not_checked = "checked when applied, after what depends on it is deleted"
+            continue
         first = next((n for n in _needs(change, changes) if n in created), None)
         if first is not None:
             change.not_checked = f"checked when applied, after {first[0]} {first[1]} is created"
@@ -236,6 +251,12 @@ def _no_dry_runs(api) -> str:
     return "not checked: this server has no dry runs (an older release)"
 
 
+def _deleted_after_others(change: Change, deleted: set) -> bool:
+    """A deletion that waits for others of the plan (a connector's jobs): its dry run alone
+    would be refused for them."""
+    return change.kind == "connector" and any(("job", j) in deleted for j in change.jobs)
+
+
 def _needs(change: Change, changes: list[Change]) -> list[tuple[str, str]]:
     """What must exist before `change` is made: a job's connector, a job_output connector's
     upstream job, and the connectors a connector's start_after names (by name or label)."""
@@ -259,7 +280,7 @@ def _needs(change: Change, changes: list[Change]) -> list[tuple[str, str]]:
 
 
 def summary(changes: list[Change]) -> dict:
-    counts = {"create": 0, "change": 0, "reset": 0, "unchanged": 0}
+    counts = {"create": 0, "change": 0, "reset": 0, "unchanged": 0, "delete": 0}
     for change in changes:
         counts[change.action] += 1
     return counts
@@ -267,7 +288,7 @@ def summary(changes: list[Change]) -> dict:
 
 # ---- plan ---------------------------------------------------------------------------------------
 
-SIGNS = {"create": "+", "change": "~", "reset": "!", "unchanged": "="}
+SIGNS = {"create": "+", "change": "~", "reset": "!", "unchanged": "=", "delete": "-"}
 
 
 def print_plan(changes: list[Change]) -> None:
@@ -277,6 +298,7 @@ def print_plan(changes: list[Change]) -> None:
             "change": "change",
             "reset": "change that needs a reset",
             "unchanged": "no change",
+            "delete": _deletion_title(change),
         }[change.action]
         if change.fixed:
             title = "change refused (fields fixed after creation)"
@@ -298,10 +320,19 @@ def print_plan(changes: list[Change]) -> None:
     print(
         f"\nPlan: {counts['create']} to create, {counts['change']} to change, "
         f"{counts['reset']} to reset, {counts['unchanged']} unchanged"
+        + (f", {counts['delete']} to delete" if counts["delete"] else "")
         + (f"; {refused} refused by the server." if refused else ".")
     )
     if counts["reset"]:
         print("A reset makes every job of the connector start over: apply it with --allow-reset.")
+
+
+def _deletion_title(change: Change) -> str:
+    if change.kind == "job":
+        return (
+            "delete (not in the file): its batches and watermark history go, its sink's data stays"
+        )
+    return "delete (not in the file): its registered items go"
 
 
 def _value(value) -> str:
@@ -309,7 +340,7 @@ def _value(value) -> str:
 
 
 def cmd_plan(api, out, args) -> int:
-    changes = make_plan(api, load(args.file))
+    changes = make_plan(api, load(args.file), prune=args.prune)
     check_plan(api, changes, reason=PLAN_REASON)
     if out.json:
         emit_json({"changes": [c.as_dict() for c in changes], "summary": summary(changes)})
@@ -341,6 +372,7 @@ def cmd_apply(api, out, args) -> int:
         allow_reset=args.allow_reset,
         reason=args.reason,
         echo=None if out.json else _print_now,
+        prune=args.prune,
     )
     if out.json:
         emit_json({"applied": done, "summary": counts})
@@ -353,12 +385,12 @@ def _print_now(line: str) -> None:
     print(line, flush=True)
 
 
-def apply(api, pipelines: Pipelines, *, allow_reset: bool, reason: str, echo=None):
+def apply(api, pipelines: Pipelines, *, allow_reset: bool, reason: str, echo=None, prune=None):
     """Make the server match `pipelines`: the plan, refused whole if it needs a reset not
     allowed or changes a fixed field, then one write per change in dependency order. `echo` gets
     each change's line as it is made. Returns what was applied and the plan's counts. `tidemark
     apply` and `make demo` both apply files through this function."""
-    changes = make_plan(api, pipelines)
+    changes = make_plan(api, pipelines, prune=prune)
     _refuse(changes, allow_reset=allow_reset)
     check_plan(api, changes, reason=reason)
     for change in changes:
@@ -383,7 +415,8 @@ def applied_line(pipelines: Pipelines, done: list[dict], counts: dict) -> str:
         )
     return (
         f"Applied: {counts['create']} created, {counts['change']} changed, "
-        f"{counts['reset']} reset, {counts['unchanged']} unchanged."
+        f"{counts['reset']} reset, {counts['unchanged']} unchanged"
+        + (f", {counts['delete']} deleted." if counts["delete"] else ".")
     )
 
 
@@ -392,7 +425,8 @@ def _refuse(changes: list[Change], *, allow_reset: bool) -> None:
         if change.fixed:
             raise UsageError(
                 f"{change.kind} {change.name}: {', '.join(change.fixed)} cannot change after "
-                "creation (delete and recreate it, or restore the file's value); nothing applied"
+                f"creation (delete it with tidemark {change.kind}s delete {change.name} and "
+                "apply again, or restore the file's value); nothing applied"
             )
     resets = [c for c in changes if c.resets]
     if resets and not allow_reset:
@@ -425,6 +459,9 @@ def _send(api, change: Change, *, reason: str, dry_run: bool = False) -> str:
     def patch(path, body):
         return api.call("PATCH", path, body, params=params)
 
+    if change.action == "delete":
+        api.call("DELETE", pruning.delete_path(change), params=params)
+        return pruning.deleted_line(change)
     declared = change.declared
     if change.kind == "connector":
         path = f"connectors/{quote(change.name)}/"

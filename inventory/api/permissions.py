@@ -47,7 +47,8 @@ class DryRunWhereOffered(BasePermission):
             {
                 "dry_run": [
                     "this call has no dry run (it would be done for real); it is offered "
-                    "on creating and changing connectors and jobs and on a connector reset"
+                    "on creating, changing and deleting connectors and jobs and on a "
+                    "connector reset"
                 ]
             }
         )

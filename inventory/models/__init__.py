@@ -2,7 +2,7 @@
 per resource; every model and status list is importable from here (`from inventory.models import
 Batch`).
 
-The database holds the invariants (DESIGN.md): named unique and check constraints, and an exclusion
+The database holds the invariants (docs/design.md): named unique and check constraints, and an exclusion
 constraint so that no two live batches of one job's lane cover the same item id.
 """
 

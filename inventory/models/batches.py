@@ -229,7 +229,7 @@ class Batch(models.Model):
                 name="batch_replaced_by_idx",
                 condition=Q(replaced_by__isnull=False),
             ),
-            # "succeeded batches of job J, newest first" (selectors_backfills.backfill_duration_estimate;
+            # "succeeded batches of job J, newest first" (services/estimates.batch_seconds;
             # the last-day rates read JobHourlyRates now)
             models.Index(
                 fields=["job", "finished_at"],

@@ -1,4 +1,4 @@
-"""What a batch may reach, checked again just before it runs (DESIGN.md, invariant 11).
+"""What a batch may reach, checked again just before it runs (docs/design.md, invariant 11).
 
 A config is checked when it is saved; this module checks what a batch's spec names once more in
 the worker, right before the Spark side reads its inputs and writes its sink, against the

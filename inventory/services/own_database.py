@@ -1,4 +1,4 @@
-"""Tidemark's own database, recognised whatever the route to it (DESIGN.md, invariant 10).
+"""Tidemark's own database, recognised whatever the route to it (docs/design.md, invariant 10).
 
 One rule for sources and sinks: a connection reaches Tidemark's database when it lands on the same
 running server (its start time, `pg_postmaster_start_time()`, or PostgreSQL's `system_identifier`

@@ -1,6 +1,6 @@
 """What a connector may read, and what makes up its source identity.
 
-Tidemark's own data is not a source (DESIGN.md, invariant 10): a meta table or table source may not
+Tidemark's own data is not a source (docs/design.md, invariant 10): a meta table or table source may not
 be one of Tidemark's tables (users, tokens, sessions, beat schedules, the inventory), a relation in
 a system schema, a view built on any of those, or a relation whose read reaches a user-defined
 function (called by a view, or behind an operator, cast, aggregate, domain, policy or index: it

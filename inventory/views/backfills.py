@@ -1,19 +1,18 @@
 """The backfills' page: scheduling one (and its live preview), pausing, resuming, cancelling."""
 
-from datetime import timedelta
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from inventory import selectors_backfills, selectors_health
+from inventory import selectors_backfills
 from inventory.actions import role_of, run
 from inventory.forms import BackfillForm, ThrottleForm
 from inventory.models import Backfill, BackfillStatus
 from inventory.roles import VIEWER, actor_name
 from inventory.services import backfills as backfill_services
+from inventory.services import estimates
 from inventory.services.errors import PlanChanged, TidemarkError
 from inventory.templatetags.human import weight as human_weight
 from inventory.views.base import (
@@ -66,13 +65,10 @@ def backfills(request):
 
 
 def _backfills_context() -> dict:
-    rows = list(selectors_backfills.backfills_with_progress().order_by("-id")[:100])
-    rates = selectors_health.jobs_rates(job_ids=sorted({row.job_id for row in rows}))
+    rows = selectors_backfills.with_etas(
+        selectors_backfills.backfills_with_progress().order_by("-id")[:100]
+    )
     for row in rows:
-        rate = rates.get(row.job_id)
-        left = row.weight_total - row.weight_done
-        per_second = rate.weight_per_second if rate else 0
-        row.eta = timedelta(seconds=round(left / per_second)) if left and per_second > 0 else None
         row.weight_pct = 100 * row.weight_done / row.weight_total if row.weight_total else 100
         row.batches_pct = 100 * row.batches_done / row.batches_total if row.batches_total else 100
     return {
@@ -111,8 +107,8 @@ def backfill_preview(request):
         budget = form.cleaned_data.get("batch_weight") or job.batch_weight
         total_weight = sum(p.weight for p in plan)
         throttle = selectors_backfills.backfill_throttle_for(job=job)
-        duration = selectors_backfills.backfill_duration_estimate(
-            job=job, plan=plan, concurrency=form.cleaned_data["max_concurrency"], throttle=throttle
+        duration = estimates.plan_duration(
+            job=job, plan=plan, concurrency=form.cleaned_data["max_concurrency"]
         )
         context.update(
             total_weight=total_weight,

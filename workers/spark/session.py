@@ -29,7 +29,7 @@ DEFAULT_CONF: dict[str, str] = {
     # several batches share a worker's session (workers/spark/slots.py): each slot's pool gets a
     # fair share of the executors instead of waiting behind the batch that submitted first
     "spark.scheduler.mode": "FAIR",
-    # a corrupt input must fail its batch, never be skipped silently (DESIGN.md invariant 9)
+    # a corrupt input must fail its batch, never be skipped silently (docs/design.md invariant 9)
     "spark.sql.files.ignoreCorruptFiles": "false",
     "spark.sql.files.ignoreMissingFiles": "false",
 }

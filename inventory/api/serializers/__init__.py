@@ -10,6 +10,7 @@ in configs, results and errors alike.
 from inventory.api.serializers.backfills import (
     BackfillCreateSerializer,
     BackfillPlanSerializer,
+    BackfillPreviewRequestSerializer,
     BackfillPreviewSerializer,
     BackfillProgressSerializer,
     BackfillRequestedSerializer,
@@ -80,6 +81,7 @@ __all__ = [
     "BIGINT",
     "BackfillCreateSerializer",
     "BackfillPlanSerializer",
+    "BackfillPreviewRequestSerializer",
     "BackfillPreviewSerializer",
     "BackfillProgressSerializer",
     "BackfillRequestedSerializer",

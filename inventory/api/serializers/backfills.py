@@ -3,6 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from inventory import selectors_backfills
 from inventory.api.serializers.connectors import WEIGHT_UNIT_HELP
 from inventory.api.serializers.fields import BIGINT, INT, SMALLINT
 from inventory.api.serializers.strict import Input
@@ -18,6 +19,12 @@ class BackfillProgressSerializer(serializers.Serializer):
     weight_total = serializers.IntegerField()
     weight_done = serializers.IntegerField()
     percent = serializers.FloatField(help_text="weight done / weight total, 0-100")
+    eta_seconds = serializers.FloatField(
+        allow_null=True,
+        help_text="how long the batches left should take, by the same estimate as the preview's "
+        "estimated_seconds (0 when none is left; null when the job has no succeeded batch to "
+        "judge by and no throttle applies)",
+    )
 
 
 class BackfillSerializer(serializers.ModelSerializer):
@@ -57,7 +64,18 @@ class BackfillSerializer(serializers.ModelSerializer):
             "weight_total": total,
             "weight_done": backfill.weight_done,
             "percent": round(100.0 * backfill.weight_done / total, 2) if total else 100.0,
+            "eta_seconds": _seconds(_eta(backfill)),
         }
+
+
+def _eta(backfill):
+    if not hasattr(backfill, "eta"):  # one backfill; a page has them set at once (with_etas)
+        selectors_backfills.with_etas([backfill])
+    return backfill.eta
+
+
+def _seconds(duration) -> float | None:
+    return None if duration is None else duration.total_seconds()
 
 
 @extend_schema_field({"oneOf": [{"type": "string", "format": "date-time"}, {"type": "integer"}]})
@@ -114,6 +132,14 @@ class BackfillPlanSerializer(Input):
         return attrs
 
 
+class BackfillPreviewRequestSerializer(BackfillPlanSerializer):
+    """A plan to preview, and how many of its batches would run at once (for its duration)."""
+
+    max_concurrency = serializers.IntegerField(
+        min_value=1, max_value=SMALLINT, default=1, help_text="for the estimated duration"
+    )
+
+
 class BackfillCreateSerializer(BackfillPlanSerializer):
     max_concurrency = serializers.IntegerField(min_value=1, max_value=SMALLINT, default=1)
     priority = serializers.IntegerField(
@@ -162,5 +188,11 @@ class BackfillPreviewSerializer(serializers.Serializer):
     weight_unit = serializers.CharField(help_text=WEIGHT_UNIT_HELP)
     fingerprint = serializers.CharField(
         help_text="names this exact plan: give it when creating the backfill to run exactly it"
+    )
+    estimated_seconds = serializers.FloatField(
+        allow_null=True,
+        help_text="how long the plan should take at max_concurrency: waves of batches, each as "
+        "long as the job's recent succeeded batches took (median), no faster than the shared "
+        "throttle; null when there is neither a batch to judge by nor a throttle",
     )
     batches = PlannedBatchSerializer(many=True)

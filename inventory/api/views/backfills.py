@@ -13,6 +13,7 @@ from inventory.api.paging import NewestFirst
 from inventory.api.views.base import IdViewSet, no_body, validated, with_errors
 from inventory.roles import actor_name
 from inventory.services import backfills as backfill_services
+from inventory.services import estimates
 
 
 @extend_schema_view(
@@ -34,6 +35,11 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
     def get_queryset(self):
         return selectors_backfills.backfills_with_progress()
 
+    def paginate_queryset(self, queryset):
+        page = super().paginate_queryset(queryset)
+        # the page's ETAs in two statements, not one lookup per backfill
+        return None if page is None else selectors_backfills.with_etas(page)
+
     @extend_schema(
         summary="Schedule a backfill of a closed item-id or time range (operator)",
         description="Give range_start/range_end (item ids) or time_start/time_end, not both. "
@@ -54,12 +60,13 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
         summary="The batches a backfill would run, without creating anything",
         description="Ids or a time range, as for creating one; the answer shows the id range "
         "a time range resolved to. 409 when the job has no items in an id range.",
-        request=s.BackfillPlanSerializer,
+        request=s.BackfillPreviewRequestSerializer,
         responses=with_errors({200: s.BackfillPreviewSerializer}, 400, 409),
     )
     @action(detail=False, methods=["post"], filter_backends=[], pagination_class=None)
     def preview(self, request):
-        data = validated(s.BackfillPlanSerializer, request)
+        data = validated(s.BackfillPreviewRequestSerializer, request)
+        concurrency = data.pop("max_concurrency")
         given = {k: data.pop(k) for k in backfill_services.RANGE_FIELDS if k in data}
         span = backfill_services.backfill_range(job=data["job"], **given)
         plan = run(
@@ -70,6 +77,8 @@ class BackfillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, IdViewSe
             range_end=span.range_end,
         )
         preview = backfill_services.plan_summary(job=data["job"], span=span, plan=plan)
+        took = estimates.plan_duration(job=data["job"], plan=plan, concurrency=concurrency)
+        preview["estimated_seconds"] = None if took is None else took.total_seconds()
         return Response(s.BackfillPreviewSerializer(preview).data)
 
     def _set_status(self, request, key: str) -> Response:

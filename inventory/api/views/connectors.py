@@ -38,7 +38,7 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
     noun = "connector"
     action_roles = api_roles("connectors")  # inventory/actions.py
     # ?dry_run=true (views/base.kept_unless; any other write refuses it: permissions.py)
-    dry_run_actions = ("create", "partial_update", "reset")
+    dry_run_actions = ("create", "partial_update", "destroy", "reset")
 
     @extend_schema(
         summary="Create a connector (admin)",
@@ -100,10 +100,12 @@ class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedVi
 
     @extend_schema(
         summary="Delete a connector and its assets (admin; refused while jobs use it)",
+        parameters=[DRY_RUN],
         responses=with_errors({204: None}, 404, 409),
     )
     def destroy(self, request, name=None):
-        run("connector.delete", request.user, connector=self.get_object())
+        with kept_unless(dry_run_asked(request)):
+            run("connector.delete", request.user, connector=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(

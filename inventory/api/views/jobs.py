@@ -47,7 +47,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     noun = "job"
     action_roles = api_roles("jobs")  # inventory/actions.py
     # ?dry_run=true (views/base.kept_unless; any other write refuses it: permissions.py)
-    dry_run_actions = ("create", "partial_update")
+    dry_run_actions = ("create", "partial_update", "destroy")
 
     @extend_schema(summary="List jobs, each with its state and lag", responses=s.JobListSerializer)
     def list(self, request):
@@ -102,10 +102,12 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
 
     @extend_schema(
         summary="Delete a job with its batches and history (admin; refused while one runs)",
+        parameters=[DRY_RUN],
         responses=with_errors({204: None}, 404, 409),
     )
     def destroy(self, request, name=None):
-        run("job.delete", request.user, job=self.get_object())
+        with kept_unless(dry_run_asked(request)):
+            run("job.delete", request.user, job=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(

@@ -26,7 +26,15 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from controlplane.env import env_bool
-from inventory.models import Asset, Batch, BatchStatus, Connector, Job, Watermark
+from inventory.models import (
+    Asset,
+    Batch,
+    BatchStatus,
+    Connector,
+    ConnectorKind,
+    Job,
+    Watermark,
+)
 from inventory.services import dispatch, lifecycle
 from inventory.services.connectors import connector_delete
 from inventory.services.jobs import job_delete
@@ -41,7 +49,7 @@ from tidemark_client import TidemarkError
 from . import _demo_history as history_then_live
 from ._demo_children import DemoChildren
 from ._demo_history import sink_cursor
-from ._demo_orders import write_orders
+from ._demo_orders import day_one, write_orders
 
 CONNECTOR = "demo-orders"
 HOURLY_JOB = "demo-orders-hourly"
@@ -52,6 +60,36 @@ SINK_DSN_ENV = history_then_live.SINK_DSN_ENV
 SINK_DB = "tidemark_demo_sinks"
 # the demo's pipelines files, applied in order (docs/pipelines.md)
 PIPELINES = Path(settings.BASE_DIR) / "examples" / "demo"
+# what the demo creates afresh on every run; anything else is the user's and is left alone
+DEMO_CONNECTORS = (CONNECTOR, history_then_live.HISTORY, history_then_live.LIVE)
+DEMO_JOBS = (HOURLY_JOB, CUSTOMERS_JOB, history_then_live.HISTORY_JOB, history_then_live.LIVE_JOB)
+
+
+def foreign_dependents() -> list[str]:
+    """The user's objects that depend on the demo's (a job reading a demo connector, a
+    job_output connector reading a demo job's commits): the demo cannot start its own afresh
+    under them, and never deletes what it did not create."""
+    jobs = Job.objects.filter(connector__name__in=DEMO_CONNECTORS).exclude(name__in=DEMO_JOBS)
+    readers = Connector.objects.filter(
+        kind=ConnectorKind.JOB_OUTPUT, config__job__in=DEMO_JOBS
+    ).exclude(name__in=DEMO_CONNECTORS)
+    return [f"job {name}" for name in jobs.order_by("name").values_list("name", flat=True)] + [
+        f"connector {name}" for name in readers.order_by("name").values_list("name", flat=True)
+    ]
+
+
+def refuse_foreign_dependents() -> None:
+    """One line saying what to do, before the demo changes anything (CommandError: no traceback)."""
+    found = foreign_dependents()
+    if found:
+        commands = "; ".join(
+            f"tidemark {kind}s delete {name}"
+            for kind, name in (item.split(" ", 1) for item in found)
+        )
+        raise CommandError(
+            f"{', '.join(found)} use(s) the demo's pipeline, which make demo creates afresh; "
+            f"delete them first ({commands}, or on the dashboard), then run make demo again"
+        )
 
 
 def _sink_database() -> str:
@@ -111,6 +149,7 @@ class Command(DemoChildren, BaseCommand):
         self.began = time.monotonic()
         self._say("1. database", "migrating the embedded PostgreSQL (or DATABASE_URL)")
         call_command("migrate", verbosity=0)
+        refuse_foreign_dependents()  # before the demo changes anything
         if not settings.STATIC_FROM_SOURCE:
             call_command("collectstatic", interactive=False, verbosity=0)
         password = self._admin_user()
@@ -126,7 +165,8 @@ class Command(DemoChildren, BaseCommand):
         self._start_children(port, names=("web",))
         self._web_ready(port, password)
         self.api = self._api_login(port, password)
-        files = write_orders(self.landing, first_day=1, days=3)
+        self.day_one = day_one()  # the events end at the minute the demo started
+        files = write_orders(self.landing, first_day=1, days=3, start=self.day_one)
         self._say("3. sample data", f"{len(files)} Parquet files of order events in {self.landing}")
         connector, hourly, customers = self._pipeline()
         history = None
@@ -142,7 +182,9 @@ class Command(DemoChildren, BaseCommand):
         # batches before the new files: beat's periodic discovery may register and plan them
         # before this walkthrough looks, and the round lists them all the same
         known = set(Batch.objects.filter(job__in=[hourly, customers]).values_list("pk", flat=True))
-        new_files = write_orders(self.landing, first_day=4, days=1, renames=True)
+        new_files = write_orders(
+            self.landing, first_day=4, days=1, start=self.day_one, renames=True
+        )
         self._say(
             "5. new files",
             f"{len(new_files)} more files arrived (their customer fields are partial: a new "
@@ -175,7 +217,8 @@ class Command(DemoChildren, BaseCommand):
         return password
 
     def _reset(self, root: Path) -> None:
-        """Start from a clean slate: the demo's own jobs, connector, files and sink table."""
+        """Start from a clean slate: the demo's own jobs, connector, files and sink table (the
+        user's objects are left alone: one that depends on the demo's stopped it after migrate)."""
         for job in Job.objects.filter(name__in=[HOURLY_JOB, CUSTOMERS_JOB]):
             lifecycle.batches_cancel(Batch.objects.filter(job=job), statuses=(BatchStatus.RUNNING,))
             job_delete(job=job)
