@@ -166,7 +166,7 @@ class JobRow:
     state: str = ""
     blocker: BatchRef | None = None
     time_lag: timedelta | None = None
-    # /metrics' rows only (Health.rows): the open batches' counts in OPEN_BY_KIND's order (None
+    # /metrics' rows only (Health.rows): the open batches' counts in OPEN_BY_KIND's order (empty
     # where the job has no open batch)
     open_by_kind: tuple = ()
     # the page's rows only (see rows_detail)
@@ -191,8 +191,8 @@ STATES = (
     "current",
 )
 
-# (kind, status) of the open-batch counts that health_all returns for each job, in its column
-# order (dashboard.sql: open_by_kind)
+# (kind, status) of the open-batch counts that health_all returns for each job, in its array's
+# order (dashboard.sql: job_health's open_batches)
 OPEN_BY_KIND = tuple(
     (kind, status)
     for kind in ("incremental", "backfill")
@@ -324,7 +324,7 @@ class Health:
             row = _job_row(values[:22])
             if values[22] is not None:
                 row.blocker = BatchRef(values[22], "dead")
-            row.open_by_kind = values[23:]
+            row.open_by_kind = values[23] or ()
             rows.append(row)
         return rows
 
