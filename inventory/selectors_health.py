@@ -216,6 +216,7 @@ class Health:
         self,
         *,
         query: str = "",
+        connector: str = "",
         state: str = "",
         limit: int = 0,
         offset: int = 0,
@@ -226,6 +227,7 @@ class Health:
         self._params = None
         self._window = {
             "q": _needle(query),
+            "connector": connector,
             "state": state,
             "limit": limit,
             "offset": offset,
@@ -270,7 +272,8 @@ class Health:
 
     def counts(self, query: str | None = None) -> tuple[dict[str, int], dict[str, int]]:
         """(jobs by state, jobs by state whose job or connector name contains `query`, the
-        window's when None), in STATES order, states without jobs left out."""
+        window's when None, and of the window's connector), in STATES order, states without jobs
+        left out."""
         window = {} if query is None else {"q": _needle(query)}
         found = {state: (n, m) for state, n, m, _, _ in self._read(**window)["count"]}
         everyone = {s: found[s][0] for s in STATES if s in found}
@@ -282,10 +285,13 @@ class Health:
         rows = self._read()["count"]
         return sum(row[3] for row in rows), sum(row[4] for row in rows)
 
-    def page(self, *, query: str = "", state: str = "", limit: int, offset: int) -> list[JobRow]:
-        """The jobs whose job or connector name contains `query`, of `state` (any when empty),
-        those that need a person first (STATES order), then by name: [offset, offset + limit)."""
-        window = {"q": _needle(query), "state": state, "offset": offset}
+    def page(
+        self, *, query: str = "", connector: str = "", state: str = "", limit: int, offset: int
+    ) -> list[JobRow]:
+        """The jobs whose job or connector name contains `query`, of the connector named
+        `connector` and of `state` (any when empty), those that need a person first (STATES
+        order), then by name: [offset, offset + limit)."""
+        window = {"q": _needle(query), "connector": connector, "state": state, "offset": offset}
         if self._found is None or self._window["limit"] < limit:
             window["limit"] = limit
         return self._read(**window)["page"][:limit]

@@ -104,10 +104,11 @@ WHERE tidemark_lag_outside(c.kind, c.config);
 
 -- name: health_read
 -- One read of `health` for a page (the overview, /api/v1/alerts/): its counts and its slices.
---   rows ('count', state, jobs, of them matching %(q)s, of them with dead batches, of them late):
+--   rows ('count', state, jobs, of them matching %(q)s and %(connector)s, of them with dead batches, of them late):
 --     the overview's state filter and totals, and the sizes of the job alerts' kinds;
---   rows ('page', ...job row): the jobs whose job or connector name contains %(q)s and whose
---     state is %(state)s (any when ''), those that need a person first, then by name:
+--   rows ('page', ...job row): the jobs whose job or connector name contains %(q)s, of the
+--     connector named %(connector)s (any when ''), and whose state is %(state)s (any when ''),
+--     those that need a person first, then by name:
 --     [%(offset)s, + %(limit)s);
 --   rows ('dead', ...) and ('late', ...): the alerts' slice [%(alert_offset)s, + %(alert_limit)s)
 --     (NULL: all) of the jobs with dead batches, then (after %(reaper)s, 1 when the reaper's alert
@@ -117,7 +118,8 @@ WHERE tidemark_lag_outside(c.kind, c.config);
     -- read four times below, so computed once (PostgreSQL materializes a WITH query read more
     -- than once)
     SELECT h.*, (%(q)s = '' OR strpos(lower(h.name), %(q)s) > 0
-                 OR strpos(lower(h.connector_name), %(q)s) > 0) AS matches
+                 OR strpos(lower(h.connector_name), %(q)s) > 0)
+                AND (%(connector)s = '' OR h.connector_name = %(connector)s) AS matches
     FROM health AS h
 ),
 counted AS (
