@@ -55,6 +55,15 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return number
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """One of `choices` (compared lower-case), the default when unset."""
+    value = env_str(name, default)
+    lowered = value.strip().lower()
+    if lowered not in choices:
+        raise ConfigError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    return lowered
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     READ_NAMES.update((name, f"{name}_FILE"))
     value = os.environ.get(name)

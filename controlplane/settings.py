@@ -6,7 +6,15 @@ from pathlib import Path
 import dj_database_url
 
 from controlplane import embedded
-from controlplane.env import READ_NAMES, ConfigError, env_bool, env_int, env_list, env_str
+from controlplane.env import (
+    READ_NAMES,
+    ConfigError,
+    env_bool,
+    env_choice,
+    env_int,
+    env_list,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -258,6 +266,11 @@ SPECTACULAR_SETTINGS = {
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 # a process serves the same exposition for this many seconds (0: render on every scrape)
 METRICS_CACHE_SECONDS = env_int("TIDEMARK_METRICS_CACHE_SECONDS", 5, minimum=0)
+# which per-job series /metrics writes: `lean` (the default: lag items and seconds, the last
+# watermark move, failed and dead batches per job; the rest by state and kind) or `full` (also
+# every per-job family of before: open batches by kind and status, attempts, watermark position,
+# lag weight, blocked)
+METRICS_PER_JOB = env_choice("TIDEMARK_METRICS_PER_JOB", "lean", ("lean", "full"))
 
 # --- Celery ------------------------------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL

@@ -103,10 +103,11 @@ def job_batch_counts(*, job: Job) -> dict[str, int]:
 
 
 def connectors_with_rows(connectors: QuerySet[Connector]) -> QuerySet[Connector]:
-    """Connectors with what their dashboard row shows: job names and the last state change
-    (`last_events`, at most one), in two queries whatever the number of connectors."""
-    return connectors.prefetch_related(
-        Prefetch("jobs", queryset=Job.objects.only("name", "connector_id").order_by("name")),
+    """Connectors with what their dashboard row shows: how many jobs read each (`job_count`; the
+    jobs themselves are the overview's, filtered by connector and paged) and the last state
+    change (`last_events`, at most one), in two queries whatever the number of connectors and
+    jobs."""
+    return connectors.annotate(job_count=Count("jobs")).prefetch_related(
         Prefetch(
             "events", queryset=ConnectorEvent.objects.order_by("-id")[:1], to_attr="last_events"
         ),

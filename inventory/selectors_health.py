@@ -160,7 +160,7 @@ class JobRow:
     state: str = ""
     blocker: BatchRef | None = None
     time_lag: timedelta | None = None
-    # /metrics' rows only (Health.rows): the open batches' counts in OPEN_BY_KIND's order (None
+    # /metrics' rows only (Health.rows): the open batches' counts in OPEN_BY_KIND's order (empty
     # where the job has no open batch)
     open_by_kind: tuple = ()
     # the page's rows only (see rows_detail)
@@ -185,8 +185,8 @@ STATES = (
     "current",
 )
 
-# (kind, status) of the open-batch counts that health_all returns for each job, in its column
-# order (dashboard.sql: open_by_kind)
+# (kind, status) of the open-batch counts that health_all returns for each job, in its array's
+# order (dashboard.sql: job_health's open_batches)
 OPEN_BY_KIND = tuple(
     (kind, status)
     for kind in ("incremental", "backfill")
@@ -210,6 +210,7 @@ class Health:
         self,
         *,
         query: str = "",
+        connector: str = "",
         state: str = "",
         limit: int = 0,
         offset: int = 0,
@@ -220,6 +221,7 @@ class Health:
         self._params = None
         self._window = {
             "q": _needle(query),
+            "connector": connector,
             "state": state,
             "limit": limit,
             "offset": offset,
@@ -264,7 +266,8 @@ class Health:
 
     def counts(self, query: str | None = None) -> tuple[dict[str, int], dict[str, int]]:
         """(jobs by state, jobs by state whose job or connector name contains `query`, the
-        window's when None), in STATES order, states without jobs left out."""
+        window's when None, and of the window's connector), in STATES order, states without jobs
+        left out."""
         window = {} if query is None else {"q": _needle(query)}
         found = {state: (n, m) for state, n, m, _, _ in self._read(**window)["count"]}
         everyone = {s: found[s][0] for s in STATES if s in found}
@@ -276,10 +279,13 @@ class Health:
         rows = self._read()["count"]
         return sum(row[3] for row in rows), sum(row[4] for row in rows)
 
-    def page(self, *, query: str = "", state: str = "", limit: int, offset: int) -> list[JobRow]:
-        """The jobs whose job or connector name contains `query`, of `state` (any when empty),
-        those that need a person first (STATES order), then by name: [offset, offset + limit)."""
-        window = {"q": _needle(query), "state": state, "offset": offset}
+    def page(
+        self, *, query: str = "", connector: str = "", state: str = "", limit: int, offset: int
+    ) -> list[JobRow]:
+        """The jobs whose job or connector name contains `query`, of the connector named
+        `connector` and of `state` (any when empty), those that need a person first (STATES
+        order), then by name: [offset, offset + limit)."""
+        window = {"q": _needle(query), "connector": connector, "state": state, "offset": offset}
         if self._found is None or self._window["limit"] < limit:
             window["limit"] = limit
         return self._read(**window)["page"][:limit]
@@ -318,7 +324,7 @@ class Health:
             row = _job_row(values[:22])
             if values[22] is not None:
                 row.blocker = BatchRef(values[22], "dead")
-            row.open_by_kind = values[23:]
+            row.open_by_kind = values[23] or ()
             rows.append(row)
         return rows
 

@@ -62,3 +62,15 @@ def execute_refused_before_spark(batch):
 
     execution.batch_execute(batch_id=batch.pk, executor_for=executor_for, worker="w:1")
     return Batch.objects.get(pk=batch.pk)
+
+
+def many_jobs(connector, n: int, *, prefix: str = "bulk") -> list:
+    """`n` jobs of `connector` with their watermarks at the start, in two statements (the rows
+    job_create writes): for the tests that need hundreds of jobs, not their history."""
+    from inventory.models import Job, Watermark
+
+    jobs = Job.objects.bulk_create(
+        [Job(connector=connector, name=f"{prefix}-{i:04d}", batch_weight=100) for i in range(n)]
+    )
+    Watermark.objects.bulk_create([Watermark(job=job, type="int", position=0) for job in jobs])
+    return jobs

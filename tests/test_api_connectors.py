@@ -134,7 +134,9 @@ def test_it_lists_and_reads_connectors_by_name(role_users):
     listing = api.get("/api/v1/connectors/", {"state": "active"}).json()
     assert [c["name"] for c in listing["results"]] == [connector.name]
     detail = api.get(f"/api/v1/connectors/{connector.name}/").json()
-    assert detail["jobs"] == [job.name]
+    assert detail["job_count"] == 1
+    assert detail["jobs_url"].endswith(f"/api/v1/jobs/?connector__name={connector.name}")
+    assert [j["name"] for j in api.get(detail["jobs_url"]).json()["results"]] == [job.name]
     assert api.get("/api/v1/connectors/nope/").status_code == 404
     assert "nope" in api.get("/api/v1/connectors/nope/").json()["detail"]
 

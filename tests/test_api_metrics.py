@@ -21,16 +21,56 @@ def _samples(text: str) -> dict:
     }
 
 
-@override_settings(METRICS_TOKEN="scrape-me")
-def test_metrics_report_batches_watermark_lag_and_attempts(client):
+def _families(text: str) -> dict:
+    """family name -> its samples as (name, labels dict, value)."""
+    return {
+        family.name: [(x.name, x.labels, x.value) for x in family.samples]
+        for family in text_string_to_metric_families(text)
+    }
+
+
+def _lag_batches_and_attempts():
     _, job = make_inventory(weights=[40] * 6)
     done = batches.batch_acquire(job=job, worker="w")
     batches.batch_succeed(batch_id=done.pk, attempt=done.attempt)
     batches.batch_acquire(job=job, worker="w")
+    return job, done
 
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_by_default_metrics_report_per_job_only_lag_commits_and_stuck_batches(client):
+    """The default contract (docs/api.md, docs/upgrading.md): per job only the lag, the last
+    watermark move and failed/dead batches; open batches and attempts summed by kind, status
+    and outcome, jobs counted by state, no `job` label anywhere else."""
+    from inventory.api.metrics import FULL_ONLY_FAMILIES, PER_JOB_FAMILIES
+
+    job, _ = _lag_batches_and_attempts()
     response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me")
     assert response.status_code == 200
     samples = _samples(response.content.decode())
+    name = (("job", job.name),)
+    assert samples[("tidemark_lag_items", name)] == 4
+    assert ("tidemark_watermark_updated_timestamp_seconds", name) in samples
+    running = (("kind", "incremental"), ("status", "running"))
+    assert samples[("tidemark_batches", running)] == 1
+    assert samples[("tidemark_batch_attempts_started_total", ())] == 2
+    assert samples[("tidemark_batch_attempts_finished_total", (("outcome", "succeeded"),))] == 1
+    assert samples[("tidemark_jobs", (("state", "catching_up"),))] == 1
+    assert samples[("tidemark_jobs", (("state", "blocked"),))] == 0
+    # the families of before that `full` brings back are not written
+    for gone in FULL_ONLY_FAMILIES:
+        assert not [key for key in samples if key[0] == gone]
+    families = _families(response.content.decode())
+    with_job = {f for f, rows in families.items() if any("job" in labels for _, labels, _ in rows)}
+    assert with_job and with_job <= set(PER_JOB_FAMILIES)
+
+
+@override_settings(METRICS_TOKEN="scrape-me", METRICS_PER_JOB="full")
+def test_with_the_full_setting_metrics_report_every_per_job_family(client):
+    job, done = _lag_batches_and_attempts()
+    samples = _samples(
+        client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+    )
     name = (("job", job.name),)
     assert samples[("tidemark_watermark_position", name)] == done.span.upper
     assert samples[("tidemark_lag_items", name)] == 4
@@ -41,6 +81,97 @@ def test_metrics_report_batches_watermark_lag_and_attempts(client):
     assert samples[("tidemark_batch_attempts_started_total", name)] == 2
     succeeded = (("job", job.name), ("outcome", "succeeded"))
     assert samples[("tidemark_batch_attempts_finished_total", succeeded)] == 1
+    assert samples[("tidemark_jobs", (("state", "catching_up"),))] == 1
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_a_job_s_failed_and_dead_batches_are_its_own_series_where_it_has_any(client):
+    from inventory.models import Batch, BatchStatus
+
+    _, job = make_inventory(weights=[40] * 6, max_items=1)
+    _, quiet = make_inventory(name="quiet", weights=[40])
+    failed = batches.batch_acquire(job=job, worker="w")
+    dead = batches.batch_acquire(job=job, worker="w")
+    batches.batch_fail(batch_id=failed.pk, attempt=failed.attempt, error="boom")
+    Batch.objects.filter(pk=dead.pk).update(status=BatchStatus.DEAD)
+
+    samples = _samples(
+        client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+    )
+    of = {
+        dict(labels)["job"]: dict(labels)["status"]
+        for (name, labels), _ in samples.items()
+        if name == "tidemark_job_open_batches"
+    }
+    assert samples[("tidemark_job_open_batches", (("job", job.name), ("status", "failed")))] == 1
+    assert samples[("tidemark_job_open_batches", (("job", job.name), ("status", "dead")))] == 1
+    assert quiet.name not in of
+    assert samples[("tidemark_jobs", (("state", "blocked"),))] == 1
+    assert samples[("tidemark_batches", (("kind", "incremental"), ("status", "dead")))] == 1
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_a_scrape_of_200_jobs_writes_at_most_five_samples_a_job(client, settings):
+    """The contract's bound: at 10,000 jobs a scrape stays under 50,000 samples. 200 jobs with
+    datetime watermarks (the one kind with a lag in seconds) and a lag each, every one with a
+    failed and a dead batch: at most 5 a job plus the fixed families; `full` writes more."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from inventory.models import Batch, BatchStatus, Watermark
+    from tests.factories import many_jobs
+
+    connector, _ = make_inventory(name="first", weights=[40] * 3)
+    jobs = many_jobs(connector, 200)
+    from inventory.models import Job
+
+    Job.objects.filter(pk__in=[j.pk for j in jobs]).update(watermark_type="datetime")
+    Watermark.objects.filter(job__in=jobs).update(
+        type="datetime", value=(timezone.now() - timedelta(hours=1)).isoformat()
+    )
+    Batch.objects.bulk_create(
+        [
+            Batch(
+                job=job,
+                kind="incremental",
+                status=status,
+                span=(i, i + 1),
+                item_count=1,
+                weight=1,
+                max_attempts=3,
+                lease_expires_at=timezone.now(),
+            )
+            for job in jobs
+            for i, status in enumerate((BatchStatus.FAILED, BatchStatus.DEAD))
+        ]
+    )
+
+    def scrape() -> dict:
+        text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+        return _families(text)
+
+    lean = scrape()
+    n_jobs = Job.objects.count()
+    per_job = sum(
+        len(rows) for rows in lean.values() if any("job" in labels for _, labels, _ in rows)
+    )
+    # every job has its lag in items, its last move and both stuck batches (the lag in seconds
+    # too where its datetime value reads): the most a job writes
+    assert len(lean["tidemark_lag_items"]) == n_jobs
+    assert len(lean["tidemark_watermark_updated_timestamp_seconds"]) == n_jobs
+    assert len(lean["tidemark_lag_seconds"]) <= 200
+    assert len(lean["tidemark_job_open_batches"]) == 400
+    assert per_job <= 5 * n_jobs
+    # the fixed part: jobs by state, batches by kind and status, attempts, reaper, alerts; the
+    # alert list names each job with a dead batch (one a job here)
+    fixed = sum(len(rows) for name, rows in lean.items() if name != "tidemark_alert") - per_job
+    assert fixed <= 40
+    assert len(lean["tidemark_alert"]) <= n_jobs + 5
+
+    settings.METRICS_PER_JOB = "full"
+    full = scrape()
+    assert sum(map(len, full.values())) > sum(map(len, lean.values())) + 3 * 200
 
 
 @override_settings(METRICS_TOKEN="scrape-me")
@@ -112,12 +243,13 @@ def test_the_collected_families_are_written_as_prometheus_client_writes_them():
     batches.batch_fail(batch_id=failed.pk, attempt=failed.attempt, error="boom")
     batches.batch_acquire(job=job, worker="w")
 
-    families = list(InventoryCollector().collect())
-    assert sum(len(family.samples) for family in families) > 10
-    assert render(families) == written_by_prometheus_client(families)
+    for full in (False, True):
+        families = list(InventoryCollector().collect(full=full))
+        assert sum(len(family.samples) for family in families) > 10
+        assert render(families) == written_by_prometheus_client(families)
 
 
-@override_settings(METRICS_TOKEN="scrape-me")
+@override_settings(METRICS_TOKEN="scrape-me", METRICS_PER_JOB="full")
 def test_open_batches_are_counted_by_job_kind_and_status(client):
     """tidemark_batches (read with each job's row, dashboard.sql: health_all): every open status
     of both kinds, each sample the count of such batches, committed batches in none; a job with

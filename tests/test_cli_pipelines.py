@@ -44,6 +44,22 @@ def test_an_identity_change_needs_a_reset_only_while_jobs_read_the_connector():
     alone = pipelines.connector_change(declared, {**server, "jobs": []})
     assert alone.action == "change" and alone.resets == []
     assert alone.patch == {"config": declared["config"]}
+    # the server gives the jobs' count: their names are asked only for a change that resets
+    counted = {**server, "job_count": 2}
+    del counted["jobs"]
+    asked = []
+
+    def jobs_of(name):
+        asked.append(name)
+        return ["j1", "j2"]
+
+    change = pipelines.connector_change(declared, counted, jobs_of)
+    assert change.action == "reset" and change.jobs == ["j1", "j2"] and asked == ["c"]
+    same = {**declared, "config": server["config"]}
+    assert pipelines.connector_change(same, counted, jobs_of).action == "unchanged"
+    assert asked == ["c"]
+    alone = pipelines.connector_change(declared, {**counted, "job_count": 0}, jobs_of)
+    assert alone.action == "change" and asked == ["c"]
 
 
 def test_a_job_compares_only_what_the_file_declares_and_refuses_fixed_fields():

@@ -297,7 +297,7 @@ def _let_time_pass(hours: int) -> None:
         )
 
 
-@override_settings(METRICS_TOKEN="scrape-me")
+@override_settings(METRICS_TOKEN="scrape-me", METRICS_PER_JOB="full")
 def test_attempt_counters_equal_a_direct_count_across_rollups_with_attempts_running(client):
     from inventory.models import AttemptRollup, BatchAttempt
 
@@ -357,7 +357,7 @@ def test_attempt_counters_equal_a_direct_count_across_rollups_with_attempts_runn
     assert _attempt_counters(client) == _attempts_counted_directly()
 
 
-@override_settings(METRICS_TOKEN="scrape-me")
+@override_settings(METRICS_TOKEN="scrape-me", METRICS_PER_JOB="full")
 def test_a_rollup_of_the_old_single_boundary_kind_is_not_read_and_is_rebuilt(client):
     from inventory.models import AttemptRollup, MaintenanceRun
 

@@ -93,3 +93,45 @@ def test_the_connectors_page_pages_waiting_and_paused_first_and_searches(role_us
     assert names(viewer.get("/connectors/?page=2").content.decode()) == ["alpha", "bravo"]
     assert names(viewer.get("/connectors/?q=CHAR").content.decode()) == ["charlie"]
     assert names(viewer.get("/connectors/?state=paused").content.decode()) == ["delta"]
+
+
+def test_a_connector_with_250_jobs_shows_their_count_and_its_jobs_page_by_connector(role_users):
+    """The connectors page and /api/v1/connectors/ hold a connector's job count, not its jobs'
+    names; the count links to the overview filtered to that connector, which pages them."""
+    from tests.api_support import token_client
+    from tests.factories import many_jobs
+
+    wide = ConnectorFactory(name="wide")
+    make_assets(wide, [10])
+    many_jobs(wide, 250, prefix="wide-job")
+    other = ConnectorFactory(name="wide-other")  # its name contains the first's
+    make_job(connector=other, name="elsewhere")
+    viewer = _client(role_users["viewer"])
+
+    page = viewer.get("/connectors/").content.decode()
+    assert "wide-job-" not in page
+    assert '<a href="/?connector=wide" title="the jobs of wide">250 jobs</a>' in page
+    assert '<a href="/?connector=wide-other" title="the jobs of wide-other">1 job</a>' in page
+
+    api = token_client(role_users["viewer"])
+    listing = api.get("/api/v1/connectors/").json()["results"]
+    found = {row["name"]: row for row in listing}
+    assert found["wide"]["job_count"] == 250 and "jobs" not in found["wide"]
+    assert "wide-job-" not in api.get("/api/v1/connectors/").content.decode()
+    assert found["wide"]["jobs_url"] == "http://testserver/api/v1/jobs/?connector__name=wide"
+    detail = api.get("/api/v1/connectors/wide/").json()
+    assert detail["job_count"] == 250 and "wide-job-" not in str(detail)
+    jobs = api.get(detail["jobs_url"]).json()
+    assert jobs["count"] == 250 and len(jobs["results"]) < 250
+    assert {row["connector"] for row in jobs["results"]} == {"wide"}
+
+    first = viewer.get("/?connector=wide").content.decode()
+    shown = _rows(first)
+    assert len(shown) == overview_views.OVERVIEW_PAGE and shown[0] == "wide-job-0000"
+    assert "elsewhere" not in shown
+    assert f"page 1 of {-(-250 // overview_views.OVERVIEW_PAGE)}" in first
+    assert "250 of 251 job(s)" in first
+    assert 'href="?q=&connector=wide&state=&page=2"' in first
+    last = _rows(viewer.get("/?connector=wide&page=5").content.decode())
+    assert last[-1] == "wide-job-0249"
+    assert _rows(viewer.get("/?connector=wide-other").content.decode()) == ["elsewhere"]

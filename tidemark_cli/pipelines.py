@@ -97,11 +97,14 @@ def _shown(value):
     return None if value is _ABSENT else value
 
 
-def connector_change(declared: dict, server: dict | None) -> Change:
+def connector_change(declared: dict, server: dict | None, jobs_of=None) -> Change:
+    """What applying `declared` changes on the connector `server` describes. `jobs_of(name)`
+    names the connector's jobs (the server gives their count); asked only when a change of the
+    source identity needs a reset."""
     name = declared["name"]
     if server is None:
         return Change("connector", name, "create", declared, fields=_created(declared))
-    change = Change("connector", name, "unchanged", declared, jobs=list(server.get("jobs") or []))
+    change = Change("connector", name, "unchanged", declared)
     if declared["kind"] != server.get("kind"):
         change.fixed.append("kind")
         change.fields.append(FieldChange("kind", server.get("kind"), declared["kind"]))
@@ -121,6 +124,8 @@ def connector_change(declared: dict, server: dict | None) -> Change:
     if new_config is not None:
         for key in IDENTITY_KEYS:
             if old_config.get(key) != new_config.get(key):
+                if not change.jobs:
+                    change.jobs = _jobs_reading(server, name, jobs_of)
                 if change.jobs:
                     change.resets.append(f"config.{key}")
                 for f in change.fields:
@@ -129,6 +134,15 @@ def connector_change(declared: dict, server: dict | None) -> Change:
     if change.fields:
         change.action = "reset" if change.resets else "change"
     return change
+
+
+def _jobs_reading(server: dict, name: str, jobs_of) -> list[str]:
+    if "job_count" not in server:  # a server before job_count listed the names
+        return list(server.get("jobs") or [])
+    if not server["job_count"]:
+        return []
+    names = list(jobs_of(name)) if jobs_of is not None else []
+    return names or [f"({server['job_count']} of them)"]
 
 
 def _identity_note(jobs: list[str]) -> str:
@@ -170,8 +184,12 @@ def _created(declared: dict) -> list[FieldChange]:
 def make_plan(api, pipelines: Pipelines, *, prune: str | None = None) -> list[Change]:
     """What applying `pipelines` changes; with `prune`, the deletions of the objects labelled
     `prune` (and their jobs) that the file no longer declares come last."""
+
+    def jobs_of(connector: str) -> list[str]:
+        return [job["name"] for job in api.listing("jobs/", connector__name=connector)]
+
     changes = [
-        connector_change(c, api.get_or_none(f"connectors/{quote(c['name'])}/"))
+        connector_change(c, api.get_or_none(f"connectors/{quote(c['name'])}/"), jobs_of)
         for c in pipelines.connectors
     ]
     changes += [job_change(j, api.get_or_none(f"jobs/{quote(j['name'])}/")) for j in pipelines.jobs]

@@ -10,6 +10,7 @@ still has a dependent outside the prune (a 409 naming it), and the plan shows th
 Deleting a job takes its batches and watermark history with it; what it wrote to its sink stays.
 """
 
+from collections import defaultdict
 from graphlib import TopologicalSorter
 
 from tidemark_cli.pipeline_file import Pipelines
@@ -22,11 +23,11 @@ def deletions(api, pipelines: Pipelines, label: str, change_class) -> list:
     connectors = api.listing("connectors/")
     labelled = {c["name"] for c in connectors if label in (c.get("labels") or [])}
     owned = labelled | declared_connectors
-    jobs = [
-        j
-        for j in api.listing("jobs/")
-        if j["name"] not in declared_jobs and j.get("connector") in owned
-    ]
+    every_job = api.listing("jobs/")
+    jobs_of = defaultdict(list)
+    for job in every_job:
+        jobs_of[job.get("connector")].append(job["name"])
+    jobs = [j for j in every_job if j["name"] not in declared_jobs and j.get("connector") in owned]
     gone = {("job", j["name"]): j for j in jobs}
     gone.update(
         {
@@ -36,7 +37,7 @@ def deletions(api, pipelines: Pipelines, label: str, change_class) -> list:
         }
     )
     graph = TopologicalSorter()
-    for (kind, name), server in gone.items():
+    for kind, name in gone:
         if kind == "job":
             # a job_output connector reading this job's commits goes first
             readers = [
@@ -48,14 +49,11 @@ def deletions(api, pipelines: Pipelines, label: str, change_class) -> list:
             ]
             graph.add((kind, name), *readers)
         else:
-            graph.add(
-                (kind, name), *[("job", j) for j in server.get("jobs") or [] if ("job", j) in gone]
-            )
+            graph.add((kind, name), *[("job", j) for j in jobs_of[name] if ("job", j) in gone])
     changes = []
     for kind, name in graph.static_order():
-        server = gone[(kind, name)]
         change = change_class(kind, name, "delete", {"name": name})
-        change.jobs = list(server.get("jobs") or []) if kind == "connector" else []
+        change.jobs = list(jobs_of[name]) if kind == "connector" else []
         changes.append(change)
     return changes
 

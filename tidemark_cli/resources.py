@@ -11,7 +11,7 @@ from tidemark_cli.api import quote
 from tidemark_cli.config import UsageError
 from tidemark_cli.output import duration, emit_json, weight
 
-CONNECTOR_COLUMNS = ["name", "kind", "state", "labels", "start_after", "jobs"]
+CONNECTOR_COLUMNS = ["name", "kind", "state", "labels", "start_after", "job_count"]
 JOB_COLUMNS = [
     "name",
     "connector",

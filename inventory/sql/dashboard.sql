@@ -17,11 +17,21 @@ WITH ext (job_id, items, weight) AS (
     SELECT * FROM unnest(%(ext_ids)s::bigint[], %(ext_items)s::bigint[], %(ext_weights)s::bigint[])
 ),
 open_batches AS (
+    -- one pass over the open batches: the counts by status (the state) and, in one array in the
+    -- order of selectors_health.OPEN_BY_KIND, by kind and status (/metrics' tidemark_batches)
     SELECT job_id,
            count(*) FILTER (WHERE status = 'queued') AS n_queued,
            count(*) FILTER (WHERE status = 'running') AS n_running,
            count(*) FILTER (WHERE status = 'failed') AS n_failed,
-           count(*) FILTER (WHERE status = 'dead') AS n_dead
+           count(*) FILTER (WHERE status = 'dead') AS n_dead,
+           ARRAY[count(*) FILTER (WHERE kind = 'incremental' AND status = 'queued'),
+                 count(*) FILTER (WHERE kind = 'incremental' AND status = 'running'),
+                 count(*) FILTER (WHERE kind = 'incremental' AND status = 'failed'),
+                 count(*) FILTER (WHERE kind = 'incremental' AND status = 'dead'),
+                 count(*) FILTER (WHERE kind = 'backfill' AND status = 'queued'),
+                 count(*) FILTER (WHERE kind = 'backfill' AND status = 'running'),
+                 count(*) FILTER (WHERE kind = 'backfill' AND status = 'failed'),
+                 count(*) FILTER (WHERE kind = 'backfill' AND status = 'dead')] AS by_kind
     FROM inventory_batch
     WHERE status IN ('queued', 'running', 'failed', 'dead')
     GROUP BY job_id
@@ -46,6 +56,7 @@ facts AS (
            w.position AS wm_position, w.updated_at AS wm_updated_at,
            coalesce(o.n_queued, 0) AS n_queued, coalesce(o.n_running, 0) AS n_running,
            coalesce(o.n_failed, 0) AS n_failed, coalesce(o.n_dead, 0) AS n_dead,
+           o.by_kind AS open_by_kind,
            x.outside, tp.tip_id, tp.tip_count, tp.tip_weight,
            e.items AS ext_items, e.weight AS ext_weight,
            CASE WHEN x.outside THEN e.items > 0
@@ -93,10 +104,11 @@ WHERE tidemark_lag_outside(c.kind, c.config);
 
 -- name: health_read
 -- One read of `health` for a page (the overview, /api/v1/alerts/): its counts and its slices.
---   rows ('count', state, jobs, of them matching %(q)s, of them with dead batches, of them late):
+--   rows ('count', state, jobs, of them matching %(q)s and %(connector)s, of them with dead batches, of them late):
 --     the overview's state filter and totals, and the sizes of the job alerts' kinds;
---   rows ('page', ...job row): the jobs whose job or connector name contains %(q)s and whose
---     state is %(state)s (any when ''), those that need a person first, then by name:
+--   rows ('page', ...job row): the jobs whose job or connector name contains %(q)s, of the
+--     connector named %(connector)s (any when ''), and whose state is %(state)s (any when ''),
+--     those that need a person first, then by name:
 --     [%(offset)s, + %(limit)s);
 --   rows ('dead', ...) and ('late', ...): the alerts' slice [%(alert_offset)s, + %(alert_limit)s)
 --     (NULL: all) of the jobs with dead batches, then (after %(reaper)s, 1 when the reaper's alert
@@ -106,7 +118,8 @@ WHERE tidemark_lag_outside(c.kind, c.config);
     -- read four times below, so computed once (PostgreSQL materializes a WITH query read more
     -- than once)
     SELECT h.*, (%(q)s = '' OR strpos(lower(h.name), %(q)s) > 0
-                 OR strpos(lower(h.connector_name), %(q)s) > 0) AS matches
+                 OR strpos(lower(h.connector_name), %(q)s) > 0)
+                AND (%(connector)s = '' OR h.connector_name = %(connector)s) AS matches
     FROM health AS h
 ),
 counted AS (
@@ -168,23 +181,9 @@ ORDER BY part, ord, name;
 -- probe per job behind, where tidemark_lag probes the connector's last asset again for each job.
 -- No connector config (the rows carry no weight unit), and a watermark's value only where the
 -- time lag reads it (datetime watermarks): jsonb is the costly part of a row to hand over.
--- Last, the job's open batches by kind and status (/metrics' tidemark_batches), eight columns in
--- the order of selectors_health.OPEN_BY_KIND: one row per job to hand over, not one per
--- (job, kind, status) sorted by them (at 10,000 jobs 30,000 rows, a third of the render's SQL).
-, open_by_kind (job_id, iq, ir, if_, id_, bq, br, bf, bd) AS (
-    SELECT job_id,
-           count(*) FILTER (WHERE kind = 'incremental' AND status = 'queued'),
-           count(*) FILTER (WHERE kind = 'incremental' AND status = 'running'),
-           count(*) FILTER (WHERE kind = 'incremental' AND status = 'failed'),
-           count(*) FILTER (WHERE kind = 'incremental' AND status = 'dead'),
-           count(*) FILTER (WHERE kind = 'backfill' AND status = 'queued'),
-           count(*) FILTER (WHERE kind = 'backfill' AND status = 'running'),
-           count(*) FILTER (WHERE kind = 'backfill' AND status = 'failed'),
-           count(*) FILTER (WHERE kind = 'backfill' AND status = 'dead')
-    FROM inventory_batch
-    WHERE status IN ('queued', 'running', 'failed', 'dead')
-    GROUP BY job_id
-)
+-- Last, the job's open batches by kind and status (/metrics' tidemark_batches), counted in the
+-- same pass over the open batches as the state's counts (job_health: open_batches): one array
+-- per job in the order of selectors_health.OPEN_BY_KIND, NULL when the job has none.
 SELECT h.id, h.name, h.paused, h.schedule_seconds, h.lease_seconds, jx.watermark_type,
        h.connector_name, h.connector_state, NULL, NULL, wx.type,
        CASE WHEN jx.watermark_type = 'datetime' THEN wx.value END,
@@ -193,8 +192,7 @@ SELECT h.id, h.name, h.paused, h.schedule_seconds, h.lease_seconds, jx.watermark
             WHEN h.behind THEN h.tip_count - coalesce(done.cum_count, 0) ELSE 0 END,
        CASE WHEN h.outside THEN h.ext_weight
             WHEN h.behind THEN h.tip_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
-       h.late, h.state, held.id,
-       k.iq, k.ir, k.if_, k.id_, k.bq, k.br, k.bf, k.bd
+       h.late, h.state, held.id, h.open_by_kind
 FROM health AS h
 -- the other columns of the rows returned, by primary key
 JOIN inventory_job AS jx ON jx.id = h.id
@@ -209,7 +207,6 @@ LEFT JOIN LATERAL (
       AND b.backfill_id IS NULL AND b.status = 'dead'
     LIMIT 1
 ) AS held ON true
-LEFT JOIN open_by_kind AS k ON k.job_id = h.id
 ORDER BY h.name;
 
 -- name: health_of

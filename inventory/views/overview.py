@@ -19,8 +19,9 @@ ALERT_STRIP = 10  # alerts shown at the top; the rest are counted by kind
 class _HealthPages:
     """What a Paginator pages: the matching jobs' count, and a slice of them built from SQL."""
 
-    def __init__(self, health, *, query: str, state: str, count: int):
+    def __init__(self, health, *, query: str, connector: str, state: str, count: int):
         self.health, self.query, self.state, self._count = health, query, state, count
+        self.connector = connector
 
     def count(self) -> int:
         return self._count
@@ -31,7 +32,11 @@ class _HealthPages:
     def __getitem__(self, key: slice) -> list:
         start, stop = key.start or 0, key.stop if key.stop is not None else self._count
         rows = self.health.page(
-            query=self.query, state=self.state, limit=max(stop - start, 0), offset=start
+            query=self.query,
+            connector=self.connector,
+            state=self.state,
+            limit=max(stop - start, 0),
+            offset=start,
         )
         selectors_health.rows_detail(rows)
         return rows
@@ -48,12 +53,15 @@ def _page_number(value) -> int:
 @role_required(VIEWER)
 def overview(request):
     query = request.GET.get("q", "")[:100]
+    # one connector's jobs (the connectors page links its job count here): its exact name
+    connector = request.GET.get("connector", "")[:100]
     state = request.GET.get("state", "")
     state = state if state in selectors_health.STATES else ""
     # the counts, the page's jobs and the alert strip's jobs: one read of job_health (a page
     # number past the end reads once more, for the last page)
     health = selectors_health.Health(
         query=query,
+        connector=connector,
         state=state,
         limit=OVERVIEW_PAGE,
         offset=(_page_number(request.GET.get("page")) - 1) * OVERVIEW_PAGE,
@@ -61,7 +69,7 @@ def overview(request):
     )
     states, matching = health.counts()
     shown = matching.get(state, 0) if state else sum(matching.values())
-    pages = _HealthPages(health, query=query, state=state, count=shown)
+    pages = _HealthPages(health, query=query, connector=connector, state=state, count=shown)
     page = Paginator(pages, OVERVIEW_PAGE).get_page(request.GET.get("page"))
     strip = selectors_alerts.alerts_page(limit=ALERT_STRIP, health=health)
     kinds: dict[str, int] = {}
@@ -73,6 +81,7 @@ def overview(request):
         "jobs": page,
         "total_jobs": sum(states.values()),
         "query": query,
+        "connector_filter": connector,
         "state_filter": state,
         "states": states,
         "alerts": strip.alerts,

@@ -1,5 +1,8 @@
 """Connectors' shapes, and their assets: discovered, announced by a producer."""
 
+from urllib.parse import urlencode
+
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -18,7 +21,12 @@ class ConnectorSerializer(serializers.ModelSerializer):
     config = PublicJSONField(
         help_text="the connector's config; `*_env` values are environment-variable names"
     )
-    jobs = serializers.SlugRelatedField(many=True, read_only=True, slug_field="name")
+    job_count = serializers.SerializerMethodField(
+        help_text="how many jobs read the connector (the jobs themselves: `jobs_url`, paged)"
+    )
+    jobs_url = serializers.SerializerMethodField(
+        help_text="the job list filtered to this connector's jobs (`/api/v1/jobs/?connector__name=`), paged"
+    )
     cursor = AnyJSONField(
         read_only=True,
         help_text="where discovery got to in the source (a table's next column value, the next "
@@ -41,13 +49,24 @@ class ConnectorSerializer(serializers.ModelSerializer):
             "state",
             "start_after",
             "cursor",
-            "jobs",
+            "job_count",
+            "jobs_url",
             "weight_unit",
             "config_derived",
             "created_at",
             "updated_at",
         ]
         read_only_fields = fields
+
+    def get_job_count(self, connector: Connector) -> int:
+        # annotated by the list and detail views (one query for a page); counted otherwise
+        counted = getattr(connector, "job_count", None)
+        return counted if counted is not None else connector.jobs.count()
+
+    def get_jobs_url(self, connector: Connector) -> str:
+        path = f"{reverse('api:job-list')}?{urlencode({'connector__name': connector.name})}"
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request is not None else path
 
     @extend_schema_field(serializers.DictField())
     def get_config_derived(self, connector: Connector) -> dict:

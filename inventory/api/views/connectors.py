@@ -1,6 +1,7 @@
 """/api/v1/connectors/: list, read, create, change, delete; pause, resume, reset, discover; assets
 announced by a producer."""
 
+from django.db.models import Count
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.decorators import action
@@ -31,7 +32,9 @@ from inventory.roles import actor_name
     ),
 )
 class ConnectorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamedViewSet):
-    queryset = Connector.objects.prefetch_related("jobs")
+    # a count of the jobs, not their names: a connector may have thousands (its jobs: jobs_url);
+    # ordered here, as Meta.ordering is not applied to a query grouped for the count
+    queryset = Connector.objects.annotate(job_count=Count("jobs")).order_by("name")
     serializer_class = s.ConnectorSerializer
     filter_backends = [StrictFilterBackend]
     filterset_fields = ["kind", "state"]
