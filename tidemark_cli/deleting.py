@@ -27,8 +27,8 @@ def job_delete(api, out, args) -> int:
 
 def connector_delete(api, out, args) -> int:
     connector = api.get(f"connectors/{quote(args.name)}/")
-    jobs = connector.get("jobs") or []
-    if jobs:
+    if connector.get("job_count"):
+        jobs = [job["name"] for job in api.listing("jobs/", limit=20, connector__name=args.name)]
         # the server refuses it too; saying so here names the way out before asking anything
         raise UsageError(
             f"connector {args.name} is read by job(s) {', '.join(jobs)}; delete them first "
