@@ -73,19 +73,26 @@ def test_the_overview_shows_each_watermark_type_as_the_job_page_does(client, rol
     assert TWO_HOURS_AGO.isoformat() in page
 
 
-@override_settings(METRICS_TOKEN="scrape-me")
-def test_tidemark_lag_seconds_has_a_sample_for_every_datetime_job(client):
-    _jobs()
+def _samples(client) -> dict:
     text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
-    samples = {
+    return {
         (sample.name, sample.labels.get("job")): sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_tidemark_lag_seconds_has_a_sample_for_every_datetime_job(client, settings):
+    _jobs()
+    samples = _samples(client)
     lag = samples[("tidemark_lag_seconds", "times-job")]
     assert 2 * 3600 <= lag < 2 * 3600 + 300
     # only datetime watermarks have a source time to be behind
     assert ("tidemark_lag_seconds", "ids-job") not in samples
     assert ("tidemark_lag_seconds", "kafka-job") not in samples
+    # the positions are a per-job family of the full setting: decoded there too
+    settings.METRICS_PER_JOB = "full"
+    samples = _samples(client)
     assert samples[("tidemark_watermark_position", "kafka-job")] == 2
     assert samples[("tidemark_watermark_position", "ids-job")] == 42
