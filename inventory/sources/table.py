@@ -183,14 +183,7 @@ def discover(connector: Connector) -> int:
         cursor_state["next"] = to_json(slices[-1][1])
     if config.get("snapshot") and (not slices or slices[-1][1] > horizon):
         cursor_state["snapshot_closed"] = True
-    items = [
-        (
-            f"table:{config['table']}:{to_json(lower)}..{to_json(upper)}",
-            rows,
-            {"lower": to_json(lower), "upper": to_json(upper)},
-        )
-        for lower, upper, rows in slices
-    ]
+    items = _slice_items(config, slices)
     with transaction.atomic():
         locked = Connector.objects.select_for_update().get(pk=connector.pk)
         if (locked.cursor or {}).get("next") != (connector.cursor or {}).get("next"):
@@ -201,6 +194,18 @@ def discover(connector: Connector) -> int:
         locked.save(update_fields=["cursor", "updated_at"])
     connector.cursor = cursor_state
     return registered
+
+
+def _slice_items(config: dict, slices) -> list[tuple]:
+    """The items `assets_register` takes for slices (lower, upper, rows) of the table."""
+    return [
+        (
+            f"table:{config['table']}:{to_json(lower)}..{to_json(upper)}",
+            rows,
+            {"lower": to_json(lower), "upper": to_json(upper)},
+        )
+        for lower, upper, rows in slices
+    ]
 
 
 def early_rows_register(connector: Connector, *, lookback: int) -> int:
@@ -234,14 +239,7 @@ def early_rows_register(connector: Connector, *, lookback: int) -> int:
     slices = [part for part in slices if part[2]]
     if not slices:
         return 0
-    items = [
-        (
-            f"table:{config['table']}:{to_json(lower)}..{to_json(upper)}",
-            rows,
-            {"lower": to_json(lower), "upper": to_json(upper)},
-        )
-        for lower, upper, rows in slices
-    ]
+    items = _slice_items(config, slices)
     with transaction.atomic():
         locked = Connector.objects.select_for_update().get(pk=connector.pk)
         if (locked.cursor or {}).get("first", cursor_state.get("first")) != cursor_state.get(
