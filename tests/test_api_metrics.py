@@ -63,6 +63,10 @@ def test_by_default_metrics_report_per_job_only_lag_commits_and_stuck_batches(cl
     families = _families(response.content.decode())
     with_job = {f for f, rows in families.items() if any("job" in labels for _, labels, _ in rows)}
     assert with_job and with_job <= set(PER_JOB_FAMILIES)
+    # alerts counted by kind and severity (the reaper never ran here), none named
+    assert samples[("tidemark_alerts", (("kind", "reaper_overdue"), ("severity", "critical")))] == 1
+    assert samples[("tidemark_alerts", (("kind", "dead_batches"), ("severity", "critical")))] == 0
+    assert not [f for f, rows in families.items() if any("subject" in x[1] for x in rows)]
 
 
 @override_settings(METRICS_TOKEN="scrape-me", METRICS_PER_JOB="full")
@@ -82,6 +86,10 @@ def test_with_the_full_setting_metrics_report_every_per_job_family(client):
     succeeded = (("job", job.name), ("outcome", "succeeded"))
     assert samples[("tidemark_batch_attempts_finished_total", succeeded)] == 1
     assert samples[("tidemark_jobs", (("state", "catching_up"),))] == 1
+    # one series per alert, beside the counts by kind (the reaper never ran here)
+    reaper = (("kind", "reaper_overdue"), ("severity", "critical"), ("subject", ""))
+    assert samples[("tidemark_alert", reaper)] == 1
+    assert samples[("tidemark_alerts", reaper[:2])] == 1
 
 
 @override_settings(METRICS_TOKEN="scrape-me")
@@ -111,21 +119,22 @@ def test_a_job_s_failed_and_dead_batches_are_its_own_series_where_it_has_any(cli
 
 
 @override_settings(METRICS_TOKEN="scrape-me")
-def test_a_scrape_of_200_jobs_writes_at_most_five_samples_a_job(client, settings):
-    """The contract's bound: at 10,000 jobs a scrape stays under 50,000 samples. 200 jobs with
+def test_a_scrape_of_300_alerting_jobs_writes_at_most_five_samples_a_job(client, settings):
+    """The contract's bound: at 10,000 jobs a scrape stays under 50,000 samples. 300 jobs with
     datetime watermarks (the one kind with a lag in seconds) and a lag each, every one with a
-    failed and a dead batch: at most 5 a job plus the fixed families; `full` writes more."""
+    failed and a dead batch, so every one is a `dead_batches` alert: at most 5 samples a job plus
+    a fixed number, and no job named outside the per-job families (the alerts were written one
+    per job before). `full` writes more, the alert of each job among them."""
     from datetime import timedelta
 
     from django.utils import timezone
 
-    from inventory.models import Batch, BatchStatus, Watermark
+    from inventory.api.metrics import PER_JOB_FAMILIES
+    from inventory.models import Batch, BatchStatus, Job, Watermark
     from tests.factories import many_jobs
 
     connector, _ = make_inventory(name="first", weights=[40] * 3)
-    jobs = many_jobs(connector, 200)
-    from inventory.models import Job
-
+    jobs = many_jobs(connector, 300)
     Job.objects.filter(pk__in=[j.pk for j in jobs]).update(watermark_type="datetime")
     Watermark.objects.filter(job__in=jobs).update(
         type="datetime", value=(timezone.now() - timedelta(hours=1)).isoformat()
@@ -153,25 +162,33 @@ def test_a_scrape_of_200_jobs_writes_at_most_five_samples_a_job(client, settings
 
     lean = scrape()
     n_jobs = Job.objects.count()
-    per_job = sum(
-        len(rows) for rows in lean.values() if any("job" in labels for _, labels, _ in rows)
-    )
+    total = sum(map(len, lean.values()))
+    naming = {
+        name
+        for name, rows in lean.items()
+        if any("job" in labels or "subject" in labels for _, labels, _ in rows)
+    }
+    per_job = sum(len(lean[name]) for name in naming)
     # every job has its lag in items, its last move and both stuck batches (the lag in seconds
     # too where its datetime value reads): the most a job writes
     assert len(lean["tidemark_lag_items"]) == n_jobs
     assert len(lean["tidemark_watermark_updated_timestamp_seconds"]) == n_jobs
-    assert len(lean["tidemark_lag_seconds"]) <= 200
-    assert len(lean["tidemark_job_open_batches"]) == 400
+    assert len(lean["tidemark_lag_seconds"]) <= 300
+    assert len(lean["tidemark_job_open_batches"]) == 600
+    assert naming <= set(PER_JOB_FAMILIES)
     assert per_job <= 5 * n_jobs
-    # the fixed part: jobs by state, batches by kind and status, attempts, reaper, alerts; the
-    # alert list names each job with a dead batch (one a job here)
-    fixed = sum(len(rows) for name, rows in lean.items() if name != "tidemark_alert") - per_job
-    assert fixed <= 40
-    assert len(lean["tidemark_alert"]) <= n_jobs + 5
+    # the fixed part: jobs by state, batches by kind and status, attempts, reaper, alerts by kind
+    assert total - per_job <= 40
+    assert total <= 5 * n_jobs + 40
+    assert "tidemark_alert" not in lean
+    dead = {"kind": "dead_batches", "severity": "critical"}
+    assert [value for _, labels, value in lean["tidemark_alerts"] if labels == dead] == [300]
 
     settings.METRICS_PER_JOB = "full"
     full = scrape()
-    assert sum(map(len, full.values())) > sum(map(len, lean.values())) + 3 * 200
+    assert sum(map(len, full.values())) > total + 3 * 300
+    alerted = {labels["subject"] for _, labels, _ in full["tidemark_alert"]}
+    assert {job.name for job in jobs} <= alerted
 
 
 @override_settings(METRICS_TOKEN="scrape-me")

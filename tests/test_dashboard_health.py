@@ -111,7 +111,9 @@ def _urls(job):
 
 
 @override_settings(METRICS_TOKEN="scrape-me")
-def test_a_dead_batch_is_an_alert_on_the_page_in_the_api_and_in_metrics(role_users, client):
+def test_a_dead_batch_is_an_alert_on_the_page_in_the_api_and_in_metrics(
+    role_users, client, settings
+):
     connector = ConnectorFactory(name="orders")
     make_assets(connector, [10] * 4)
     job = make_job(connector=connector, name="orders-hourly", batch_weight=10, max_attempts=1)
@@ -126,12 +128,28 @@ def test_a_dead_batch_is_an_alert_on_the_page_in_the_api_and_in_metrics(role_use
     assert ("dead_batches", "orders-hourly") in kinds
     assert ("reaper_overdue", "") in kinds  # the reaper never ran in this test
 
+    # by default counted by kind and severity, no series naming the job
     text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
     samples = _samples(text)
-    key = (("kind", "dead_batches"), ("severity", "critical"), ("subject", "orders-hourly"))
+    dead_kind = (("kind", "dead_batches"), ("severity", "critical"))
+    assert samples[("tidemark_alerts", dead_kind)] == 1
+    assert samples[("tidemark_alerts", (("kind", "reaper_overdue"), ("severity", "critical")))] == 1
+    assert (
+        samples[("tidemark_alerts", (("kind", "backfill_stalled"), ("severity", "warning")))] == 0
+    )
+    assert not [key for key in samples if key[0] == "tidemark_alert"]
+    assert "orders-hourly" not in "".join(
+        line for line in text.splitlines() if line.startswith("tidemark_alert")
+    )
+
+    # under `full`, one series per alert as well, naming the job
+    settings.METRICS_PER_JOB = "full"
+    samples = _samples(
+        client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+    )
+    key = (*dead_kind, ("subject", "orders-hourly"))
     assert samples[("tidemark_alert", key)] == 1
-    assert samples[("tidemark_alerts", (("kind", "dead_batches"),))] == 1
-    assert samples[("tidemark_alerts", (("kind", "backfill_stalled"),))] == 0
+    assert samples[("tidemark_alerts", dead_kind)] == 1
 
 
 def test_a_late_watermark_a_waiting_connector_and_a_stalled_backfill_are_alerts():

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from celery.schedules import crontab
+from django.test import override_settings
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -123,6 +124,10 @@ def test_the_sync_skips_a_stored_cron_beat_cannot_compute_and_says_so(role_users
     assert 'data-kind="schedule_invalid"' in page and "Not scheduled" in page
     assert f"{bad.name}: not scheduled" in page
     metrics = token_client(role_users["viewer"]).get("/metrics").content.decode()
+    assert 'tidemark_alerts{kind="schedule_invalid",severity="critical"} 1.0' in metrics
+    assert "tidemark_alert{" not in metrics  # one series per alert only under `full`
+    with override_settings(METRICS_PER_JOB="full"):
+        metrics = token_client(role_users["viewer"]).get("/metrics").content.decode()
     assert (
         f'tidemark_alert{{kind="schedule_invalid",severity="critical",subject="{bad.name}"}} 1'
         in metrics

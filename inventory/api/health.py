@@ -160,7 +160,9 @@ class AlertsView(APIView):
         description="Dead batches, watermarks that have not moved for longer than their schedule "
         "allows while items wait, connectors waiting on another, an overdue lease reaper, "
         "stalled backfills. The same list as the dashboard's alert strip and /metrics' "
-        "`tidemark_alert`, paged (the API's page size): the critical first, then the warnings, "
+        "`tidemark_alerts` (counted by kind and severity; one `tidemark_alert` series per alert "
+        "with TIDEMARK_METRICS_PER_JOB=full), paged (the API's page size): the critical first, "
+        "then the warnings, "
         "then the connectors waiting.",
         parameters=[OpenApiParameter("page", OpenApiTypes.INT, description="from 1")],
         responses={200: AlertsSerializer},

@@ -36,11 +36,13 @@ PER_JOB_FAMILIES = (
     "tidemark_watermark_updated_timestamp_seconds",
     "tidemark_job_open_batches",
 )
-# the families that `full` adds, one sample (or one per kind and status) a job each
+# the families that `full` adds, one sample (or one per kind and status) a job each, and one per
+# alerting job, connector or backfill (the default counts the alerts by kind in tidemark_alerts)
 FULL_ONLY_FAMILIES = (
     "tidemark_watermark_position",
     "tidemark_lag_weight",
     "tidemark_watermark_blocked",
+    "tidemark_alert",
 )
 
 
@@ -199,20 +201,35 @@ class InventoryCollector:
         yield overdue
 
         alerts = selectors_alerts.alert_labels(jobs)
-        active = Family(
-            "tidemark_alert",
-            "1 for each active alert (the dashboard's alert strip, GET /api/v1/alerts/): "
-            "kind is dead_batches, watermark_late, connector_waiting, reaper_overdue or "
-            "backfill_stalled; subject the job, connector or backfill",
-            labels=["kind", "subject", "severity"],
+        by_kind = Family(
+            "tidemark_alerts",
+            "Active alerts by kind and severity (the dashboard's alert strip, GET "
+            "/api/v1/alerts/; 0 when none)",
+            labels=["kind", "severity"],
         )
-        for labels in alerts:
-            active.add(labels, 1)
-        yield active
-        by_kind = Family("tidemark_alerts", "Active alerts by kind (0 when none)", labels=["kind"])
-        for kind in selectors_alerts.ALERT_KINDS:
-            by_kind.add([kind], sum(1 for labels in alerts if labels[0] == kind))
+        by_kind.samples = [(labels, count) for labels, count in _alert_counts(alerts).items()]
         yield by_kind
+        if full:
+            # one sample per alerting job (and connector, backfill): 10,000 blocked jobs would
+            # be 10,000 samples, so only under `full`
+            active = Family(
+                "tidemark_alert",
+                "1 for each active alert (the dashboard's alert strip, GET /api/v1/alerts/): "
+                "kind is dead_batches, schedule_invalid, watermark_late, connector_waiting, "
+                "reaper_overdue or backfill_stalled; subject the job, connector or backfill",
+                labels=["kind", "subject", "severity"],
+            )
+            active.samples = [(labels, 1) for labels in alerts]
+            yield active
+
+
+def _alert_counts(alerts: list[tuple[str, str, str]]) -> dict[tuple[str, str], int]:
+    """(kind, severity) -> active alerts: every kind with its severity (0 when none), in
+    ALERT_KINDS' order, then any other pair an alert carries."""
+    counts = {(kind, selectors_alerts.SEVERITY[kind]): 0 for kind in selectors_alerts.ALERT_KINDS}
+    for kind, _subject, severity in alerts:
+        counts[kind, severity] = counts.get((kind, severity), 0) + 1
+    return counts
 
 
 _collector = InventoryCollector()
