@@ -378,3 +378,13 @@ def test_the_analyzed_check_names_the_function_spark_resolved(spark):
         df, _context("SELECT id, current_date AS d, current_timezone() AS tz FROM batch")
     )
     assert [(row.id, row.tz) for row in ran.collect()] == [(1, "UTC")]
+
+
+def test_an_order_by_spark_resolves_to_current_user_is_refused_and_a_qualified_one_runs(spark):
+    """Spark itself resolves `ORDER BY user` over a column the query does not select to
+    current_user(), even when the input has that column; qualified, it is the column."""
+    df = spark.createDataFrame([(1, "b"), (2, "a")], "id INT, user STRING")
+    with pytest.raises(ProcessorError, match="qualify it"):
+        get_processor("sql")(df, _context("SELECT id FROM batch ORDER BY `user`"))
+    ran = get_processor("sql")(df, _context("SELECT id FROM batch ORDER BY batch.user"))
+    assert [row.id for row in ran.collect()] == [2, 1]

@@ -92,7 +92,8 @@ def _check_expression_class(cls: str) -> None:
         name = _SQL_NAMES.get(short, short)
         raise SqlRefused(
             f"uses {name}, which Spark resolves to {short}: it reads the worker's session or "
-            "environment, not the batch (a column of that name must be in the batch's input)"
+            "environment, not the batch (to read an input column of that name where Spark does "
+            "not see it, e.g. in an ORDER BY of a column not selected, qualify it: `batch.user`)"
         )
     if not cls.startswith(_EXPRESSIONS) or cls.startswith(_EXPRESSIONS + "xml."):
         raise SqlRefused(f"{short} is not allowed inside a query")
