@@ -4,6 +4,9 @@ Refused at the API with a 400 naming `params.query` and the construct; refused a
 worker before `spark.sql` for a job stored before the check existed.
 """
 
+import getpass
+import json
+
 import pytest
 
 from inventory.models import Job
@@ -292,3 +295,96 @@ def test_a_stored_refused_query_fails_its_batch_before_anything_is_read(spark, t
     assert caught.value.stage == "config"
     assert "param 'query' nests brackets 40 deep; the limit is 32" in caught.value.message
     assert not (tmp_path / "out").exists()
+
+
+# ---- the analyzer's niladic functions: a bare name no input column answers to ---------------------
+
+# Spark's analyzer resolves each of these to CurrentUser (the worker's OS user name) when the
+# batch's input has no column of that name; the backquoted and `user` forms pass both the guard
+# and the parser's plan, so only the analyzed plan shows them
+OS_USER_QUERIES = [
+    "SELECT current_user AS u FROM batch",
+    "SELECT `current_user` AS u FROM batch",
+    "SELECT user AS u FROM batch",
+    "SELECT `user` AS u FROM batch",
+    "SELECT session_user AS u FROM batch",
+    "SELECT `session_user` AS u FROM batch",
+    "SELECT id FROM batch WHERE id IN (SELECT id FROM batch WHERE `user` <> 'nobody')",
+    "WITH t AS (SELECT id, user AS u FROM batch) SELECT u FROM t",
+]
+
+
+def _sql_batch_spec(tmp_path, query: str, rows: list[dict]) -> dict:
+    items = tmp_path / "in.json"
+    items.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return {
+        "job": "j",
+        "batch_id": 1,
+        "kind": "incremental",
+        "lower": 0,
+        "upper": 1,
+        "items": [str(items)],
+        "format": "json",
+        "read_options": {},
+        "schema": None,
+        "lineage": False,
+        "processor": "sql",
+        "params": {"query": query},
+        "sink": {"kind": "files", "path": str(tmp_path / "out"), "format": "json"},
+    }
+
+
+@pytest.mark.parametrize("query", OS_USER_QUERIES)
+def test_a_batch_reading_the_workers_os_user_is_refused(spark, tmp_path, query):
+    spec = _sql_batch_spec(tmp_path, query, [{"id": 1, "v": "a"}])
+    with pytest.raises(BatchError) as caught:
+        run_batch(spark, spec)
+    message = caught.value.message
+    assert "param 'query'" in message
+    assert "current_user" in message or "session_user" in message
+    # nothing ran: the error does not carry the name the function would have given
+    assert f"'{getpass.getuser()}'" not in message
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT id, user FROM batch WHERE id = 1",
+        "SELECT id, `user` AS who FROM batch WHERE user <> 'bob'",
+    ],
+)
+def test_a_batch_whose_input_has_a_user_column_reads_that_column(spark, tmp_path, query):
+    spec = _sql_batch_spec(tmp_path, query, [{"id": 1, "user": "alice"}, {"id": 2, "user": "bob"}])
+    run_batch(spark, spec)
+    written = [
+        json.loads(line)
+        for path in sorted((tmp_path / "out").rglob("*.json"))
+        for line in path.read_text().splitlines()
+    ]
+    assert [row["id"] for row in written] == [1]
+    assert list(written[0].values())[1] == "alice"
+
+
+def test_the_analyzed_check_names_the_function_spark_resolved(spark):
+    df = spark.createDataFrame([(1, "a")], "id INT, v STRING")
+    with pytest.raises(ProcessorError) as caught:
+        get_processor("sql")(df, _context("SELECT `current_user` AS u FROM batch"))
+    assert caught.value.param == "query"
+    assert "uses current_user" in str(caught.value)
+    assert "CurrentUser" in str(caught.value)
+    # the clock and the session's time zone are not the worker's environment: still allowed
+    ran = get_processor("sql")(
+        df, _context("SELECT id, current_date AS d, current_timezone() AS tz FROM batch")
+    )
+    assert [(row.id, row.tz) for row in ran.collect()] == [(1, "UTC")]
+
+
+def test_an_order_by_spark_resolves_to_current_user_is_refused_and_a_qualified_one_runs(spark):
+    """Spark itself resolves `ORDER BY user` over a column the query does not select to
+    current_user(), even when the input has that column; qualified, it is the column."""
+    df = spark.createDataFrame([(1, "b"), (2, "a")], "id INT, user STRING")
+    with pytest.raises(ProcessorError, match="qualify it"):
+        get_processor("sql")(df, _context("SELECT id FROM batch ORDER BY `user`"))
+    ran = get_processor("sql")(df, _context("SELECT id FROM batch ORDER BY batch.user"))
+    assert [row.id for row in ran.collect()] == [2, 1]

@@ -312,3 +312,110 @@ def test_what_runs_answers_as_the_users_text_does(spark, query):
         assert sorted(map(repr, ran.collect())) == sorted(map(repr, expected.collect()))
     finally:
         spark.catalog.dropTempView("batch")
+
+
+# ---- after the parser: names Spark's analyzer resolves to a function -----------------------------
+
+# a bare name no input column answers to, which Spark's analyzer may resolve to a function; the
+# ones marked True are the attack (Spark resolves them to current_user(), the worker's OS user)
+NILADIC = {
+    "current_user": True,
+    "user": True,
+    "session_user": True,
+    "current_database": False,
+    "current_schema": False,
+    "current_catalog": False,
+    "current_timezone": False,
+    "version": False,
+    "input_file_name": False,
+    "input_file_block_start": False,
+    "current_date": False,
+}
+PLACES = [
+    "SELECT {n} AS x FROM batch",
+    "SELECT id FROM batch WHERE {n} IS NOT NULL",
+    "SELECT id FROM batch WHERE id IN (SELECT id FROM batch WHERE {n} <> 'x')",
+    "WITH t AS (SELECT id, {n} AS x FROM batch) SELECT x FROM t",
+    "SELECT id FROM batch ORDER BY {n}",
+    "SELECT max(id) AS m FROM batch GROUP BY {n}",
+]
+# the pretty names of what reads the worker, the session or files, as the analyzed plan shows them
+ENVIRONMENT = (
+    "current_user()",
+    "current_database()",
+    "current_schema()",
+    "current_catalog()",
+    "version()",
+    "input_file_name()",
+    "input_file_block_start()",
+    "reflect(",
+    "java_method(",
+)
+# the attack's names in every place, the others in the select list (each bare and backquoted)
+NILADIC_CASES = [
+    (name, place.format(n=spelled))
+    for name, attack in NILADIC.items()
+    for place in (PLACES if attack else PLACES[:1])
+    for spelled in (name, f"`{name}`")
+]
+
+
+def environment_read(analyzed) -> list[str]:
+    """What the analyzed plan reads beyond the batch (judged on Spark's own rendering of it)."""
+    rendered = analyzed.toString()
+    return [name for name in ENVIRONMENT if name in rendered]
+
+
+@pytest.mark.parametrize(("name", "query"), NILADIC_CASES)
+def test_no_name_resolves_to_the_workers_environment_in_what_runs(spark, name, query):
+    from workers.spark.processors import ProcessorContext, get_processor
+
+    df = spark.createDataFrame([(1, "a")], "id INT, v STRING")
+    if NILADIC[name]:
+        # the attack reaches Spark's analyzer unchecked as Spark reads the text
+        df.createOrReplaceTempView("batch")
+        try:
+            raw = spark.sql(query)._jdf.queryExecution().analyzed()
+        finally:
+            spark.catalog.dropTempView("batch")
+        assert "current_user()" in environment_read(raw), query
+    context = ProcessorContext(job="j", batch_id=1, lower=0, upper=1, params={"query": query})
+    try:
+        ran = get_processor("sql")(df, context)
+    except ProcessorError as exc:
+        assert exc.param == "query"
+        return
+    except Exception:  # Spark's analysis refused it (no such column): nothing ran
+        assert not NILADIC[name], query
+        return
+    assert environment_read(ran._jdf.queryExecution().analyzed()) == [], query
+
+
+@pytest.mark.parametrize(
+    "query", [q for n, q in NILADIC_CASES if NILADIC[n] and ("`" in q or n == "user")]
+)
+def test_an_input_column_of_that_name_is_read_as_the_column(spark, query):
+    from workers.spark.processors import ProcessorContext, get_processor
+
+    df = spark.createDataFrame(
+        [(1, "x1", "y1", "z1")], "id INT, current_user STRING, user STRING, session_user STRING"
+    )
+    context = ProcessorContext(job="j", batch_id=1, lower=0, upper=1, params={"query": query})
+    try:
+        ran = get_processor("sql")(df, context)
+    except ProcessorError as exc:
+        assert exc.param == "query"
+        if text_spark_runs(query) is None:
+            return  # the guard reads a bare current_user / session_user as a call: refused at save
+        # refused on the worker only where Spark itself resolves the name to the function (an
+        # ORDER BY of a column the query does not select)
+        df.createOrReplaceTempView("batch")
+        try:
+            raw = spark.sql(query)._jdf.queryExecution().analyzed()
+        finally:
+            spark.catalog.dropTempView("batch")
+        assert "current_user()" in environment_read(raw), (query, exc)
+        return
+    assert environment_read(ran._jdf.queryExecution().analyzed()) == []
+    rows = [tuple(row) for row in ran.collect()]
+    assert rows and all(value in {1, "x1", "y1", "z1"} for row in rows for value in row), rows

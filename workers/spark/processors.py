@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from workers.spark.sql_analyzed import check_analyzed
 from workers.spark.sql_guard import SqlRefused, check_query
 from workers.spark.sql_plan import check_plan
 
@@ -220,9 +221,16 @@ def sql(df: DataFrame, ctx: ProcessorContext) -> DataFrame:
         df.createOrReplaceTempView(SQL_INPUTS[0])
         try:
             # spark.sql analyses eagerly, so the result keeps its plan after the view is dropped
-            return spark.sql(query, args=args or None)
+            result = spark.sql(query, args=args or None)
         finally:
             spark.catalog.dropTempView(SQL_INPUTS[0])
+    try:
+        # and as Spark's analyzer resolved it, before anything runs: a bare `current_user` that
+        # no input column answers to is the function (workers/spark/sql_analyzed)
+        check_analyzed(result)
+    except SqlRefused as exc:
+        raise ProcessorError(f"param 'query' {exc}", param="query") from None
+    return result
 
 
 def _validate_orders_hourly(params: dict) -> None:

@@ -24,7 +24,8 @@ an environment variable into the text, statements change the session (`SET`, `AD
 Anything refused raises `SqlRefused` naming the construct. What runs is never the user's text:
 `check_query` returns the checked tree written out again in Spark's dialect (no comments), so a
 difference between sqlglot's lexer and Spark's cannot change what runs; on the worker the plan
-Spark's own parser makes of that text is checked too (`sql_plan.check_plan`). The check runs when
+Spark's own parser makes of that text is checked too (`sql_plan.check_plan`), and so is
+the plan its analyzer resolves (`sql_analyzed.check_analyzed`). The check runs when
 a job is saved (through the processor's validator), before each batch and again right before
 `spark.sql`, so a job stored before the check existed cannot run a refused query. No Django here.
 """

@@ -45,13 +45,16 @@ ALLOWED_ANALYSIS_NODES = frozenset(
     UnresolvedOrdinal NamedParameter PosParameter
     """.split()
 )
-# built-in expression classes that read the session, the catalog, files or the JVM: the parser
-# does not build them from syntax today, refused in case a later Spark does
+# built-in expression classes that read the session, the catalog, files or the JVM. The parser
+# builds CurrentUser from a bare `current_user` only under ANSI reserved keywords; the analyzer
+# does it for any bare `current_user`, `user` or `session_user` no input column answers to, so
+# the analyzed plan is checked against this set too (workers/spark/sql_analyzed)
 DENIED_EXPRESSIONS = frozenset(
     _EXPRESSIONS + name
     for name in """
     CurrentUser CurrentDatabase CurrentCatalog InputFileName InputFileBlockStart
-    InputFileBlockLength CallMethodViaReflection SparkVersion ScalaUDF PythonUDF
+    InputFileBlockLength CallMethodViaReflection TryReflect SparkVersion VariableReference
+    ScalaUDF PythonUDF
     """.split()
 )
 _EXPRESSION_PACKAGES = (_EXPRESSIONS, _EXPRESSIONS + "aggregate.")
