@@ -82,7 +82,23 @@ def test_the_last_asset_of_a_connector_reads_a_few_pages_whatever_came_after_it(
     assert _pages(query("assets_known_size"), params) < PAGES
 
 
-def test_the_overview_reads_a_few_pages_per_job_whatever_lies_between_its_assets(sparse_job):
+@pytest.fixture
+def no_dead_rows():
+    """Empty inventory tables, truncated: this statement reads every job, watermark and open
+    batch whole, and the rows that other tests of this process rolled back stay in those tables'
+    pages as dead rows (the graph's test leaves 1,000 jobs' worth), which would be counted
+    as if the statement walked assets."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE inventory_asset, inventory_batch, inventory_watermark, inventory_job, "
+            "inventory_connector CASCADE"
+        )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_overview_reads_a_few_pages_per_job_whatever_lies_between_its_assets(
+    no_dead_rows, sparse_job
+):
     params = dict(HEALTH_PARAMS)
     sql = dashboard_query("health_all")
     with connection.cursor() as cursor:
@@ -117,6 +133,7 @@ def test_the_statements_over_every_job_are_planned_at_one_row_per_job():
     assert _planned_rows(dashboard_query("health_all"), params) <= 10 * job_count
     window = {
         "q": "",
+        "connector": "",
         "state": "",
         "limit": 50,
         "offset": 0,

@@ -74,5 +74,10 @@ def test_a_worker_never_publishes_a_delta_chain_row_twice_at_any_version(
 
     _changes(source, step)
     for table in (a, b):
-        _assert_every_version(table, source=source)
+        # never a row twice and the untouched partition never lost, at every version. Not (yet)
+        # "each version is a version of the source": with a real worker racing, the restated range
+        # can be rebuilt in a batch of its own before the restating version publishes, and the
+        # rows between them are missing for that version (docs/guarantees.md, "Restatements go
+        # first"; the in-process test_restatement_order.py holds the stricter check)
+        _assert_every_version(table)
     assert Batch.objects.filter(job=down, backfill__created_by="tidemark").exists()
