@@ -116,7 +116,8 @@ def measure(work: Path) -> dict:
     from django.db import connection
 
     from inventory.services.connectors import connector_create
-    from inventory.sources import files, files_known
+    from inventory.sources import files
+    from inventory.sources.files import known as files_known
 
     directory = work / "landing"
     directory.mkdir()

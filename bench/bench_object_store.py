@@ -124,8 +124,9 @@ def measure(endpoint: str) -> dict:
     from inventory.models import Connector
     from inventory.services import assets
     from inventory.services.connectors import connector_create
-    from inventory.sources import discovery, files_known
+    from inventory.sources import discovery
     from inventory.sources import object_store as source_object_store
+    from inventory.sources.files import known as files_known
 
     backend = s3_backends[ACCOUNT]["global"]
     backend.create_bucket(BUCKET, "us-east-1")

@@ -110,7 +110,7 @@ ACTIONS: dict[str, Action] = {
                api=("jobs", "partial_update")),
         Action("job.delete", ADMIN, _S + "jobs.job_delete", "Delete", api=("jobs", "destroy")),
         # processing applications (acquire/succeed, producers announcing files)
-        Action("connector.announce", OPERATOR, _S + "assets.assets_announce", "Announce assets",
+        Action("connector.announce", OPERATOR, _S + "announcements.assets_announce", "Announce assets",
                api=("connectors", "assets")),
         Action("job.acquire", OPERATOR, _S + "lifecycle.batch_acquire", "Acquire",
                api=("jobs", "acquire")),

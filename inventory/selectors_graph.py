@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 from inventory import links
 from inventory.graph_layout import Edge, Layout, Node, layout
-from inventory.models import Connector, ConnectorKind, Job
+from inventory.models import Connector, Job
 from inventory.selectors_health import Health, JobRow
+from inventory.sources.registry import kind_for
 from inventory.templatetags.human import count, duration
 
 # more jobs than this drawn at once: connectors with several jobs start collapsed
@@ -94,8 +95,8 @@ def pipeline_graph(*, query: str = "", expand: list[str] | None = None) -> Graph
             sink_of[name] = sink_id
             edges.append(Edge(f"j:{name}", sink_id))
     for name, kind, _, start_after, _, config in connectors:
-        if kind == ConnectorKind.JOB_OUTPUT and (config or {}).get("job"):
-            upstream = config["job"]
+        upstream = kind_for(kind, config).upstream_job(config)
+        if upstream:
             source = sink_of.get(upstream, f"j:{upstream}")
             edges.append(Edge(source, f"c:{name}"))
         if start_after:
@@ -162,19 +163,19 @@ def _lag_text(row: JobRow | None) -> str:
 def _sink_node(nodes: dict[str, Node], sink, *, writer: str) -> str:
     if not isinstance(sink, dict) or not sink.get("kind"):
         return ""
-    kind = str(sink["kind"])
+    sink_kind = str(sink["kind"])
     where = str(sink.get("table") or sink.get("path") or "")
-    nid = f"s:{kind}:{where}"
+    nid = f"s:{sink_kind}:{where}"
     if nid not in nodes:
-        detail = f"{kind} sink"
-        if kind == "files":
+        detail = f"{sink_kind} sink"
+        if sink_kind == "files":
             detail += f" ({sink.get('format') or 'parquet'})"
         nodes[nid] = Node(
             id=nid,
             kind="sink",
-            label=_tail(where) or kind,
+            label=_tail(where) or sink_kind,
             detail=detail,
-            title=f"{kind} sink {where}, written by {writer}",
+            title=f"{sink_kind} sink {where}, written by {writer}",
             url=links.link("dashboard:job", writer),
         )
     return nid

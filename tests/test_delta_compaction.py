@@ -9,7 +9,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from inventory.models import Asset, Batch, BatchStatus
 from inventory.services import lifecycle
-from inventory.sources import delta_lineage, discovery
+from inventory.sources import discovery
+from inventory.sources.delta import lineage as delta_lineage
 from tests.test_delta_sink import assert_each_row_at_most_once_at_every_version, rows_at
 from tests.test_exactly_once import drain, run_spark
 from tests.test_source_delta import _delta_job, _restatements

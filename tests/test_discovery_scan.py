@@ -12,8 +12,9 @@ from django.test.utils import CaptureQueriesContext
 from inventory.models import Asset
 from inventory.services.assets import assets_register
 from inventory.services.connectors import connector_create
-from inventory.sources import files, files_known
+from inventory.sources import files
 from inventory.sources.files import directory_discover, scan_directory
+from inventory.sources.files import known as files_known
 
 pytestmark = pytest.mark.django_db
 

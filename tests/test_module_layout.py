@@ -189,30 +189,32 @@ def test_a_string_import_is_caught(tmp_path):
     assert _string_imports(sample) == ["inventory.sources.kafka"]
 
 
-# ---- source kinds: one module per kind on each side ----------------------------------------------
+# ---- source kinds: one folder per kind on each side -------------------------------------------
 
 
-def test_every_source_kind_conforms_to_the_protocol_and_has_a_reader():
+def test_every_source_kind_is_one_folder_registered_by_name_with_its_reader():
     from inventory.models import ConnectorKind
-    from inventory.sources.registry import KINDS, SourceKind
+    from inventory.sources.base import SourceKind
+    from inventory.sources.registry import KINDS
     from workers.spark.sources.registry import READERS, SourceReader
 
-    for name, module in KINDS.items():
-        assert isinstance(module, SourceKind), name
-        assert module.__name__ == f"inventory.sources.{name}", name
-        for optional in ("discover", "item_source", "derived"):
-            assert callable(getattr(module, optional, callable)), (name, optional)
+    for name, kind in KINDS.items():
+        assert isinstance(kind, SourceKind), name
+        assert kind.name == name
+        # the kind's object lives in its own folder, inventory/sources/<name>/
+        assert type(kind).__module__.startswith(f"inventory.sources.{name}"), name
+        assert (ROOT / "inventory" / "sources" / name / "__init__.py").is_file(), name
     for name, reader in READERS.items():
         assert isinstance(reader, SourceReader), name
         assert reader.__name__ == f"workers.spark.sources.{name}", name
-    # a remote meta table is mirrored into listed files, read by the files reader
-    assert set(KINDS) - {"meta_table"} == set(READERS)
-    # every connector kind is served: by a registered module, or (files, meta table, table in
-    # Tidemark's database) by assets.py/items.py and the files reader
-    assert {k.value for k in ConnectorKind} <= set(KINDS) | {ConnectorKind.FILES.value}
-    # a kind discovers its items itself or its items come from elsewhere (job commits)
-    for name, module in KINDS.items():
-        assert hasattr(module, "discover") != hasattr(module, "item_source"), name
+    # a kind without a reader of its own lists files, read by the files reader
+    assert {name for name, kind in KINDS.items() if kind.has_reader} == set(READERS)
+    # every connector kind is served by a kind of the same name (so `kind_of` always answers)
+    assert {k.value for k in ConnectorKind} <= set(KINDS)
+    # a kind discovers its items itself or its items come from elsewhere (job commits, a meta
+    # table in Tidemark's database): what it says matches what it does
+    for name, kind in KINDS.items():
+        assert kind.discovers_items == (type(kind).discover is not SourceKind.discover), name
 
 
 # ---- operator actions declared once -------------------------------------------------------------

@@ -1,12 +1,12 @@
 """The spec a batch's Spark side reads: plain JSON-able data built from the batch, its job, its
-connector's source module (inventory/sources/) and the job's config snapshot."""
+connector's source kind (inventory/sources/) and the job's config snapshot."""
 
-from inventory.models import Batch, ConnectorKind
+from inventory.models import Batch
 from inventory.services import capabilities, outputs
 from inventory.services.job_config import sink_outside_own_source
 from inventory.services.own_database import own_database_identity
-from inventory.sources.items import ItemSource, fetch_items
-from inventory.sources.registry import connector_source, source_for_connector
+from inventory.sources.base import ItemSource
+from inventory.sources.registry import kind_of
 from workers.spark.errors import ReadError, SinkError
 from workers.spark.options import (
     OptionError,
@@ -29,19 +29,10 @@ def batch_spec(*, batch: Batch, source: ItemSource | None = None) -> dict:
     connector = job.connector
     config = connector.config or {}
     snapshot = batch.config_snapshot or {}
-    module = connector_source(connector)
-    if module is not None:
-        # object stores, tables, topics, upstream jobs: the source module says what to read
-        read = module.read_spec(connector=connector, batch=batch)
-        items = read["items"]
-    else:
-        source = source or source_for_connector(connector)
-        sql, params = source.select(lower=batch.span.lower, upper=batch.span.upper, limit=None)
-        items = [row[2] for row in fetch_items(source, sql, params)]
-        if connector.kind == ConnectorKind.FILES:
-            # files the worker opens: inside the connector's directory, under the allowed roots
-            items = capabilities.local_items(items, base=config.get("path"))
-        read = {}
+    kind = kind_of(connector)
+    read = kind.read_spec(connector, batch, source=source)  # what the worker reads, and how
+    items = read["items"]
+    guess = kind.reads_files(connector)  # a format from the items' suffixes when none is set
     spec = {
         "job": job.name,
         "batch_id": batch.pk,
@@ -49,10 +40,10 @@ def batch_spec(*, batch: Batch, source: ItemSource | None = None) -> dict:
         "lower": batch.span.lower,
         "upper": batch.span.upper,
         "items": items,
-        "format": _format(config, items, connector.kind),
+        "format": _format(config, items, guess),
         # Spark gets the allowlisted option names only (checked again on every batch: a
         # connector saved before the allowlist fails here, before Spark, naming the key)
-        "read_options": _read_options(config, items, connector.kind),
+        "read_options": _read_options(config, items, guess),
         "schema": config.get("schema"),
         "lineage": bool(config.get("lineage", False)),
         "watermark_column": config.get("watermark_column"),
@@ -78,13 +69,13 @@ def batch_spec(*, batch: Batch, source: ItemSource | None = None) -> dict:
     return spec
 
 
-def _format(config: dict, items: list[str], kind: str) -> str:
-    return config.get("format") or _guess_format(items, kind)
+def _format(config: dict, items: list[str], guess: bool) -> str:
+    return config.get("format") or _guess_format(items, guess)
 
 
-def _read_options(config: dict, items: list[str], kind: str) -> dict[str, str]:
+def _read_options(config: dict, items: list[str], guess: bool) -> dict[str, str]:
     try:
-        return normalized_reader_options(_format(config, items, kind), config.get("read_options"))
+        return normalized_reader_options(_format(config, items, guess), config.get("read_options"))
     except OptionError as exc:
         raise ReadError(f"the connector's read_options: {exc}") from None
 
@@ -99,11 +90,12 @@ def _check_sink_options(sink: dict) -> None:
             raise SinkError(f"the job's sink options: {exc}") from None
 
 
-def _guess_format(items: list[str], kind: str) -> str:
+def _guess_format(items: list[str], guess: bool) -> str:
     """A files connector without `format`: the format its items' suffixes name, the same for
     every item that has one (parquet when none has). Items of different formats in one batch are
-    an error naming them: read as one format, some would be misread."""
-    if kind != ConnectorKind.FILES:
+    an error naming them: read as one format, some would be misread. `guess`: the connector's
+    items are files (its kind's `reads_files`); anything else reads as parquet."""
+    if not guess:
         return "parquet"
     found: dict[str, str] = {}
     for item in items:

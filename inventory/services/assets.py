@@ -1,5 +1,5 @@
 """Asset registration, with ids in visibility order (invariant 5): what a scan of a local
-directory (inventory/sources/files.py), an announcement or a source kind's discovery found.
+directory (inventory/sources/files/), an announcement (announcements.py) or a source kind's discovery found.
 
 Registration holds the connector's row lock until it commits, so two registrations of one
 connector never interleave: a reader resuming after id N can never later see a smaller id appear.
@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 
-from inventory.models import Asset, Connector, ConnectorKind, ConnectorState
+from inventory.models import Connector
 from inventory.services.confinement import location_within
-from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.errors import InvalidInput
 from inventory.services.transactions import single_call
-from inventory.services.urls import url_parse, url_scheme
-from inventory.sources.config import is_object_store_path
+from inventory.services.urls import is_object_store_path, url_parse, url_scheme
 from inventory.sql import query
 
 log = logging.getLogger(__name__)
@@ -188,65 +187,3 @@ def canonical_location(location: str, *, base: str) -> str:
         return location
     inside = os.path.relpath(os.path.normpath(os.path.join(base, location)), os.path.normpath(base))
     return os.path.join(base, inside)
-
-
-def _registrable(connector: Connector) -> None:
-    if connector.kind != ConnectorKind.FILES:
-        raise InvalidInput("kind", f"connector {connector.name} is {connector.kind}, not files")
-    if "meta_table" in (connector.config or {}):
-        raise Conflict(
-            f"connector {connector.name} reads the external meta table "
-            f"{connector.config['meta_table']!r}: add rows there instead"
-        )
-    if connector.state == ConnectorState.COMPLETED:
-        raise Conflict(f"connector {connector.name} is completed: its item set is closed")
-
-
-def assets_announce(*, connector: Connector, items) -> Announced:
-    """Register items a producer announces (`[{location, weight, extra}]`), in the given order.
-
-    Idempotent: known locations keep their id and are reported as known. Ids follow visibility
-    order (the connector's row lock, as for discovery).
-    """
-    _registrable(connector)
-    parsed = _announced_items(items)
-    base = (connector.config or {}).get("path")
-    canonical: dict[str, int] = {}
-    for index, (location, _weight, _extra) in enumerate(parsed):
-        location_inside(location, base=base, field=f"assets[{index}].location")
-        spelled = canonical_location(location, base=base)
-        _check_location_size(spelled, field=f"assets[{index}].location")
-        if spelled in canonical:
-            raise InvalidInput(
-                f"assets[{index}].location",
-                f"repeats assets[{canonical[spelled]}].location (both are {spelled})",
-            )
-        canonical[spelled] = index
-    given = [item[0] for item in parsed]
-    stored = list(canonical)  # in the given order
-    with transaction.atomic():
-        # a location stored as given before locations were stored canonically keeps its id
-        earlier = dict(
-            Asset.objects.filter(connector=connector, location__in=given).values_list(
-                "location", "pk"
-            )
-        )
-        new = [
-            (spelled, weight, extra)
-            for spelled, (location, weight, extra) in zip(stored, parsed, strict=True)
-            if location not in earlier
-        ]
-        registered = assets_register(connector=connector, items=new)
-        ids = dict(
-            Asset.objects.filter(connector=connector, location__in=stored).values_list(
-                "location", "pk"
-            )
-        )
-    return Announced(
-        registered=registered,
-        known=len(parsed) - registered,
-        assets=[
-            {"location": location, "id": earlier.get(location) or ids[spelled]}
-            for location, spelled in zip(given, stored, strict=True)
-        ],
-    )

@@ -8,16 +8,10 @@ and reaches nothing. The rules themselves live in one module each: `secrets` (va
 `endpoints` (hosts), `confinement` (paths).
 """
 
-import os
-
 from inventory.services import endpoints
-from inventory.services.assets import location_inside
 from inventory.services.confinement import path_confined
-from inventory.services.errors import InvalidInput
 from inventory.services.secrets import credential_value, env_names_check
-from inventory.services.urls import url_parse
-from inventory.sources import kafka as source_kafka
-from inventory.sources.object_store.access import OBJECT_STORE_SCHEMES
+from inventory.sources.registry import kind_named
 
 
 def sink_confine(sink: dict | None, *, field: str = "sink") -> None:
@@ -25,10 +19,10 @@ def sink_confine(sink: dict | None, *, field: str = "sink") -> None:
     an allowed host (postgres). An unset variable passes here: the run reports it."""
     if not isinstance(sink, dict):
         return
-    kind = sink.get("kind")
-    if kind in ("files", "delta"):
+    sink_kind = sink.get("kind")
+    if sink_kind in ("files", "delta"):
         path_confined(sink.get("path"), f"{field}.path")
-    elif kind == "postgres":
+    elif sink_kind == "postgres":
         name = sink.get("dsn_env")
         if name is not None:
             dsn = credential_value(name, field=f"{field}.dsn_env")
@@ -39,55 +33,14 @@ def sink_confine(sink: dict | None, *, field: str = "sink") -> None:
             endpoints.dsn_check(sink["dsn"], field=f"{field}.dsn")
 
 
-def _object_location(location: str, *, field: str) -> None:
-    scheme = url_parse(location, field=field).scheme
-    if not scheme:
-        path_confined(location, field)
-    elif scheme not in OBJECT_STORE_SCHEMES:
-        raise InvalidInput(field, f"{scheme}: locations are not read")
-
-
 def source_confine(source: dict | None, *, field: str = "connector.config") -> None:
-    """A batch's source (a spec's "source") reaches only allowed hosts and paths."""
+    """A batch's source (a spec's "source") reaches only allowed hosts and paths: its kind's
+    `confine` (inventory/sources/<kind>/kind.py)."""
     if not isinstance(source, dict):
         return
-    kind = source.get("kind")
-    if kind == "object_store":
-        if source.get("endpoint_url"):
-            endpoints.url_check(source["endpoint_url"], field=f"{field}.endpoint_url")
-        for obj in source.get("objects") or ():
-            _object_location(obj.get("location", ""), field=f"{field}.path")
-    elif kind == "table":
-        dsn = credential_value(source.get("dsn_env"), field=f"{field}.dsn_env")
-        if dsn:
-            endpoints.dsn_check(dsn, field=f"{field}.dsn_env")
-    elif kind == "kafka":
-        source_kafka.confine(source)
-    elif kind in ("delta", "hudi"):  # a table's files are read from under its (confined) directory
-        path_confined(source.get("path"), f"{field}.path")
-    elif kind == "job_output":
-        # an upstream commit's location comes from its result, which an external processor
-        # reports through succeed/: read only where a sink may write
-        outputs = [*(source.get("outputs") or ()), source.get("schema_from") or {}]
-        for output in outputs:
-            if output.get("location"):
-                _object_location(output["location"], field=f"{field}.job")
-
-
-def local_items(items: list, *, base: str | None, field: str = "connector.config.path") -> list:
-    """A local files connector's items as the worker reads them: inside the connector's directory
-    (a relative location is relative to it), or, without a directory (a meta table of paths),
-    under the allowed roots."""
-    confined = []
-    for item in items:
-        location = str(item)
-        if base:
-            location_inside(location, base=base, field=field)
-            confined.append(os.path.join(base, location))
-        else:
-            _object_location(location, field=field)
-            confined.append(location)
-    return confined
+    kind = kind_named(source.get("kind"))
+    if kind is not None:
+        kind.confine(source, field=field)
 
 
 def spec_confine(spec: dict) -> None:

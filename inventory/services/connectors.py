@@ -23,17 +23,9 @@ from inventory.services.orchestration import (
     predecessors_completed,
 )
 from inventory.services.secrets import check_no_secrets
-from inventory.sources import job_output as source_job_output
-from inventory.sources import meta_table as source_meta_table
-from inventory.sources.config import check_discover_seconds, check_known_keys, check_read_config
-from inventory.sources.files import DIRECTORY_KEYS, check_completion_config
-from inventory.sources.identity import (
-    check_local_directory,
-    identity_changes,
-    source_table_check,
-)
-from inventory.sources.items import check_meta_table, quote_table
-from inventory.sources.registry import source_module
+from inventory.sources.config import check_discover_seconds
+from inventory.sources.identity import identity_changes
+from inventory.sources.registry import kind_for
 
 
 def validate_config(kind: str, config: dict) -> dict:
@@ -45,37 +37,8 @@ def validate_config(kind: str, config: dict) -> dict:
         raise InvalidInput("config", "must be an object")
     check_no_secrets(config, "config")
     check_discover_seconds(config)
-    source = source_module(kind, config)
-    if source is not None:
-        # object stores, tables and meta tables of other databases, topics, upstream jobs
-        config = source.validate(config)
-    elif "table" in config:
-        relation = quote_table(config["table"], field_name="config.table")
-        source_table_check(relation, field="config.table")
-    if source is not None:
-        pass
-    elif "meta_table" in config:
-        check_known_keys(
-            config, source_meta_table.LOCAL_KEYS, kind="meta_table (in Tidemark's database)"
-        )
-        check_meta_table(config["meta_table"])
-    elif kind == ConnectorKind.TABLE:
-        raise InvalidInput(
-            "config.dsn_env",
-            "a table connector reads a table of another PostgreSQL database: give dsn_env (the "
-            "environment variable holding its DSN), table and column; or a meta_table "
-            "{table, uid_column, item_column, weight_column} in Tidemark's database",
-        )
-    elif kind == ConnectorKind.FILES:
-        if not config.get("path"):
-            raise InvalidInput(
-                "config.path", "a files connector needs a directory path (or a meta_table)"
-            )
-        check_known_keys(config, DIRECTORY_KEYS, kind="files (local directory)")
-        check_local_directory(config["path"], field="config.path")
-        check_completion_config(config)
-    if kind == ConnectorKind.FILES:
-        check_read_config(config)
+    # the kind's own checks: a directory, an object store, a table or meta table, a topic, ...
+    config = kind_for(kind, config).validate(config, connector_kind=kind)
     if not isinstance(config.get("snapshot", False), bool):
         raise InvalidInput("config.snapshot", "must be true or false")
     patterns = config.get("patterns")
@@ -146,7 +109,9 @@ def connector_update(
     fields = []
     if config is not _UNSET:
         config = validate_config(connector.kind, config or {})
-        source_job_output.check_connector(connector=connector, config=config)
+        kind_for(connector.kind, config).check_config_change(
+            connector=connector, config=config, reset=False
+        )
         changed = identity_changes(connector.config, config)
         jobs = list(connector.jobs.order_by("name").values_list("name", flat=True)[:5])
         if changed and jobs:
@@ -223,7 +188,9 @@ def connector_reset(
         raise InvalidInput("reason", "resetting a connector needs a reason")
     connector = Connector.objects.select_for_update().get(pk=connector.pk)
     config = validate_config(connector.kind, config or {})
-    source_job_output.check_connector(connector=connector, config=config, reset=True)
+    kind_for(connector.kind, config).check_config_change(
+        connector=connector, config=config, reset=True
+    )
     changed = identity_changes(connector.config, config)
     jobs = list(Job.objects.select_for_update().filter(connector=connector).order_by("pk"))
     for job in jobs:
@@ -269,7 +236,7 @@ def connector_reset(
             replay=True,
         )
     fields = ["config", "updated_at"]
-    if source_module(connector.kind, config) is not None and connector.cursor:
+    if kind_for(connector.kind, config).cursor_restarts and connector.cursor:
         # a source read from a cursor (table values, topic offsets, listed keys, uids) is looked
         # at again from its configured start: the items registered from the old cursor go
         connector.assets.all().delete()

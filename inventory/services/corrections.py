@@ -22,7 +22,7 @@ from inventory.models import (
 from inventory.selectors_coverage import source_extent
 from inventory.services import lifecycle, watermarks
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.sources import job_output as source_job_output
+from inventory.sources.registry import kind_of
 
 
 @transaction.atomic
@@ -87,7 +87,7 @@ def watermark_correct(
         )
     if new_position < watermark.position:
         # a job_output job replays only from a commit its upstream still retains
-        source_job_output.check_replay(job=job, position=new_position)
+        kind_of(job.connector).check_replay(job=job, position=new_position)
         _supersede_after(job, new_position, field=field)
     elif new_position > watermark.position:
         known_end = _known_end(job)

@@ -7,8 +7,7 @@ from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.job_config import job_validate_runtime
 from inventory.services.secrets import check_no_secrets
 from inventory.services.watermarks import watermark_create
-from inventory.sources import job_output as source_job_output
-from inventory.sources.registry import connector_source
+from inventory.sources.registry import job_delete_check, kind_of
 
 
 def validate_budget(*, batch_weight, max_items) -> None:
@@ -39,7 +38,7 @@ def job_create(
     if Job.objects.filter(name=name).exists():
         raise Conflict(f"a job named {name!r} already exists")
     check_watermark_source(connector=connector, watermark_type=watermark_type)
-    source_job_output.check_new_job(name=name, connector=connector)
+    kind_of(connector).check_new_job(name=name, connector=connector)
     check_lookback(
         connector=connector, lookback=options.get("lookback", 0), sink=options.get("sink")
     )
@@ -75,9 +74,7 @@ def check_watermark_source(*, connector: Connector, watermark_type: str) -> None
     """A connector's `watermark_column` reports one maximum per batch: an int or datetime
     watermark can hold it, a key_value or file_set watermark cannot (the worker also checks the
     column's type against the job's before it writes anything: workers/spark/run.py)."""
-    source = connector_source(connector)
-    if hasattr(source, "check_watermark_type"):
-        source.check_watermark_type(watermark_type)  # e.g. a topic's jobs need key_value
+    kind_of(connector).check_watermark_type(watermark_type)  # e.g. a topic's jobs need key_value
     column = (connector.config or {}).get("watermark_column")
     if column and watermark_type in (WatermarkType.KEY_VALUE, WatermarkType.FILE_SET):
         raise InvalidInput(
@@ -94,9 +91,7 @@ def check_lookback(*, connector: Connector, lookback, sink) -> None:
         raise InvalidInput("lookback", f"must be a non-negative integer, got {lookback!r}")
     if not lookback:
         return
-    from inventory.sources.registry import source_name
-
-    if source_name(connector.kind, connector.config) != "table":
+    if not kind_of(connector).rereads_window:
         raise InvalidInput(
             "lookback",
             f"connector {connector.name} is not a table read by a column; only those re-read a "
@@ -198,5 +193,5 @@ def job_delete(*, job: Job) -> None:
     running = job.batches.filter(status=BatchStatus.RUNNING).values_list("pk", flat=True).first()
     if running is not None:
         raise Conflict(f"batch {running} of job {job.name} is running; cancel it or wait")
-    source_job_output.check_job_delete(job=job)
+    job_delete_check(job)
     job.delete()

@@ -17,7 +17,7 @@ admin and the dashboard. Locks: one connector row at a time.
 from django.db import transaction
 from django.db.models import Max, Q
 
-from inventory.models import Asset, Connector, ConnectorEvent, ConnectorKind, ConnectorState, Job
+from inventory.models import Asset, Connector, ConnectorEvent, ConnectorState, Job
 from inventory.services.errors import Conflict, InvalidInput
 
 SYSTEM = "orchestration"
@@ -199,32 +199,15 @@ def waiting_release() -> list[str]:
 
 
 def _handover(connector: Connector) -> str:
-    """Set a following kafka connector's first offsets from its history's data; says what it set."""
-    spec = (connector.config or {}).get("handover")
-    if connector.kind != ConnectorKind.KAFKA or not spec or connector.cursor:
+    """What a released connector takes from its predecessors (its kind's `hand_over`: a
+    following kafka connector's first offsets from its history's data); says what it set."""
+    from inventory.sources.registry import kind_of
+
+    kind = kind_of(connector)
+    if not (connector.config or {}).get("handover") or connector.cursor:
         return ""
-    from inventory.sources import kafka as source_kafka
-    from inventory.sources import table as source_table
-
-    history = [
-        c
-        for c in predecessors(connector.start_after).order_by("pk")
-        if source_table_kind(c) and c.config.get("snapshot")
-    ]
-    if len(history) != 1:
-        return ""
-    offsets = source_table.synced_offsets(
-        history[0], spec["partition_column"], spec["offset_column"]
-    )
-    source_kafka.handover_set(connector, offsets)
-    shown = ", ".join(f"{p}: {o}" for p, o in sorted(offsets.items()))
-    return f"starts after the offsets {history[0].name} was synced to ({shown or 'none'})"
-
-
-def source_table_kind(connector: Connector) -> bool:
-    from inventory.sources.registry import source_name
-
-    return source_name(connector.kind, connector.config) == "table"
+    earlier = [(c, kind_of(c)) for c in predecessors(connector.start_after).order_by("pk")]
+    return kind.hand_over(connector, earlier)
 
 
 def orchestrate() -> dict:

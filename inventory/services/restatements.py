@@ -30,7 +30,6 @@ from inventory.models import Backfill, BatchStatus, Connector, ConnectorKind, Re
 from inventory.services import restatement_records as records
 from inventory.services.errors import TidemarkError
 from inventory.services.signals import batch_committed
-from inventory.sources import table as source_table
 from inventory.sql import query
 
 log = logging.getLogger(__name__)
@@ -94,23 +93,14 @@ def restate_items(
     return created, done
 
 
-def early_rows_register(connector: Connector) -> int:
-    """Late rows before the first registered slice, within the largest lookback of the
-    connector's jobs, are in no slice: they become slices of their own (new items)."""
-    lookback = max(connector.jobs.values_list("lookback", flat=True), default=0)
-    return source_table.early_rows_register(connector, lookback=lookback or 0)
-
-
-def late_rows_restate(connector: Connector) -> list[Backfill]:
+def late_rows_restate(connector: Connector, *, late: list, jobs: list) -> list[Backfill]:
     """Late rows reach the sink even when nothing newer arrives (a table read with `lookback`).
 
     A job's lookback re-reads its window only when a newer slice makes a batch. So each look also
-    recounts the slices within the largest lookback of the connector's jobs; the slices that
-    gained rows are restated, and their counts recorded once every job has its backfill."""
-    jobs = list(connector.jobs.filter(lookback__gt=0).select_related("watermark"))
-    if not jobs:
-        return []
-    late = source_table.late_slices(connector, lookback=max(job.lookback for job in jobs))
+    recounts the slices within the largest lookback of the connector's jobs (the table kind's
+    `after_discover`: `late`, [(slice asset, rows now)], for `jobs`, those with a lookback); the
+    slices that gained rows are restated, and their counts recorded once every job has its
+    backfill."""
     if not late:
         return []
     described = ", ".join(

@@ -98,3 +98,11 @@ def url_parse(value, *, field: str) -> Url:
         path=parts.path,
         query=parts.query,
     )
+
+
+def is_object_store_path(path) -> bool:
+    """`s3://bucket/prefix` and any other fsspec URL (a one-letter scheme is a Windows drive)."""
+    if not isinstance(path, str):
+        return False
+    scheme = url_scheme(path)
+    return len(scheme) > 1 and scheme != "file"

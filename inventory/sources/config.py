@@ -2,15 +2,7 @@
 store URL from a local path. Kept apart from `registry.py`, which imports every kind."""
 
 from inventory.services.errors import InvalidInput
-from inventory.services.urls import url_scheme
-
-
-def is_object_store_path(path) -> bool:
-    """`s3://bucket/prefix` and any other fsspec URL (a one-letter scheme is a Windows drive)."""
-    if not isinstance(path, str):
-        return False
-    scheme = url_scheme(path)
-    return len(scheme) > 1 and scheme != "file"
+from inventory.services.urls import is_object_store_path  # noqa: F401 (kinds read it here)
 
 
 def check_known_keys(config: dict, known, *, kind: str, field: str = "config") -> None:

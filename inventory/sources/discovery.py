@@ -1,61 +1,37 @@
 """Discovery of every connector kind: which connectors discover their own items, and one look.
 
-A local directory is scanned by `files.py`; object stores, tables and topics by their source
-module (`inventory/sources/registry.py`). A look that registered new items nudges the connector's jobs at once
+Every connector's kind (`inventory/sources/registry.py`, `kind_of`) says whether it discovers and
+how; a look that registered new items nudges the connector's jobs at once
 instead of leaving them to their next timer.
 """
 
 from django.db import transaction
 
-from inventory.models import Connector, ConnectorKind, ConnectorState
+from inventory.models import Connector, ConnectorState
 from inventory.services import restatements
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.sources import files
-from inventory.sources.registry import connector_source, source_name
+from inventory.sources.registry import kind_of
 
 
 def discovers(connector: Connector) -> bool:
     """Whether Tidemark finds this connector's items itself (not a meta table, not announced)."""
-    module = connector_source(connector)
-    if module is not None:
-        return hasattr(module, "discover")
-    config = connector.config or {}
-    return (
-        connector.kind == ConnectorKind.FILES
-        and "meta_table" not in config
-        and bool(config.get("path"))
-    )
+    return kind_of(connector).discovers(connector)
 
 
 def discover(connector: Connector) -> int:
-    """One look at the source: register what became visible since the last one.
+    """One look at the source: register what became visible since the last one, then the
+    restatement checks the look calls for (its kind's `after_discover`).
 
     A `files` connector in snapshot mode (`config.snapshot: true`) takes one look: the files
     there then are its item set, closed afterwards (orchestration completes it once its jobs
     committed them). A table in snapshot mode closes itself at the maximum of its first look."""
-    module = connector_source(connector)
-    snapshot_files = connector.kind == ConnectorKind.FILES and (connector.config or {}).get(
-        "snapshot"
-    )
-    if snapshot_files and (connector.cursor or {}).get("snapshot_closed"):
+    kind = kind_of(connector)
+    snapshot = kind.snapshot_by_look(connector)
+    if snapshot and (connector.cursor or {}).get("snapshot_closed"):
         return 0
-    if module is not None:
-        if not hasattr(module, "discover"):
-            raise InvalidInput("kind", f"connector {connector.name} has nothing to discover")
-        registered = module.discover(connector)
-        if connector.kind == ConnectorKind.TABLE:
-            registered += restatements.early_rows_register(connector)
-            restatements.late_rows_restate(connector)
-        if connector.kind == ConnectorKind.DELTA:
-            restatements.delta_restate(connector)
-        elif connector.kind == ConnectorKind.HUDI:
-            restatements.hudi_restate(connector)
-        elif source_name(connector.kind, connector.config) == "object_store":
-            restatements.changed_files_restate(connector)  # objects rewritten under their key
-    else:
-        registered = files.directory_discover(connector=connector)
-        restatements.changed_files_restate(connector)
-    if snapshot_files:
+    registered = kind.discover(connector)
+    registered += kind.after_discover(connector, restatements)
+    if snapshot:
         snapshot_close(connector)
     return registered
 

@@ -1,96 +1,81 @@
-"""Which module serves a connector's source, and what each one answers (`SourceKind`).
+"""Which `SourceKind` object serves a connector's source (inventory/sources/base.py says what
+each one answers).
 
-Every kind plans on the same core: its items get ids in the order they become visible (assets
-registered under the connector's row lock, or a job's commit sequence), and batches are
-weight-bounded id ranges over them, so backfills, gap reports, corrections and the dashboard
-work the same for all kinds. A source module answers:
-
-- `validate(config) -> dict`: the config checked (InvalidInput naming `config.<key>`);
-- `discover(connector) -> int`: register the items that became visible since the last look
-  (left out when the kind has nothing to discover: a job's output is announced by its commits);
-- `read_spec(connector, batch) -> dict`: what the worker reads for one batch: `items` (labels
-  of what it covers, for humans and logs) and `source` (`{"kind": ...}` plus what the worker's
-  reader for that kind needs; never a secret, only environment-variable names);
-- optionally `item_source(connector) -> ItemSource` when its items are not assets;
-- optionally `derived(config) -> dict`: the keys of a stored config that `validate` filled in
-  itself (a table's column type), so a pipelines file that leaves them out is not a change.
-
-The worker reads a spec's `source` with the reader of the same name in
-`workers/spark/sources/registry.py` (a test checks both registries name the same kinds).
-A local directory and a meta table in Tidemark's database are served by `files.py` and
-`items.py` themselves (None).
+One object per behaviour, each in its own folder (`inventory/sources/<kind>/kind.py`), so
+`kind_of(connector)` always answers: besides the kinds named after a connector kind, a `files`
+connector over an object store URL is `object_store`, a meta table in another database is
+`meta_table`, and a meta table in Tidemark's own database (a `files` or `table` connector with a
+`meta_table` and no `dsn_env`) is `own_meta_table`. The worker reads a spec's `source` with the
+reader of the same name in `workers/spark/sources/registry.py` (kinds with `has_reader`; a test
+checks both registries agree).
 """
 
-from typing import Any, Protocol, runtime_checkable
-
 from inventory.models import Connector, ConnectorKind
-from inventory.sources import delta, hudi, job_output, kafka, meta_table, object_store, table
-from inventory.sources.config import is_object_store_path
-from inventory.sources.identity import source_table_check
-from inventory.sources.items import ItemSource, assets_source, meta_table_source, unique_uids
-
-
-@runtime_checkable
-class SourceKind(Protocol):
-    """What every source kind's module provides (the optional parts are listed above)."""
-
-    def validate(self, config: dict) -> dict: ...
-
-    def read_spec(self, connector: Connector, batch: Any) -> dict: ...
-
+from inventory.services.urls import is_object_store_path
+from inventory.sources.base import ItemSource, SourceKind
+from inventory.sources.delta.kind import KIND as delta
+from inventory.sources.files.kind import KIND as files
+from inventory.sources.hudi.kind import KIND as hudi
+from inventory.sources.job_output.kind import KIND as job_output
+from inventory.sources.kafka.kind import KIND as kafka
+from inventory.sources.meta_table.kind import KIND as meta_table
+from inventory.sources.object_store.kind import KIND as object_store
+from inventory.sources.own_meta_table import KIND as own_meta_table
+from inventory.sources.table.kind import KIND as table
 
 KINDS: dict[str, SourceKind] = {
-    "meta_table": meta_table,
-    "object_store": object_store,
-    "table": table,
-    "kafka": kafka,
-    "job_output": job_output,
-    "delta": delta,
-    "hudi": hudi,
+    kind.name: kind
+    for kind in (
+        files,
+        own_meta_table,
+        meta_table,
+        object_store,
+        table,
+        kafka,
+        job_output,
+        delta,
+        hudi,
+    )
 }
 
 
-def source_name(kind: str, config: dict | None) -> str | None:
-    """The source module's key for a connector of `kind` with `config`, None for the built-in
-    local directory and meta table."""
+def source_name(kind: str, config: dict | None) -> str:
+    """The name of the kind object serving a connector of `kind` with `config`."""
     config = config or {}
     if "meta_table" in config:
-        # in Tidemark's database: planned over it directly (items.py); elsewhere: mirrored
-        return "meta_table" if "dsn_env" in config else None
+        # in Tidemark's database: planned over it in place; elsewhere: mirrored into assets
+        return "meta_table" if "dsn_env" in config else "own_meta_table"
     if kind == ConnectorKind.FILES:
-        return "object_store" if is_object_store_path(config.get("path")) else None
+        return "object_store" if is_object_store_path(config.get("path")) else "files"
     if kind == ConnectorKind.TABLE and "dsn_env" not in config:
-        return None  # a table in Tidemark's database, read as a meta table (items.py)
-    return kind if kind in KINDS else None
+        return "own_meta_table"  # refused by its validate: a table needs dsn_env or meta_table
+    return kind
 
 
-def source_module(kind: str, config: dict | None) -> SourceKind | None:
-    name = source_name(kind, config)
-    return KINDS[name] if name else None
+def kind_for(kind: str, config: dict | None) -> SourceKind:
+    """The kind object for a connector of `kind` with `config` (one not saved yet)."""
+    return KINDS[source_name(kind, config)]
 
 
-def connector_source(connector: Connector) -> SourceKind | None:
-    return source_module(connector.kind, connector.config)
+def kind_of(connector: Connector) -> SourceKind:
+    return kind_for(connector.kind, connector.config)
+
+
+def kind_named(name) -> SourceKind | None:
+    """The kind a spec's `source.kind` names (None for a name no kind has)."""
+    return KINDS.get(name) if isinstance(name, str) else None
 
 
 def config_derived(connector: Connector) -> dict:
-    """The keys of the connector's config its source filled in when it was saved (see above)."""
-    module = connector_source(connector)
-    derived = getattr(module, "derived", None) if module else None
-    return derived(connector.config or {}) if derived else {}
+    """The keys of the connector's config its kind filled in when it was saved."""
+    return kind_of(connector).derived(connector.config or {})
 
 
 def source_for_connector(connector) -> ItemSource:
-    module = connector_source(connector)
-    if module is not None:
-        # a source of its own kind: its items are its registered assets unless it says otherwise
-        if hasattr(module, "item_source"):
-            return module.item_source(connector)
-        return assets_source(connector.pk)
-    spec = (connector.config or {}).get("meta_table")
-    if spec is not None:
-        source = meta_table_source(spec)
-        # checked on every read too: a connector saved before the check existed is refused
-        source_table_check(source.relation, field="config.meta_table.table")
-        return unique_uids(source)
-    return assets_source(connector.pk)
+    return kind_of(connector).item_source(connector)
+
+
+def job_delete_check(job) -> None:
+    """Every kind may refuse deleting a job (Conflict): a job whose commits a connector reads."""
+    for kind in KINDS.values():
+        kind.check_job_delete(job=job)

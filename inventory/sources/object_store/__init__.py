@@ -34,8 +34,9 @@ from django.db import connection, transaction
 from inventory.models import Asset, Batch, Connector
 from inventory.services import assets
 from inventory.services.urls import url_parse, url_scheme
-from inventory.sources import files, files_known
+from inventory.sources import files
 from inventory.sources.config import check_known_keys
+from inventory.sources.files import known as files_known
 from inventory.sources.object_store.access import (
     CREDENTIAL_KEYS,
     S3_SCHEMES,

@@ -11,7 +11,7 @@ in flight (invariant 5).
 
 A batch reads the data files its versions added (`add` actions with `dataChange`), minus those
 whose rows a later data-changing commit removed (a delete, an update, an overwrite, an upstream
-Tidemark replay), directly or after a compaction moved them (delta_lineage.dead_files): a version
+Tidemark replay), directly or after a compaction moved them (lineage.dead_files): a version
 restated since contributes only what is still live, like a replaced `job_output` commit, so a
 downstream replay reads each row once. Files moved by `OPTIMIZE` (no `dataChange`) that nothing
 removed since are still read from the version that wrote them. A version whose log entry was
@@ -40,8 +40,8 @@ from django.db import transaction
 from inventory.models import Asset, Batch, Connector
 from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
-from inventory.sources import delta_lineage as lineage
 from inventory.sources.config import check_known_keys
+from inventory.sources.delta import lineage
 from inventory.sources.identity import check_local_directory
 from workers.spark.delta_log import confine_actions, resolve
 from workers.spark.errors import ReadError
@@ -183,7 +183,7 @@ def restated_versions(
 ) -> tuple[dict[int, set[int]], dict[int, str]]:
     """For the files in `removed` (path -> the version that removed it with a data change), the
     registered versions (below `below`) whose rows they held, traced through compactions by
-    reading the log backwards from `start` (delta_lineage.origins): ({removing version:
+    reading the log backwards from `start` (lineage.origins): ({removing version:
     {restated versions}}, {removing version: why it cannot be traced}). A file added by a
     version already cleaned from the log cannot be traced: it is logged, not guessed
     (docs/sources/delta.md)."""

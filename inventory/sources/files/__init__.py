@@ -3,7 +3,7 @@ discovery that registers what is new (assets.py hands out the ids).
 
 The worker reads the listed files with workers/spark/sources/files.py. An object-store path is
 the `object_store` kind (inventory/sources/object_store/), which shares the patterns, the
-completeness rule and the per-process copy of registered locations (files_known.py).
+completeness rule and the per-process copy of registered locations (known.py).
 """
 
 import fnmatch
@@ -17,7 +17,7 @@ from inventory.models import Connector, ConnectorKind
 from inventory.services.assets import assets_register
 from inventory.services.confinement import path_confined, walk
 from inventory.services.errors import InvalidInput
-from inventory.sources.files_known import (
+from inventory.sources.files.known import (
     DEFAULT_RECHECK_PER_SCAN,
     DEFAULT_RECHECK_SECONDS,
     known_files,
@@ -212,7 +212,7 @@ def directory_discover(*, connector: Connector) -> int:
 
     The scan costs one directory listing plus work for what changed: files already registered
     are recognised by name against this process's copy of the connector's registered locations
-    (files_known.py: kept current by one index lookup, plus a query bounded by what was
+    (known.py: kept current by one index lookup, plus a query bounded by what was
     registered since the last look), so the walk (confinement.walk) neither stats them nor
     sends them to the database again. Only new names are matched against the patterns, stat-ed
     and checked for completeness.
@@ -225,7 +225,7 @@ def directory_discover(*, connector: Connector) -> int:
     no longer flagged. Each scan stats at most `recheck_per_scan` of those files (connector
     config, default 1000), from a cursor that goes round them, so the scan costs the same
     however many files are in the window: a file in the window is rechecked within
-    ceil(files in window / recheck_per_scan) scans of this process (files_known.py)."""
+    ceil(files in window / recheck_per_scan) scans of this process (known.py)."""
     if connector.kind != ConnectorKind.FILES:
         raise InvalidInput("kind", f"connector {connector.name} is {connector.kind}, not files")
     config = connector.config or {}
