@@ -5,26 +5,40 @@ admin's actions and the dashboard's buttons all take the role from here, so an a
 one role in the API and another on a page. The fronts (API views, dashboard views, admin) take an
 action through `run(key, user, **arguments)`, which checks the role once more and calls the
 declared service with the declaration's `fixed` arguments (job.pause: paused=True): what the table
-says is what runs (tests/test_actions_dispatch.py). Services are named by dotted path: this module
-imports no service (the services do not depend on who may call them).
+says is what runs (tests/test_actions_dispatch.py). Each action holds its service function itself
+(go-to-definition leads to it); the services do not import this module (they do not depend on who
+may call them).
 
 `api` places an action in the REST API: (viewset, DRF action), where a DRF action shared by several
 methods is keyed "action:METHOD" (permissions.HasRole's convention).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.core.exceptions import PermissionDenied
-from django.utils.module_loading import import_string
 
 from inventory.roles import ADMIN, OPERATOR, VIEWER, has_role
+from inventory.services import (
+    announcements,
+    backfills,
+    connectors,
+    corrections,
+    gaps,
+    jobs,
+    lifecycle,
+    restatement_records,
+    scheduling,
+    throttle,
+)
+from inventory.sources import discovery
 
 
 @dataclass(frozen=True)
 class Action:
     key: str  # "<target>.<verb>": what it acts on, and the verb used in URLs and forms
     role: str
-    service: str  # dotted path of the service function
+    service: Callable  # the service function
     label: str  # what a button or an admin action says
     api: tuple[str, str] | None = None
     needs_reason: bool = False
@@ -39,9 +53,6 @@ class Action:
     def verb(self) -> str:
         return self.key.split(".", 1)[1]
 
-    def service_function(self):
-        return import_string(self.service)
-
     def allowed(self, user) -> bool:
         return has_role(user, self.role)
 
@@ -50,78 +61,76 @@ class Action:
         PermissionDenied: the fronts check first and answer in their own way, this is the floor)."""
         if not self.allowed(user):
             raise PermissionDenied(f"this needs the {self.role} role")
-        return self.service_function()(**dict(self.fixed), **arguments)
+        return self.service(**dict(self.fixed), **arguments)
 
-
-_S = "inventory.services."
 
 ACTIONS: dict[str, Action] = {
     action.key: action
     for action in (
         # operators steer the work
-        Action("connector.pause", OPERATOR, _S + "connectors.connector_pause", "Pause",
+        Action("connector.pause", OPERATOR, connectors.connector_pause, "Pause",
                api=("connectors", "pause")),
-        Action("connector.resume", OPERATOR, _S + "connectors.connector_resume", "Resume",
+        Action("connector.resume", OPERATOR, connectors.connector_resume, "Resume",
                api=("connectors", "resume")),
-        Action("connector.discover", OPERATOR, "inventory.sources.discovery.connector_discover_now",
+        Action("connector.discover", OPERATOR, discovery.connector_discover_now,
                "Discover now", api=("connectors", "discover")),
-        Action("job.run", OPERATOR, _S + "scheduling.job_run_now", "Run now",
+        Action("job.run", OPERATOR, scheduling.job_run_now, "Run now",
                api=("jobs", "run")),
-        Action("job.pause", OPERATOR, _S + "jobs.job_set_paused", "Pause", api=("jobs", "pause"),
+        Action("job.pause", OPERATOR, jobs.job_set_paused, "Pause", api=("jobs", "pause"),
                fixed=(("paused", True),)),
-        Action("job.resume", OPERATOR, _S + "jobs.job_set_paused", "Resume",
+        Action("job.resume", OPERATOR, jobs.job_set_paused, "Resume",
                api=("jobs", "resume"), fixed=(("paused", False),)),
-        Action("job.backfill", OPERATOR, _S + "backfills.backfill_create", "Schedule a backfill",
+        Action("job.backfill", OPERATOR, backfills.backfill_create, "Schedule a backfill",
                api=("backfills", "create")),
         # POST /api/v1/jobs/{name}/gaps/backfill/ (api/health.py): a backfill per hole of a job
-        Action("job.backfill_holes", OPERATOR, _S + "gaps.holes_backfill", "Backfill the holes"),
-        Action("backfill.pause", OPERATOR, _S + "backfills.backfill_set_status", "Pause",
+        Action("job.backfill_holes", OPERATOR, gaps.holes_backfill, "Backfill the holes"),
+        Action("backfill.pause", OPERATOR, backfills.backfill_set_status, "Pause",
                api=("backfills", "pause"), fixed=(("status", "paused"),)),
-        Action("backfill.resume", OPERATOR, _S + "backfills.backfill_set_status", "Resume",
+        Action("backfill.resume", OPERATOR, backfills.backfill_set_status, "Resume",
                api=("backfills", "resume"), fixed=(("status", "running"),)),
-        Action("backfill.cancel", OPERATOR, _S + "backfills.backfill_set_status", "Cancel",
+        Action("backfill.cancel", OPERATOR, backfills.backfill_set_status, "Cancel",
                api=("backfills", "cancel"), fixed=(("status", "cancelled"),)),
         # POST /api/v1/jobs/{name}/restatements/{id}/apply/ and dismiss/ (api/restatements.py)
-        Action("restatement.apply", OPERATOR, _S + "restatement_records.restatement_apply",
+        Action("restatement.apply", OPERATOR, restatement_records.restatement_apply,
                "Apply the replay"),
-        Action("restatement.dismiss", OPERATOR, _S + "restatement_records.restatement_dismiss",
+        Action("restatement.dismiss", OPERATOR, restatement_records.restatement_dismiss,
                "Dismiss", needs_reason=True),
-        Action("throttle.set", OPERATOR, _S + "throttle.throttle_set",
+        Action("throttle.set", OPERATOR, throttle.throttle_set,
                "Set the shared backfill throttle"),  # PUT /api/v1/backfill-throttle/
-        Action("batch.retry", OPERATOR, _S + "lifecycle.batch_retry", "Retry",
+        Action("batch.retry", OPERATOR, lifecycle.batch_retry, "Retry",
                api=("batches", "retry")),
-        Action("batch.cancel", OPERATOR, _S + "lifecycle.batch_cancel", "Cancel",
+        Action("batch.cancel", OPERATOR, lifecycle.batch_cancel, "Cancel",
                api=("batches", "cancel")),
         # admins change history and configuration
-        Action("batch.skip", ADMIN, _S + "lifecycle.batch_skip", "Skip", api=("batches", "skip"),
+        Action("batch.skip", ADMIN, lifecycle.batch_skip, "Skip", api=("batches", "skip"),
                needs_reason=True),
-        Action("watermark.correct", ADMIN, _S + "corrections.watermark_correct",
+        Action("watermark.correct", ADMIN, corrections.watermark_correct,
                "Correct the watermark", api=("jobs", "watermark:POST"), needs_reason=True),
-        Action("connector.reset", ADMIN, _S + "connectors.connector_reset", "Reset",
+        Action("connector.reset", ADMIN, connectors.connector_reset, "Reset",
                api=("connectors", "reset"), needs_reason=True),
-        Action("connector.create", ADMIN, _S + "connectors.connector_create", "Create",
+        Action("connector.create", ADMIN, connectors.connector_create, "Create",
                api=("connectors", "create")),
-        Action("connector.update", ADMIN, _S + "connectors.connector_update", "Change",
+        Action("connector.update", ADMIN, connectors.connector_update, "Change",
                api=("connectors", "partial_update")),
-        Action("connector.delete", ADMIN, _S + "connectors.connector_delete", "Delete",
+        Action("connector.delete", ADMIN, connectors.connector_delete, "Delete",
                api=("connectors", "destroy")),
-        Action("job.create", ADMIN, _S + "jobs.job_create", "Create", api=("jobs", "create")),
-        Action("job.update", ADMIN, _S + "jobs.job_update", "Change",
+        Action("job.create", ADMIN, jobs.job_create, "Create", api=("jobs", "create")),
+        Action("job.update", ADMIN, jobs.job_update, "Change",
                api=("jobs", "partial_update")),
-        Action("job.delete", ADMIN, _S + "jobs.job_delete", "Delete", api=("jobs", "destroy")),
+        Action("job.delete", ADMIN, jobs.job_delete, "Delete", api=("jobs", "destroy")),
         # processing applications (acquire/succeed, producers announcing files)
-        Action("connector.announce", OPERATOR, _S + "announcements.assets_announce", "Announce assets",
+        Action("connector.announce", OPERATOR, announcements.assets_announce, "Announce assets",
                api=("connectors", "assets")),
-        Action("job.acquire", OPERATOR, _S + "lifecycle.batch_acquire", "Acquire",
+        Action("job.acquire", OPERATOR, lifecycle.batch_acquire, "Acquire",
                api=("jobs", "acquire")),
-        Action("batch.heartbeat", OPERATOR, _S + "lifecycle.batch_heartbeat", "Heartbeat",
+        Action("batch.heartbeat", OPERATOR, lifecycle.batch_heartbeat, "Heartbeat",
                api=("batches", "heartbeat")),
-        Action("batch.succeed", OPERATOR, _S + "lifecycle.batch_succeed", "Succeed",
+        Action("batch.succeed", OPERATOR, lifecycle.batch_succeed, "Succeed",
                api=("batches", "succeed")),
-        Action("batch.fail", OPERATOR, _S + "lifecycle.batch_fail", "Fail",
+        Action("batch.fail", OPERATOR, lifecycle.batch_fail, "Fail",
                api=("batches", "fail")),
         # a read with a body (POST): planning a backfill without creating it
-        Action("job.backfill_preview", VIEWER, _S + "backfills.backfill_preview",
+        Action("job.backfill_preview", VIEWER, backfills.backfill_preview,
                "Preview a backfill", api=("backfills", "preview")),
     )
 }  # fmt: skip

@@ -3,7 +3,9 @@ view or admin module names a service that an action declares, so what the table 
 `actions.run` checks the role once more and passes the declaration's fixed arguments."""
 
 import ast
+import dataclasses
 import inspect
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,13 +15,30 @@ from django.core.exceptions import PermissionDenied
 
 from inventory.actions import ACTIONS, run
 from inventory.models import BackfillStatus
+from inventory.services import backfills, jobs, lifecycle
 
 ROOT = Path(settings.BASE_DIR)
 FRONTS = ("inventory/api", "inventory/views", "inventory/admin")
 
 
 def _declared() -> set[str]:
-    return {a.service for a in ACTIONS.values()}
+    """Every dotted path under which a declared service can be reached: where it is defined and
+    every loaded Tidemark module that re-exports it (`inventory.services.lifecycle.batch_retry`)."""
+    services = {id(a.service): a.service for a in ACTIONS.values()}
+    paths = {f"{f.__module__}.{f.__qualname__}" for f in services.values()}
+    for name, module in list(sys.modules.items()):
+        if name.startswith("inventory."):
+            for attribute, value in vars(module).items():
+                if id(value) in services and value is services[id(value)]:
+                    paths.add(f"{name}.{attribute}")
+    return paths
+
+
+def test_an_action_holds_its_service_function_not_a_name():
+    for key, action in ACTIONS.items():
+        assert callable(action.service) and not isinstance(action.service, str), key
+    assert ACTIONS["batch.retry"].service is lifecycle.batch_retry
+    assert "inventory.services.lifecycle.batch_retry" in _declared()
 
 
 def _dotted(node, bound: dict[str, str]) -> str | None:
@@ -108,7 +127,7 @@ def test_no_front_names_a_service_an_action_declares():
 
 def test_every_fixed_argument_is_a_parameter_of_its_service():
     for action in ACTIONS.values():
-        signature = inspect.signature(action.service_function())
+        signature = inspect.signature(action.service)
         signature.bind_partial(**dict(action.fixed))  # TypeError names the stray argument
     assert dict(ACTIONS["job.pause"].fixed) == {"paused": True}
 
@@ -124,7 +143,9 @@ class _Recorder:
 
 def test_run_refuses_a_user_without_the_role_and_calls_nothing(monkeypatch):
     recorder = _Recorder()
-    monkeypatch.setattr("inventory.services.jobs.job_set_paused", recorder)
+    monkeypatch.setitem(
+        ACTIONS, "job.pause", dataclasses.replace(ACTIONS["job.pause"], service=recorder)
+    )
     with pytest.raises(PermissionDenied, match="operator"):
         run("job.pause", AnonymousUser(), job="nightly")
     assert recorder.calls == []
@@ -135,22 +156,20 @@ def test_run_refuses_a_user_without_the_role_and_calls_nothing(monkeypatch):
 @pytest.mark.parametrize(
     "key, service, fixed",
     [
-        ("job.pause", "inventory.services.jobs.job_set_paused", {"paused": True}),
-        ("job.resume", "inventory.services.jobs.job_set_paused", {"paused": False}),
-        ("backfill.pause", "inventory.services.backfills.backfill_set_status",
-         {"status": BackfillStatus.PAUSED}),
-        ("backfill.resume", "inventory.services.backfills.backfill_set_status",
-         {"status": BackfillStatus.RUNNING}),
-        ("backfill.cancel", "inventory.services.backfills.backfill_set_status",
-         {"status": BackfillStatus.CANCELLED}),
-        ("batch.retry", "inventory.services.lifecycle.batch_retry", {}),
+        ("job.pause", jobs.job_set_paused, {"paused": True}),
+        ("job.resume", jobs.job_set_paused, {"paused": False}),
+        ("backfill.pause", backfills.backfill_set_status, {"status": BackfillStatus.PAUSED}),
+        ("backfill.resume", backfills.backfill_set_status, {"status": BackfillStatus.RUNNING}),
+        ("backfill.cancel", backfills.backfill_set_status, {"status": BackfillStatus.CANCELLED}),
+        ("batch.retry", lifecycle.batch_retry, {}),
     ],
 )  # fmt: skip
 def test_run_calls_the_declared_service_with_the_fixed_and_given_arguments(
     monkeypatch, key, service, fixed
 ):
+    assert ACTIONS[key].service is service
     recorder = _Recorder()
-    monkeypatch.setattr(service, recorder)
+    monkeypatch.setitem(ACTIONS, key, dataclasses.replace(ACTIONS[key], service=recorder))
     admin = User(username="root", is_superuser=True, is_active=True)  # not saved: no query
     assert run(key, admin, target=7) == "done"
     assert recorder.calls == [{**fixed, "target": 7}]
