@@ -88,6 +88,11 @@ ACTIONS: dict[str, Action] = {
                "Dismiss", needs_reason=True),
         Action("throttle.set", OPERATOR, _S + "throttle.throttle_set",
                "Set the shared backfill throttle"),  # PUT /api/v1/backfill-throttle/
+        # PUT /api/v1/backfill-throttle/freshness/ (api/freshness.py), the backfills page, admin
+        Action("throttle.pin", OPERATOR, _S + "freshness.throttle_pin",
+               "Pin the backfills' rate"),
+        Action("throttle.configure", ADMIN, _S + "freshness.throttle_control_configure",
+               "Change the freshness controller"),
         Action("batch.retry", OPERATOR, _S + "lifecycle.batch_retry", "Retry",
                api=("batches", "retry")),
         Action("batch.cancel", OPERATOR, _S + "lifecycle.batch_cancel", "Cancel",
