@@ -274,3 +274,30 @@ def test_an_operator_pins_and_unpins_from_the_backfills_page(role_users):
     assert "pinned at 700/min by operator-user" in page
     client.post(reverse("dashboard:throttle-pin"), {"pinned_rate": ""})
     assert FreshnessThrottle.objects.get(id=1).pinned_rate is None
+
+
+def test_the_dashboards_job_form_sets_and_clears_a_freshness_target(role_users):
+    connector = ConnectorFactory(name="formed")
+    make_job(connector=connector, name="formed-job", batch_weight=10)
+    client = session_client(role_users["admin"])
+    form = client.get(reverse("dashboard:job-edit", args=["formed-job"])).content.decode()
+    assert 'name="freshness_target_seconds"' in form and 'name="freshness_target_items"' in form
+    from inventory.forms_edit import JobEditForm
+    from inventory.models import Job
+
+    job = Job.objects.get(name="formed-job")
+    initial = JobEditForm.initial_of(job)
+    posted = {k: "" if v is None else v for k, v in initial.items() if not isinstance(v, dict)}
+    posted.update(batch_weight="10", freshness_target_seconds="120", freshness_target_items="")
+    answer = client.post(reverse("dashboard:job-edit", args=["formed-job"]), posted)
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    job.refresh_from_db()
+    assert (job.freshness_target_seconds, job.freshness_target_items) == (120, None)
+    posted.update(freshness_target_seconds="")
+    client.post(reverse("dashboard:job-edit", args=["formed-job"]), posted)
+    job.refresh_from_db()
+    assert job.freshness_target_seconds is None
+    posted.update(freshness_target_seconds="0")
+    refused = client.post(reverse("dashboard:job-edit", args=["formed-job"]), posted)
+    assert refused.status_code == 400
+    assert "freshness_target_seconds" in refused.content.decode()
