@@ -301,3 +301,52 @@ def test_the_dashboards_job_form_sets_and_clears_a_freshness_target(role_users):
     refused = client.post(reverse("dashboard:job-edit", args=["formed-job"]), posted)
     assert refused.status_code == 400
     assert "freshness_target_seconds" in refused.content.decode()
+
+
+def test_turning_the_controller_off_lifts_its_limit_and_says_so():
+    _live_and_backfill()
+    _step()
+    freshness.throttle_control_configure(enabled=False, actor="boss")
+    row = FreshnessThrottle.objects.get(id=1)
+    assert (row.rate, row.concurrency) == (None, None)
+    latest = ThrottleDecision.objects.first()
+    assert latest.reason == "controller turned off: its limit lifted by boss"
+    assert (latest.old_rate, latest.new_rate) == (10, None)
+    assert _step() is None  # off: no step, however late the live job is
+    freshness.throttle_control_configure(enabled=True, actor="boss")
+    assert _step().state.rate is not None
+    with pytest.raises(InvalidInput) as refused:
+        freshness.throttle_control_configure(speed_below=0.8)
+    assert refused.value.field == "speed_below"
+
+
+def test_an_operator_pins_the_rate_in_the_admin(role_users):
+    _live_and_backfill()
+    _step()
+    client = session_client(role_users["operator"])
+    url = reverse("admin:inventory_freshnessthrottle_change", args=[1])
+    page = client.get(url)
+    assert page.status_code == 200
+    row = FreshnessThrottle.objects.get(id=1)
+    posted = {
+        "pinned_rate": "400",
+        "enabled": "on",
+        "increase_fraction": row.increase_fraction,
+        "decrease_factor": row.decrease_factor,
+        "floor_fraction": row.floor_fraction,
+        "slow_above": row.slow_above,
+        "speed_below": row.speed_below,
+        "interval_seconds": row.interval_seconds,
+    }
+    answer = client.post(url, posted)
+    assert answer.status_code == 302, answer.content.decode()[:3000]
+    row.refresh_from_db()
+    assert (row.pinned_rate, row.pinned_by) == (400, "operator-user")
+    # a setting is an admin's: the operator's change of one is refused on the form
+    refused = client.post(url, {**posted, "decrease_factor": "0.7"})
+    assert refused.status_code == 200
+    assert "admin role" in refused.content.decode()
+    row.refresh_from_db()
+    assert row.decrease_factor == 0.5
+    listing = reverse("admin:inventory_throttledecision_changelist")
+    assert "pinned at 400/min by operator-user" in client.get(listing).content.decode()

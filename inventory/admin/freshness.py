@@ -30,7 +30,7 @@ class FreshnessThrottleForm(forms.ModelForm):
         settings = {f: cleaned[f] for f in SETTINGS_FIELDS if f in self.changed_data}
         try:
             if settings:
-                run("throttle.configure", self.user, **settings)
+                run("throttle.configure", self.user, actor=actor_name(self.user), **settings)
             if "pinned_rate" in self.changed_data:
                 run(
                     "throttle.pin",

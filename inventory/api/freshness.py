@@ -129,5 +129,10 @@ class FreshnessThrottleView(APIView):
     def patch(self, request):
         serializer = ControllerSettingsSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        run("throttle.configure", request.user, **serializer.validated_data)
+        run(
+            "throttle.configure",
+            request.user,
+            actor=actor_name(request.user),
+            **serializer.validated_data,
+        )
         return Response(status_as_dict(throttle_status(decisions=DECISIONS)))

@@ -79,7 +79,7 @@ def freshness_observe(*, pinned_rate: int | None = None) -> Observation:
 
 
 def _due(interval_seconds: int) -> bool:
-    """Whether the last step is `interval_seconds` old by the database's clock (the row is held)."""
+    """Whether the last step is `interval_seconds` old by the database's clock."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT stepped_at IS NULL OR stepped_at <= statement_timestamp() "
@@ -102,26 +102,22 @@ def _record(old: ControlState, new: ControlState, reason: str, missing) -> Throt
 
 def throttle_control_step(*, force: bool = False) -> Decision | None:
     """One step of the controller (a beat step, from backfill pacing); None when the last step is
-    younger than the row's `interval_seconds` (unless `force`) or the controller is off and no
-    pin is set."""
+    younger than the row's `interval_seconds` (unless `force`), or the controller is off."""
     row = FreshnessThrottle.objects.filter(id=1).first()
-    pinned = row.pinned_rate if row else None
-    idle = row is not None and not row.enabled and pinned is None
-    if idle and row.rate is None and row.concurrency is None:
+    if row is not None and not row.enabled and row.pinned_rate is None:
         return None
+    if row is not None and not force and not _due(row.interval_seconds):
+        return None  # read unlocked first: most pacing steps end here, having observed nothing
+    pinned = row.pinned_rate if row else None
     observed = freshness_observe(pinned_rate=pinned)
     with transaction.atomic():
         row = _row_locked()
         if not force and not _due(row.interval_seconds):
-            return None
+            return None  # another step went first
+        if row.pinned_rate != pinned or (not row.enabled and row.pinned_rate is None):
+            return None  # a pin or the settings changed meanwhile: their own record says so
         old = _state(row)
-        if row.pinned_rate != pinned:  # a pin changed meanwhile: its own record says so
-            return None
-        if not row.enabled and row.pinned_rate is None:
-            new = ControlState(reference_rate=old.reference_rate)
-            decision = Decision(new, "controller turned off: limit lifted", new != old)
-        else:
-            decision = decide(state=old, observed=observed, settings=_settings(row))
+        decision = decide(state=old, observed=observed, settings=_settings(row))
         row.rate = decision.state.rate
         row.concurrency = decision.state.concurrency
         row.reference_rate = decision.state.reference_rate
@@ -187,8 +183,9 @@ SETTINGS_FIELDS = (
 )
 
 
-def throttle_control_configure(**changes) -> FreshnessThrottle:
-    """Change the controller's settings (SETTINGS_FIELDS); each refused value names its field."""
+def throttle_control_configure(*, actor: str = "", **changes) -> FreshnessThrottle:
+    """Change the controller's settings (SETTINGS_FIELDS); each refused value names its field.
+    Turning it off lifts its limit at once (a pin stays); both moves are recorded."""
     unknown = set(changes) - set(SETTINGS_FIELDS)
     if unknown:
         raise InvalidInput(sorted(unknown)[0], "is not a setting of the freshness controller")
@@ -215,8 +212,11 @@ def throttle_control_configure(**changes) -> FreshnessThrottle:
             raise InvalidInput("interval_seconds", f"must be a positive integer, got {value!r}")
     with transaction.atomic():
         row = _row_locked()
+        before, was_enabled = _effective(row), row.enabled
         for field, value in changes.items():
             setattr(row, field, value)
+        if was_enabled and not row.enabled:
+            row.rate = row.concurrency = None
         if row.speed_below > row.slow_above:
             field = "speed_below" if "speed_below" in changes else "slow_above"
             raise InvalidInput(
@@ -224,4 +224,8 @@ def throttle_control_configure(**changes) -> FreshnessThrottle:
                 f"speed_below ({row.speed_below}) must not be above slow_above ({row.slow_above})",
             )
         row.save()
+        if was_enabled != row.enabled:
+            who = actor or "a person"
+            turned = "on" if row.enabled else "off: its limit lifted"
+            _record(before, _effective(row), f"controller turned {turned} by {who}", ())
     return row
