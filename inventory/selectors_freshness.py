@@ -117,6 +117,13 @@ def jobs_freshness(jobs=None) -> list[JobFreshness]:
     return found
 
 
+def job_freshness(*, job: Job) -> JobFreshness | None:
+    """How far one job is from its freshness target; None when it has none."""
+    if job.freshness_target_seconds is None and job.freshness_target_items is None:
+        return None
+    return jobs_freshness([job])[0]
+
+
 def jobs_missing_target() -> list[JobFreshness]:
     """The live jobs that miss their freshness target now, by name (the overview's list)."""
     return [row for row in jobs_freshness() if row.missing]

@@ -260,6 +260,11 @@ def test_the_backfills_page_shows_the_decisions_and_the_overview_who_misses(role
     assert 'id="freshness-missing"' in overview
     assert "5 items behind (target 2)" in overview
 
+    job_page = client.get(reverse("dashboard:job", args=["live"])).content.decode()
+    assert "at most 2 items waiting (now 5)" in job_page and "missed" in job_page
+    other = client.get(reverse("dashboard:job", args=["history"])).content.decode()
+    assert 'id="freshness-target"' not in other
+
 
 def test_an_operator_pins_and_unpins_from_the_backfills_page(role_users):
     _live_and_backfill()
