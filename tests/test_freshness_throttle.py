@@ -355,3 +355,41 @@ def test_an_operator_pins_the_rate_in_the_admin(role_users):
     assert row.decrease_factor == 0.5
     listing = reverse("admin:inventory_throttledecision_changelist")
     assert "pinned at 400/min by operator-user" in client.get(listing).content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_acquire_holds_the_controllers_row_while_it_spends_its_budget():
+    """Two acquirers cannot both spend the last of the controller's rate: a claim takes its row
+    (after the shared throttle's rows, docs/architecture.md's lock order) until it commits."""
+    import threading
+
+    from django.db import OperationalError, connections, transaction
+
+    live, job, backfill = _live_and_backfill()
+    _step()
+    FreshnessThrottle.objects.filter(id=1).update(rate=1_000, concurrency=None)
+    seen = []
+
+    def other_session():
+        try:
+            with transaction.atomic(), connections["default"].cursor() as cursor:
+                cursor.execute(
+                    "SELECT 1 FROM inventory_freshnessthrottle WHERE id = 1 FOR UPDATE NOWAIT"
+                )
+            seen.append("free")
+        except OperationalError:
+            seen.append("locked")
+        finally:
+            connections["default"].close()
+
+    with transaction.atomic():
+        claimed = batches.batch_acquire(job=job, worker="w")
+        assert claimed is not None and claimed.backfill_id == backfill.pk
+        probe = threading.Thread(target=other_session)
+        probe.start()
+        probe.join()
+    assert seen == ["locked"]
+    probe = threading.Thread(target=other_session)
+    probe.start()
+    probe.join()
+    assert seen == ["locked", "free"]
