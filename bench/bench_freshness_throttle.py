@@ -177,6 +177,14 @@ def _admits(arm: Arm, state: ControlState, running: list[Batch], started: deque)
     return used == 0 or used + weight <= rate
 
 
+def _sweep_note(sweep: list[dict]) -> str:
+    missed = [row for row in sweep if row["adaptive_inside"] < 0.95 or row["adaptive_speed"] < 0.7]
+    if not missed:
+        return ", and meets both targets at every load of the sweep."
+    loads = ", ".join(f"{row['live_rate']:.0f} weight/s" for row in missed)
+    return f"; it misses a target at {loads}, where the live job needs the most of the worker."
+
+
 def _marked(value: float, target: float, *, percent: bool = False) -> str:
     shown = f"{100 * value:.1f}%" if percent else f"{value:.2f}"
     return shown if value >= target else f"{shown} (missed)"
@@ -307,10 +315,10 @@ def main() -> int:
             "share its capacity. A fixed budget low enough to be safe is safe at every load "
             "here (a backfill batch heavier than the budget starts once a window, so it runs "
             "one batch a minute) but leaves the worker idle when the live load is light; the "
-            "controller takes what the live job leaves, and at the heaviest load, where the live "
-            "job needs nearly half the worker, it slips under 95%. What the simulation leaves out: a real worker's varying "
-            "batch times, Celery's nudges, and more than one live job; the rule and the "
-            "admission arithmetic are Tidemark's, the worker is a model.",
+            "controller takes what the live job leaves" + _sweep_note(sweep) + " What the "
+            "simulation leaves out: a real worker's varying batch times, Celery's nudges, and "
+            "more than one live job; the rule and the admission arithmetic are Tidemark's, the "
+            "worker is a model.",
         ]
     )
     common.write_section(NAME, section, figures)

@@ -1,8 +1,9 @@
 """The freshness-driven backfill throttle: the controller's step, a person's pin and the settings.
 
 Every job shares the Celery workers (one queue), so every running backfill competes with every
-live job. The step (beat's backfill pacing, backfills_pace_step: at most once per `interval_seconds`) reads which live
-jobs miss their freshness target and how fast the backfills go, asks the rule
+live job. The step (beat's backfill pacing, backfills_pace_step: at most once per
+`interval_seconds`) reads how much of its freshness target each live job uses and how fast the
+backfills go, asks the rule
 (freshness_control.decide) for the next rate and concurrency cap, and writes them to the one
 FreshnessThrottle row, which acquire's SQL applies (tidemark_freshness_rate,
 tidemark_freshness_concurrency in acquire.sql). A step that changes the limit, and every pin,

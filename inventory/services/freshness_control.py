@@ -1,16 +1,16 @@
 """The freshness controller's rule, without Django: given what the last step left (the backfills'
-rate and concurrency cap) and what is seen now (which live jobs miss their freshness target, how
-fast the backfills go), the next rate and cap and why.
+rate and concurrency cap) and what is seen now (how much of its freshness target each live job
+uses, how fast the backfills go), the next rate and cap and why.
 
 AIMD, as TCP paces a sender: while any live job misses its target, or uses more than `slow_above`
 of it (the batches already running hold the worker for a while after a cut, so a controller that
 waits for the miss is late), the backfills' shared rate is multiplied by `decrease_factor` and
 their concurrency cap halved; while every one uses at most `speed_below` of its target, the rate
 grows by `increase_fraction` of the reference rate (the backfills' own pace when nothing held them
-back) and the cap by one, until both are lifted; in between the limit is held. The rate never goes below a floor that lets each
-running backfill start one batch per throttle window, nor the cap below one, so every backfill
-keeps moving. A person's pin replaces the limit (acquire applies it) and the rule holds its own
-state until the pin is removed.
+back) and the cap by one, until both are lifted; in between the limit is held. The rate never
+goes below a floor that lets each running backfill start one batch per throttle window, nor the
+cap below one, so every backfill keeps moving. A person's pin replaces the limit (acquire applies
+it) and the rule holds its own state until the pin is removed.
 
 The service (freshness.py) reads the observation, applies the decision in one transaction and
 records it; the benchmark (bench/bench_freshness_throttle.py) drives this same function.
