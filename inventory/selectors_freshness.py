@@ -2,19 +2,20 @@
 
 Items behind are the job's lag (selectors.jobs_lag). Seconds behind are the age of the oldest item
 the job has not committed (the first registered asset at or after its watermark, one index probe
-of asset_connector_id_idx); for a job whose items are not Tidemark's assets (a local meta table, a
+of asset_connector_id_idx, all jobs in one statement: queries.sql jobs_oldest_waiting); for a job whose items are not Tidemark's assets (a local meta table, a
 job_output connector), how far a datetime watermark's source time is behind now, else unknown. A
 target that cannot be read now is not counted as missed: the controller acts on what it knows."""
 
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.db import connection
 from django.db.models import Q
-from django.utils import timezone
 
 from inventory import selectors
-from inventory.models import Asset, FreshnessThrottle, Job, ThrottleDecision
+from inventory.models import FreshnessThrottle, Job, ThrottleDecision
 from inventory.selectors_health import time_lag
+from inventory.sql import query
 
 
 @dataclass(frozen=True)
@@ -77,20 +78,27 @@ def targeted_jobs():
     )
 
 
-def _oldest_pending_age(job: Job, now) -> int | None:
-    first = (
-        Asset.objects.filter(connector_id=job.connector_id, id__gte=job.watermark.position)
-        .order_by("id")
-        .values_list("discovered_at", flat=True)
-        .first()
-    )
-    if first is None:
-        # nothing waits among the assets; a connector without assets is not measured this way
-        if Asset.objects.filter(connector_id=job.connector_id).exists():
-            return 0
-        lag = time_lag(job)
-        return None if lag is None else int(lag / timedelta(seconds=1))
-    return max(int((now - first) / timedelta(seconds=1)), 0)
+def _oldest_waiting(jobs: list[Job]) -> dict[int, int | None]:
+    """Job id -> seconds its oldest item not committed has waited (one statement for all):
+    0 when nothing waits; for a job whose connector has no assets (a local meta table, a
+    job_output connector), how far a datetime watermark is behind now, else None."""
+    ids = [job.pk for job in jobs if job.freshness_target_seconds is not None]
+    if not ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(query("jobs_oldest_waiting"), [ids])
+        rows = {pk: (age, has_assets) for pk, age, has_assets in cursor.fetchall()}
+    ages = {}
+    for job in jobs:
+        if job.pk not in rows:
+            continue
+        age, has_assets = rows[job.pk]
+        if has_assets:
+            ages[job.pk] = int(age or 0)
+        else:
+            lag = time_lag(job)
+            ages[job.pk] = None if lag is None else int(lag / timedelta(seconds=1))
+    return ages
 
 
 def jobs_freshness(jobs=None) -> list[JobFreshness]:
@@ -99,11 +107,11 @@ def jobs_freshness(jobs=None) -> list[JobFreshness]:
     if not jobs:
         return []
     lags = selectors.jobs_lag(jobs)
-    now = timezone.now()
+    ages = _oldest_waiting(jobs)
     found = []
     for job in jobs:
         lag = lags.get(job.pk)
-        seconds = _oldest_pending_age(job, now) if job.freshness_target_seconds else None
+        seconds = ages.get(job.pk)
         found.append(
             JobFreshness(
                 job_id=job.pk,
