@@ -24,6 +24,7 @@ from inventory.services import (
     backfills,
     connectors,
     corrections,
+    freshness,
     gaps,
     jobs,
     lifecycle,
@@ -97,6 +98,11 @@ ACTIONS: dict[str, Action] = {
                "Dismiss", needs_reason=True),
         Action("throttle.set", OPERATOR, throttle.throttle_set,
                "Set the shared backfill throttle"),  # PUT /api/v1/backfill-throttle/
+        # PUT /api/v1/backfill-throttle/freshness/ (api/freshness.py), the backfills page, admin
+        Action("throttle.pin", OPERATOR, freshness.throttle_pin,
+               "Pin the backfills' rate"),
+        Action("throttle.configure", ADMIN, freshness.throttle_control_configure,
+               "Change the freshness controller"),
         Action("batch.retry", OPERATOR, lifecycle.batch_retry, "Retry",
                api=("batches", "retry")),
         Action("batch.cancel", OPERATOR, lifecycle.batch_cancel, "Cancel",

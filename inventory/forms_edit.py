@@ -159,6 +159,9 @@ _JOB_HELP = {
     "lookback": "re-read this window before the watermark on every run",
     "restatements": "when input already committed changes: rebuild at once, or propose the "
     "replay for an operator to apply (job page)",
+    "freshness_target_seconds": "freshness target: the oldest item waiting is at most this many "
+    "seconds old (empty: none); backfills slow down while a job misses its target",
+    "freshness_target_items": "freshness target: at most this many items waiting (empty: none)",
 }
 
 
@@ -240,6 +243,10 @@ class JobEditForm(forms.Form):
         data = {k: v for k, v in self.cleaned_data.items() if v is not None}
         data.pop("sink_kind", None)
         if self.editing:
+            # an emptied freshness target removes it
+            for name in ("freshness_target_seconds", "freshness_target_items"):
+                if name in self.changed_data and self.cleaned_data.get(name) is None:
+                    data[name] = None
             changed = set(self.changed_data)
             if "sink_kind" in changed:
                 changed.add("sink")

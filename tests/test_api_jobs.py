@@ -89,6 +89,8 @@ def test_the_schema_gives_the_minimums_the_api_enforces(role_users):
         "schedule_seconds": 1,
         "max_concurrency": 1,
         "lookback": 0,
+        "freshness_target_seconds": 1,
+        "freshness_target_items": 0,
     }
 
 

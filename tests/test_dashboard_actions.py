@@ -78,7 +78,13 @@ def world():
         f"/batches/{failed.pk}/": {"batch.retry", "batch.cancel"},
         f"/batches/{dead.pk}/": {"batch.retry", "batch.skip"},
         f"/batches/{running.pk}/": {"batch.cancel"},
-        "/backfills/": {"job.backfill", "backfill.pause", "backfill.cancel", "throttle.set"},
+        "/backfills/": {
+            "job.backfill",
+            "backfill.pause",
+            "backfill.cancel",
+            "throttle.set",
+            "throttle.pin",
+        },
     }
 
 

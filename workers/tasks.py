@@ -6,7 +6,7 @@ from celery import current_app, shared_task
 from django.conf import settings
 
 from inventory.models import Connector
-from inventory.services import dispatch, scheduling
+from inventory.services import dispatch, freshness, scheduling
 from workers import execution, executors, threads_pool, warm_session
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def requeue_due() -> list[int] | str:
 def pace_backfills() -> dict | str:
     return _fixed_step(
         scheduling.PACE_BACKFILLS,
-        lambda: {str(k): v for k, v in dispatch.backfills_pace().items()},
+        lambda: {str(k): v for k, v in freshness.backfills_pace_step().items()},
     )
 
 

@@ -14,6 +14,7 @@ from inventory.admin.backfills import BackfillAdmin, BackfillThrottleAdmin
 from inventory.admin.base import ROLE_PERMISSION, ReadOnlyAdmin, RoleActionsMixin
 from inventory.admin.batches import BatchAdmin, BatchAttemptAdmin
 from inventory.admin.connectors import AssetAdmin, ConnectorAdmin
+from inventory.admin.freshness import FreshnessThrottleAdmin, ThrottleDecisionAdmin
 from inventory.admin.jobs import JobAdmin
 from inventory.admin.restatements import RestatementAdmin
 from inventory.admin.watermarks import WatermarkAdmin, WatermarkEventAdmin
@@ -28,6 +29,8 @@ __all__ = [
     "BackfillThrottleAdmin",
     "BatchAdmin",
     "BatchAttemptAdmin",
+    "FreshnessThrottleAdmin",
+    "ThrottleDecisionAdmin",
     "ConnectorAdmin",
     "JobAdmin",
     "ReadOnlyAdmin",

@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from inventory.api import auth, health, restatements, views
+from inventory.api import auth, freshness, health, restatements, views
 
 # no `.json` suffix routes: `?format=` or the Accept header choose the format, and the views
 # take no `format` argument (a suffix route made them fail with a 500)
@@ -19,6 +19,11 @@ urlpatterns = [
     path("auth/token/", auth.TokenView.as_view(), name="auth-token"),
     path("alerts/", health.AlertsView.as_view(), name="alerts"),
     path("backfill-throttle/", health.BackfillThrottleView.as_view(), name="backfill-throttle"),
+    path(
+        "backfill-throttle/freshness/",
+        freshness.FreshnessThrottleView.as_view(),
+        name="freshness-throttle",
+    ),
     path("jobs/<slug:name>/gaps/", health.JobGapsView.as_view(), name="job-gaps"),
     path(
         "jobs/<slug:name>/gaps/backfill/",

@@ -26,6 +26,7 @@ from inventory.models.connectors import (
     ConnectorState,
     weight_unit,
 )
+from inventory.models.freshness import FreshnessThrottle, ThrottleDecision
 from inventory.models.jobs import Job, RestatementPolicy, WatermarkType
 from inventory.models.restatements import Restatement, RestatementCause, RestatementStatus
 from inventory.models.rollups import AttemptRollup, JobHourlyRates, MaintenanceRun
@@ -47,6 +48,7 @@ __all__ = [
     "ConnectorEvent",
     "ConnectorKind",
     "ConnectorState",
+    "FreshnessThrottle",
     "HOLDING_STATUSES",
     "Job",
     "JobHourlyRates",
@@ -57,6 +59,7 @@ __all__ = [
     "RestatementCause",
     "RestatementPolicy",
     "RestatementStatus",
+    "ThrottleDecision",
     "Watermark",
     "WatermarkEvent",
     "WatermarkSource",

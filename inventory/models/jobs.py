@@ -53,6 +53,18 @@ class Job(models.Model):
         help_text="when input this job already committed changes: rebuild the affected outputs at "
         "once (automatic), or record a proposed replay for an operator to apply (proposed)",
     )
+    # the freshness target: live work this far behind (or further) misses it, and backfills that
+    # share the workers slow down until it is met again (docs/throttle.md)
+    freshness_target_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="freshness target: the oldest item not committed yet is at most this old",
+    )
+    freshness_target_items = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="freshness target: at most this many items not committed yet",
+    )
     paused = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -75,6 +87,15 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(watermark_type__in=WatermarkType.values),
                 name="job_watermark_type_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(freshness_target_seconds__isnull=True)
+                | Q(freshness_target_seconds__gt=0),
+                name="job_freshness_seconds_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(freshness_target_items__isnull=True) | Q(freshness_target_items__gte=0),
+                name="job_freshness_items_not_negative",
             ),
         ]
 

@@ -45,6 +45,7 @@ def job_create(
     unknown = set(options) - {f.name for f in Job._meta.get_fields()}
     if unknown:
         raise InvalidInput(sorted(unknown)[0], "is not a job setting")
+    check_freshness_target(options)
     job_validate_runtime(
         processor=options.get("processor", "passthrough"),
         params=options.get("params"),
@@ -106,6 +107,23 @@ def check_lookback(*, connector: Connector, lookback, sink) -> None:
         )
 
 
+def check_freshness_target(settings: dict) -> None:
+    """A freshness target (docs/throttle.md) is a positive number of seconds and/or a number of
+    items behind (0: none); null or absent means the job has none."""
+    seconds = settings.get("freshness_target_seconds")
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0
+    ):
+        raise InvalidInput(
+            "freshness_target_seconds", f"must be a positive integer or null, got {seconds!r}"
+        )
+    items = settings.get("freshness_target_items")
+    if items is not None and (isinstance(items, bool) or not isinstance(items, int) or items < 0):
+        raise InvalidInput(
+            "freshness_target_items", f"must be a non-negative integer or null, got {items!r}"
+        )
+
+
 # Fixed at creation: they decide which items the job's batches and watermark refer to.
 FIXED_JOB_FIELDS = ("name", "connector", "watermark_type", "start_position")
 # what can change after creation (API, admin); everything else is system-managed
@@ -124,6 +142,8 @@ JOB_SETTINGS = (
     "executor",
     "lookback",
     "restatements",
+    "freshness_target_seconds",
+    "freshness_target_items",
     "paused",
 )
 
@@ -144,6 +164,7 @@ def job_update(*, job: Job, **changes) -> Job:
         batch_weight=changes.get("batch_weight", job.batch_weight),
         max_items=changes.get("max_items", job.max_items),
     )
+    check_freshness_target(changes)
     for field in ("params", "sink"):
         check_no_secrets(changes.get(field), field)
     if "lookback" in changes or "sink" in changes:

@@ -282,3 +282,17 @@ SELECT id FROM inventory_job WHERE id = %s FOR UPDATE;
 -- name: job_reap_expired
 -- The job's running batches whose lease expired become failed attempts (the caller holds the job).
 SELECT * FROM tidemark_reap_expired(%s);
+
+-- name: jobs_oldest_waiting
+-- (job, age in seconds of its oldest item not committed, whether its connector has assets) of the
+-- given jobs: the first asset at or after the watermark, one probe of asset_connector_id_idx per job
+-- (selectors_freshness: a seconds freshness target). Age NULL: nothing waits among the assets.
+SELECT j.id,
+       (SELECT greatest(extract(epoch FROM statement_timestamp() - a.discovered_at), 0)::bigint
+        FROM inventory_asset AS a
+        WHERE a.connector_id = j.connector_id AND a.id >= w.position
+        ORDER BY a.id LIMIT 1),
+       EXISTS (SELECT 1 FROM inventory_asset AS a WHERE a.connector_id = j.connector_id)
+FROM inventory_job AS j
+JOIN inventory_watermark AS w ON w.job_id = j.id
+WHERE j.id = ANY(%s);

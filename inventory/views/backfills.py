@@ -6,7 +6,7 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from inventory import selectors_backfills
+from inventory import selectors_backfills, selectors_freshness
 from inventory.actions import role_of, run
 from inventory.forms import BackfillForm, ThrottleForm
 from inventory.models import Backfill, BackfillStatus
@@ -23,6 +23,7 @@ from inventory.views.base import (
     require_allowed,
     role_required,
 )
+from inventory.views.freshness import PinForm
 
 
 @role_required(VIEWER)
@@ -55,6 +56,7 @@ def backfills(request):
         "form": form,
         "plan_changed": plan_changed,
         "throttle_form": ThrottleForm(),
+        "pin_form": PinForm(),
         **time_basis(form),
         **_backfills_context(),
         **page_context(request),
@@ -75,6 +77,7 @@ def _backfills_context() -> dict:
         "backfills": rows,
         "live": any(row.status == BackfillStatus.RUNNING for row in rows),
         "throttles": selectors_backfills.backfill_throttles(),
+        "freshness": selectors_freshness.throttle_status(),
     }
 
 

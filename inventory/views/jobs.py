@@ -8,7 +8,7 @@ from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from inventory import selectors, selectors_coverage, selectors_health
+from inventory import selectors, selectors_coverage, selectors_freshness, selectors_health
 from inventory.actions import role_of, run
 from inventory.forms import GapRangeForm, HolesBackfillForm
 from inventory.models import Batch, BatchKind, BatchStatus, Job
@@ -38,6 +38,7 @@ def job_detail(request, name):
         "skipped_items": sum(r.items for r in skipped),
         "time_lag": selectors_health.time_lag(job),
         "eta": selectors_health.eta(lag.items if lag else None, rates),
+        "freshness": selectors_freshness.job_freshness(job=job),
         "rates": rates,
         "blocker": selectors.job_blocker(job=job),
         "counts": counts,

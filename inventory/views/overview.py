@@ -8,7 +8,7 @@ from django.core.paginator import Paginator
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from inventory import selectors, selectors_alerts, selectors_health
+from inventory import selectors, selectors_alerts, selectors_freshness, selectors_health
 from inventory.roles import VIEWER
 from inventory.views.base import is_htmx, page_context, role_required
 
@@ -91,6 +91,7 @@ def overview(request):
         "refresh_url": request.get_full_path(),
         "reaper": selectors.reaper_status(),
         "connector_states": selectors.connector_state_counts(),
+        "freshness_missing": selectors_freshness.jobs_missing_target(),
         **page_context(request),
     }
     template = "inventory/_overview_body.html" if is_htmx(request) else "inventory/overview.html"

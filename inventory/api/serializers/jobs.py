@@ -170,6 +170,8 @@ class JobWriteSerializer(KnownFieldsOnly, serializers.ModelSerializer):
             "schedule_seconds": {"min_value": 1},
             "max_concurrency": {"min_value": 1},
             "lookback": {"min_value": 0},
+            "freshness_target_seconds": {"min_value": 1},
+            "freshness_target_items": {"min_value": 0},
         }
 
     def validate_name(self, value):

@@ -1,11 +1,28 @@
 -- Acquire: the one place that decides which batch of a job runs next.
 --
--- Lock order (docs/architecture.md, "Lock order"): job -> watermark -> backfill -> batch.
+-- Lock order (docs/architecture.md, "Lock order"): job -> watermark -> backfill -> backfill
+-- throttle -> freshness throttle -> batch.
 
 -- How long a backfill batch's weight counts against the shared backfill throttle after it started.
 CREATE OR REPLACE FUNCTION tidemark_throttle_window() RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT interval '1 minute'
+$$;
+
+-- The freshness controller's limit on all backfills (inventory_freshnessthrottle, one row, set by
+-- services/freshness.py): a person's pinned rate, else the controller's while it is enabled; NULL
+-- when it sets none. The rate is weight per throttle window, on top of the BackfillThrottle budgets.
+CREATE OR REPLACE FUNCTION tidemark_freshness_rate() RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(pinned_rate, CASE WHEN enabled THEN rate END)
+    FROM inventory_freshnessthrottle WHERE id = 1
+$$;
+
+-- The freshness controller's cap on each backfill's running batches (NULL: none); a pin lifts it.
+CREATE OR REPLACE FUNCTION tidemark_freshness_concurrency() RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN enabled AND pinned_rate IS NULL THEN concurrency END
+    FROM inventory_freshnessthrottle WHERE id = 1
 $$;
 
 -- How many of `p_weights` (batches of connector `p_connector`, in order) the shared backfill
@@ -26,6 +43,8 @@ BEGIN
     WHERE connector_id IS NULL;
     SELECT weight_per_minute INTO budget_own FROM inventory_backfillthrottle
     WHERE connector_id = p_connector;
+    -- the freshness controller's rate is one more global budget (LEAST skips a NULL)
+    budget_all := least(budget_all, tidemark_freshness_rate());
     IF budget_all IS NULL AND budget_own IS NULL THEN
         RETURN coalesce(cardinality(p_weights), 0);
     END IF;
@@ -63,7 +82,7 @@ BEGIN
     IF NOT FOUND OR f.status <> 'running' THEN
         RETURN;
     END IF;
-    free := f.max_concurrency - (
+    free := least(f.max_concurrency, tidemark_freshness_concurrency()) - (
         SELECT count(*) FROM inventory_batch WHERE backfill_id = p_backfill AND status = 'running'
     );
     IF free <= 0 THEN
@@ -114,6 +133,10 @@ BEGIN
         PERFORM 1 FROM inventory_backfillthrottle
         WHERE connector_id IS NULL OR connector_id = v_connector
         ORDER BY id
+        FOR UPDATE;
+        -- the freshness controller's row, when it limits the rate (its budget is spent here too)
+        PERFORM 1 FROM inventory_freshnessthrottle
+        WHERE id = 1 AND (pinned_rate IS NOT NULL OR (enabled AND rate IS NOT NULL))
         FOR UPDATE;
         SELECT b.id INTO claimed FROM inventory_batch AS b
         WHERE b.id IN (SELECT tidemark_backfill_admissible(candidate))
