@@ -72,6 +72,20 @@ def assert_each_row_at_most_once_at_every_snapshot(sink: dict, columns=("key", "
         assert len(rows) == len(set(rows)), f"a row twice at snapshot {i}"
 
 
+def assert_each_row_exactly_once_at_every_snapshot(sink: dict, items: int) -> None:
+    """At every snapshot each source item's rows are there once, in full, or not yet at all; once
+    every item is there, every later snapshot holds every item (a replay or backfill replaces
+    rows in the snapshot that removes the old ones: no snapshot misses or repeats one)."""
+    complete = False
+    for i, rows in enumerate(snapshots(sink)):
+        present = sorted({key // 100 for key, _ in rows})
+        assert rows == expected_rows(present), f"snapshot {i}: a row twice, or an item in part"
+        if complete:
+            assert present == list(range(items)), f"snapshot {i} lost rows"
+        complete = present == list(range(items))
+    assert complete, "the last snapshot misses rows"
+
+
 def latest_rows(sink: dict) -> list[tuple]:
     return snapshots(sink)[-1]
 
@@ -195,6 +209,29 @@ def test_the_catalog_and_warehouse_must_lie_under_the_allowed_roots(tmp_path):
     assert refused.value.field == "sink.warehouse"
 
 
+@pytest.mark.django_db
+def test_the_api_refuses_a_bad_iceberg_sink_with_a_400_naming_the_key(role_users, tmp_path):
+    from inventory.models import Job
+    from tests.api_support import make_inventory, token_client
+
+    connector, _ = make_inventory()
+    api = token_client(role_users["admin"])
+    payload = {"name": "to-ice", "connector": connector.name, "batch_weight": 500}
+    bad = {**iceberg_sink(tmp_path), "table": "no_namespace"}
+    response = api.post("/api/v1/jobs/", {**payload, "sink": bad}, format="json")
+    assert response.status_code == 400
+    assert "sink.table" in response.json(), response.json()
+    assert not Job.objects.filter(name="to-ice").exists()
+    response = api.post(
+        "/api/v1/jobs/", {**payload, "sink": iceberg_sink(tmp_path, mode="upsert")}, format="json"
+    )
+    assert "sink.key" in response.json(), response.json()
+    good = iceberg_sink(tmp_path, mode="upsert", key=["key"])
+    response = api.post("/api/v1/jobs/", {**payload, "sink": good}, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["sink"]["kind"] == "iceberg"
+
+
 # ---- the sink on its own -----------------------------------------------------------------------
 
 
@@ -205,7 +242,8 @@ def test_a_rerun_replaces_the_batch_in_one_snapshot_carrying_job_batch_and_token
         "key", "v", "CAST(at AS TIMESTAMP) AS at"
     )
     result = write_sink(first, sink, batch_id=7, job="j")
-    assert (result["rows_out"], result["location"]) == (2, "out.t")
+    assert (result["rows_out"], result["iceberg_table"]) == (2, "out.t")
+    assert result["location"] == load(sink).location().removeprefix("file://")
     more = spark.sql("SELECT 3L AS key, 'c' AS v, TIMESTAMP'2024-01-03 00:00:00' AS at")
     write_sink(more, sink, batch_id=8, job="j")
     again = spark.sql("SELECT 1L AS key, 'A' AS v, TIMESTAMP'2024-01-04 00:00:00' AS at")

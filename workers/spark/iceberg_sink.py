@@ -166,10 +166,14 @@ def write_iceberg(
             for path in written:
                 shutil.rmtree(path, ignore_errors=True)
         raise
+    if mode == "upsert":
+        # the batch's own rows were merged into the rewritten files: no snapshot names these
+        shutil.rmtree(staging, ignore_errors=True)
     return {
         "rows_out": committed["rows_out"],
         "bytes": sum(f.file_size_in_bytes for f in committed["adds"]),
-        "location": f"{config.namespace}.{config.name}",
+        "location": root,
+        "iceberg_table": _name(config),
         "iceberg_snapshot": committed["snapshot_id"],
     }
 
