@@ -326,6 +326,57 @@ def test_a_fence_that_fails_after_the_catalog_commit_puts_the_table_back(spark, 
     assert snapshots(sink) == [[(1, "a")], [(1, "A")], [(1, "a")]]
 
 
+def _racing(monkeypatch, race):
+    """Run `race()` once, right after the sink read the table and before its commit: the
+    commit is then built on a snapshot that is no longer the table's."""
+    from workers.spark import iceberg_sink as module
+
+    real, raced = module._live_files, []
+
+    def live_files(table):
+        found = real(table)
+        if not raced:
+            raced.append(True)
+            race()
+        return found
+
+    monkeypatch.setattr(module, "_live_files", live_files)
+    return raced
+
+
+def test_a_commit_that_loses_the_catalogs_compare_and_swap_checks_again(
+    spark, tmp_path, monkeypatch
+):
+    sink = iceberg_sink(tmp_path)
+    schema = "key BIGINT, v STRING"
+    write_sink(
+        spark.createDataFrame([(1, "a")], schema), sink, batch_id=1, job="j", publish=fenced(1)
+    )
+
+    # another job's commit lands in between: this one loses the swap, reads again, commits on top
+    other = spark.createDataFrame([(2, "b")], schema)
+    raced = _racing(
+        monkeypatch,
+        lambda: write_sink(other, sink, batch_id=9, job="k", publish=fenced(5)),
+    )
+    write_sink(
+        spark.createDataFrame([(3, "c")], schema), sink, batch_id=2, job="j", publish=fenced(2)
+    )
+    assert raced
+    assert snapshots(sink) == [[(1, "a")], [(1, "a"), (2, "b")], [(1, "a"), (2, "b"), (3, "c")]]
+
+    # a newer publish of the same job lands in between: the older one, checking again, is refused
+    monkeypatch.undo()
+    newer = spark.createDataFrame([(4, "d")], schema)
+    _racing(monkeypatch, lambda: write_sink(newer, sink, batch_id=4, job="j", publish=fenced(11)))
+    with pytest.raises(FencedOut, match="later publish"):
+        write_sink(
+            spark.createDataFrame([(5, "e")], schema), sink, batch_id=3, job="j", publish=fenced(10)
+        )
+    assert latest_rows(sink) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+    assert_each_row_at_most_once_at_every_snapshot(sink)
+
+
 def test_upsert_keeps_the_newest_row_of_each_key_once_at_every_snapshot(spark, tmp_path):
     sink = iceberg_sink(tmp_path, mode="upsert", key=["key"], version_column="ver")
     schema = "key BIGINT, v STRING, ver BIGINT"
@@ -454,6 +505,28 @@ def test_retry_replay_and_backfill_leave_each_row_once_at_every_snapshot(spark, 
     assert any(s.get("tidemark.replaced") for s in tidemark)
     tokens = [int(s["tidemark.token"]) for s in tidemark]
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+
+
+@pytestmark_db
+def test_an_upsert_sink_keeps_each_key_once_through_retry_replay_and_backfill(spark, tmp_path):
+    sink = iceberg_sink(tmp_path, mode="upsert", key=["key"])
+    job, item_of = make_files_job(tmp_path, "upsert-iceberg", sink, items=6, max_items=2)
+
+    batch = lifecycle.batch_acquire(job=job, worker="w1")
+    run_spark(spark, batch)
+    expire_and_reap(batch)  # committed to the catalog, lost before the control plane committed
+    drain(spark, job)
+    second = Batch.objects.filter(job=job, status=BatchStatus.SUCCEEDED).order_by("span")[1]
+    watermark_correct(job=job, value=second.span.lower - 1, actor="a", reason="fix", replay=True)
+    drain(spark, job)
+    ids = sorted(item_of)
+    backfill_create(job=job, range_start=ids[0], range_end=ids[3], reason="rewrite")
+    drain(spark, job)
+
+    for i, rows in enumerate(snapshots(sink, columns=("key",))):
+        assert len(rows) == len(set(rows)), f"a key twice at snapshot {i}"
+    assert latest_rows(sink) == expected_rows(range(6))
+    assert len(load(sink).snapshots()) >= 6  # 3 batches, the retry, replayed and backfilled ones
 
 
 @pytestmark_db

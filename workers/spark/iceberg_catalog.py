@@ -57,7 +57,7 @@ def check_catalog(config: dict) -> CatalogConfig:
     if (uri is None) == (dsn_env is None):
         raise CatalogError(
             "catalog_uri",
-            "or 'catalog_dsn_env' must be given, not both: a SQLite file "
+            "or 'catalog_dsn_env': exactly one must be given, a SQLite file "
             "(sqlite:////abs/catalog.db) or the variable holding a PostgreSQL DSN",
         )
     sqlite_path = None

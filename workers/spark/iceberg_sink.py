@@ -51,6 +51,7 @@ KEYS += ("version_column",)
 _OWNED = re.compile(r"/data/tidemark-b(?P<batch>\d+)-a(?P<attempt>\d+)-[0-9a-f]+(?:-m)?/")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME_MAPPING = "schema.name-mapping.default"
+_RETRIES = "commit.retry.num-retries"
 
 
 def check_iceberg(sink: dict) -> tuple[CatalogConfig, str, list[str], str | None]:
@@ -197,10 +198,18 @@ def _table(catalog, config: CatalogConfig, df: DataFrame):
                 # the files Spark writes carry no field ids: readers map columns by name
                 mapping = schema.name_mapping.model_dump_json()
                 table = catalog.create_table(
-                    config.identifier, schema=schema, properties={_NAME_MAPPING: mapping}
+                    config.identifier,
+                    schema=schema,
+                    properties={_NAME_MAPPING: mapping, _RETRIES: "0"},
                 )
             except TableAlreadyExistsError:
                 table = catalog.load_table(config.identifier)
+        if table.properties.get(_RETRIES) != "0":
+            # pyiceberg would otherwise redo a commit that lost the catalog's swap on top of the
+            # new snapshot, past the token check: the sink checks again and retries itself
+            with table.transaction() as tx:
+                tx.set_properties(**{_RETRIES: "0"})
+            table = catalog.load_table(config.identifier)
     except Exception as exc:  # noqa: BLE001 - the catalog's database or the warehouse
         raise SinkError(f"cannot open the Iceberg table {_name(config)}: {exc}") from exc
     root = os.path.realpath(_local(table.location()))
