@@ -95,6 +95,11 @@ SINK_EXAMPLES = {
     "files": {"path": "/data/out/orders", "format": "parquet"},
     "postgres": {"table": "orders", "mode": "upsert", "key": ["id"], "dsn_env": "SINK_DSN"},
     "delta": {"path": "/data/out/orders-delta"},
+    "iceberg": {
+        "catalog_uri": "sqlite:////data/iceberg/catalog.db",
+        "warehouse": "/data/iceberg/warehouse",
+        "table": "sales.orders",
+    },
 }
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _COUNT_UNITS = ("rows", "row", "messages", "message", "items", "item")

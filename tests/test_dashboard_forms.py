@@ -36,7 +36,7 @@ def test_the_job_form_lists_connectors_processors_and_sink_kinds(admin):
     processors = _datalist(html, "processor")
     assert "passthrough" in processors and "example_customer_totals" in processors
     kinds = re.search(r'<select name="sink_kind"[^>]*>(.*?)</select>', html, re.S).group(1)
-    assert re.findall(r'<option value="(\w+)"', kinds) == ["files", "postgres", "delta"]
+    assert re.findall(r'<option value="(\w+)"', kinds) == ["files", "postgres", "delta", "iceberg"]
     assert "parquet" not in re.findall(r'"kind": "(\w+)"', html)  # no sink kind it refuses
 
 

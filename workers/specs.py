@@ -53,7 +53,7 @@ def batch_spec(*, batch: Batch, source: ItemSource | None = None) -> dict:
         # a table sink refuses to write when its connection lands here (invariant 10)
         **(
             {"own_database": own_database_identity()}
-            if (snapshot.get("sink", job.sink) or {}).get("kind") == "postgres"
+            if (snapshot.get("sink", job.sink) or {}).get("kind") in ("postgres", "iceberg")
             else {}
         ),
         "attempt": batch.attempt,

@@ -10,6 +10,7 @@ and reaches nothing. The rules themselves live in one module each: `secrets` (va
 
 from inventory.services import endpoints
 from inventory.services.confinement import path_confined
+from inventory.services.errors import InvalidInput
 from inventory.services.secrets import credential_value, env_names_check
 from inventory.sources.registry import kind_named
 
@@ -22,6 +23,8 @@ def sink_confine(sink: dict | None, *, field: str = "sink") -> None:
     sink_kind = sink.get("kind")
     if sink_kind in ("files", "delta"):
         path_confined(sink.get("path"), f"{field}.path")
+    elif sink_kind == "iceberg":
+        iceberg_confine(sink, field=field)
     elif sink_kind == "postgres":
         name = sink.get("dsn_env")
         if name is not None:
@@ -31,6 +34,24 @@ def sink_confine(sink: dict | None, *, field: str = "sink") -> None:
         elif isinstance(sink.get("dsn"), str):
             # no password in it (secrets.py), but libpq may add one from the worker's environment
             endpoints.dsn_check(sink["dsn"], field=f"{field}.dsn")
+
+
+def iceberg_confine(config: dict, *, field: str) -> None:
+    """An Iceberg catalog's SQLite file and warehouse lie under the allowed roots; its PostgreSQL
+    DSN's variable is an allowed one and reaches an allowed host."""
+    from workers.spark.iceberg_catalog import CatalogError, local_directory, sqlite_file
+
+    try:
+        if config.get("catalog_uri") is not None:
+            path_confined(sqlite_file(config["catalog_uri"]), f"{field}.catalog_uri")
+        path_confined(local_directory(config.get("warehouse"), "warehouse"), f"{field}.warehouse")
+    except CatalogError as exc:
+        raise InvalidInput(f"{field}.{exc.field}", str(exc)) from None
+    name = config.get("catalog_dsn_env")
+    if name is not None:
+        dsn = credential_value(name, field=f"{field}.catalog_dsn_env")
+        if dsn:
+            endpoints.dsn_check(dsn, field=f"{field}.catalog_dsn_env")
 
 
 def source_confine(source: dict | None, *, field: str = "connector.config") -> None:

@@ -66,6 +66,12 @@ def job_validate_runtime(
             sink_outside_own_source(sink, connector)
         if sink.get("kind") == "postgres":
             sink_refuse_own_database(sink)
+        if sink.get("kind") == "iceberg" and sink.get("catalog_dsn_env") is not None:
+            # the catalog's database takes the catalog's commits: never Tidemark's own
+            try:
+                sink_refuse_own_database({"dsn_env": sink["catalog_dsn_env"]})
+            except InvalidInput as exc:
+                raise InvalidInput("sink.catalog_dsn_env", exc.message) from None
     if processor is not None:
         from workers.spark.processors import ProcessorError, validate_params
 

@@ -25,6 +25,9 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.driver.memory": "1g",
     # timestamps are formatted and compared in UTC unless a job says otherwise
     "spark.sql.session.timeZone": "UTC",
+    # Parquet timestamps as microseconds since the epoch (UTC), as Iceberg stores them, rather than
+    # the deprecated INT96 (every Parquet reader reads both; the Iceberg sink needs this one)
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.adaptive.enabled": "true",
     # several batches share a worker's session (workers/spark/slots.py): each slot's pool gets a
     # fair share of the executors instead of waiting behind the batch that submitted first

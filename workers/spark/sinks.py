@@ -14,6 +14,7 @@ which earlier batches' outputs the new one replaces; those leave in the same ste
   the milliseconds between them may miss the replaced rows, never see them twice.
 - "postgres": see workers/spark/pgsink.py.
 - "delta": a Delta Lake table, one Delta commit per batch; see workers/spark/delta_sink.py.
+- "iceberg": an Iceberg table, one catalog commit per batch; see workers/spark/iceberg_sink.py.
 """
 
 import os
@@ -26,6 +27,8 @@ from pyspark.sql import functions as F
 from workers.spark.delta_sink import check_delta, write_delta
 from workers.spark.errors import SinkError, spark_error_summary
 from workers.spark.fence import Publish, static_publish
+from workers.spark.iceberg_sink import KEYS as ICEBERG_KEYS
+from workers.spark.iceberg_sink import check_iceberg, write_iceberg
 from workers.spark.options import OptionError, normalized_writer_options
 from workers.spark.pgsink import check_postgres, write_postgres
 from workers.spark.sink_files import local_path, sink_files
@@ -33,13 +36,14 @@ from workers.spark.sink_files import local_path, sink_files
 FILE_FORMATS = ("parquet", "json", "csv", "orc")
 # the files sink's directory per batch, `<path>/batch_id=<id>`: a partition column to its readers
 BATCH_COLUMN = "batch_id"
-SINK_KINDS = "files, postgres, delta"
+SINK_KINDS = "files, postgres, delta, iceberg"
 # what each kind of sink reads: a job is saved with no other key (job_config, check_known_keys); a job
 # saved before that rule still runs (the delta sink refused unknown keys from the start)
 SINK_KEYS = {
     "files": ("kind", "path", "format", "partition_by", "options"),
     "postgres": ("kind", "table", "mode", "key", "order_by", "version_column", "dsn_env", "dsn"),
     "delta": ("kind", "path", "mode", "partition_by"),
+    "iceberg": ICEBERG_KEYS,
 }
 
 
@@ -87,6 +91,17 @@ def write_sink(
             attempt=attempt,
             publish=publish,
         )
+    if kind == "iceberg":
+        return write_iceberg(
+            df,
+            sink,
+            batch_id=batch_id,
+            job=job or "default",
+            attempt=attempt,
+            publish=publish,
+            version=version,
+            own_database=own_database,
+        )
     raise SinkError(f"unknown sink kind {kind!r}; supported kinds: {SINK_KINDS}")
 
 
@@ -101,6 +116,8 @@ def check_sink(sink: dict) -> None:
         check_postgres(sink)
     elif kind == "delta":
         check_delta(sink, sink_path)
+    elif kind == "iceberg":
+        check_iceberg(sink)
     else:
         raise SinkError(f"unknown sink kind {kind!r}; supported kinds: {SINK_KINDS}")
 
