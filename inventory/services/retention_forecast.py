@@ -74,7 +74,8 @@ def read_rates(*, job: Job, now: datetime) -> dict[str, float]:
     rates = {"items": items / seconds}
     start, end = first["old_value"], last["new_value"]
     if isinstance(end, dict):
-        start = start if isinstance(start, dict) else {}
+        if not isinstance(start, dict):  # the job's first commit: count from its end
+            start = first["new_value"] if isinstance(first["new_value"], dict) else {}
         for key, value in end.items():
             try:
                 moved = float(value) - float(start.get(key, value))
