@@ -134,7 +134,7 @@ def test_the_forecast_of_a_slow_job_matches_when_retention_overtakes_it(
         assert forecast.verdict == "at_risk", forecast.inputs
         predicted = forecast.margin_seconds
         stream = forecast.inputs["streams"][0]
-        assert stream["retention.ms"] == RETENTION_MS
+        assert stream["retention_ms"] == RETENTION_MS
         assert stream["log_start_offset"] == 0  # Tansu keeps everything
         assert 5 < stream["read_per_second"] < 30
         assert 30 < stream["written_per_second"] < 50
@@ -143,7 +143,7 @@ def test_the_forecast_of_a_slow_job_matches_when_retention_overtakes_it(
         client.force_login(role_users["viewer"])
         page = client.get(f"/jobs/{job.name}/").content.decode()
         assert "at current rates this job starts losing data in ~" in page
-        assert 'id="retention"' in page and "retention.ms 20000" in page
+        assert 'id="retention"' in page and "retention_ms 20000" in page
         detail = token_client(role_users["viewer"]).get(f"/api/v1/jobs/{job.name}/").json()
         assert detail["retention_forecast"]["verdict"] == "at_risk"
         assert detail["retention_forecast"]["margin_seconds"] == pytest.approx(predicted)

@@ -123,7 +123,7 @@ def probe(*, connector: Connector, needed_id: int, rates: dict, now: float) -> l
         "needed_version": needed,
         "read_per_second": round(read_rate, 4),
         "written_per_second": round(write_rate, 4),
-        "delta.logRetentionDuration_seconds": log_retention,
+        "log_retention_seconds": log_retention,
     }
     reader = model.Reader(needed, read_rate)
     versions = sorted(commit_time)

@@ -60,7 +60,7 @@ def probe(*, connector: Connector, needed_id: int, rates: dict, now: float) -> l
             model.Reader(needed, read_rate),
             None,
             {
-                "hoodie.cleaner.commits.retained": retained,
+                "cleaner_commits_retained": retained,
                 "completed_instants": len(instants),
                 "needed_instant": instants[needed] if needed < len(instants) else None,
                 "commits_per_second": round(write_rate, 5),

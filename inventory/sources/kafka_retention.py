@@ -137,8 +137,8 @@ def probe(*, connector: Connector, needed_id: int, rates: dict, now: float) -> l
                 },
             )
         )
-    shared = {"retention.ms": retention_ms, "cleanup.policy": policy}
+    shared = {"retention_ms": retention_ms, "cleanup_policy": policy}
     if settings.get("retention.bytes") not in (None, "-1"):
-        shared["retention.bytes"] = int(settings["retention.bytes"])
+        shared["retention_bytes"] = int(settings["retention.bytes"])
         shared["note"] = "retention.bytes is shown, not modelled: message sizes are not metadata"
     return [(*stream[:-1], {**stream[-1], **shared}) for stream in streams]
