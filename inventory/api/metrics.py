@@ -230,7 +230,8 @@ class InventoryCollector:
             active = Family(
                 "tidemark_alert",
                 "1 for each active alert (the dashboard's alert strip, GET /api/v1/alerts/): "
-                "kind is dead_batches, schedule_invalid, watermark_late, connector_waiting, "
+                "kind is dead_batches, schedule_invalid, watermark_late, retention_breach, "
+                "connector_waiting, "
                 "reaper_overdue or backfill_stalled; subject the job, connector or backfill",
                 labels=["kind", "subject", "severity"],
             )
