@@ -37,8 +37,6 @@ class Timeline:
 
     def time_of(self, position: float) -> float:
         if position >= self.head:
-            if position == self.head and not self.points:
-                return self.now
             return self.now + (position - self.head) / self.rate if self.rate > 0 else math.inf
         points = [*self.points, (self.head, self.now)]
         if position <= points[0][0]:

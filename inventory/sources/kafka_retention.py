@@ -8,6 +8,8 @@ partition (the first registered slice it has not committed, or that an open back
 restatement still has to read) and its recent read rate there (services/retention_forecast.py).
 """
 
+import time
+
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
@@ -27,6 +29,7 @@ KIND = "kafka"
 TIMELINE_POINTS = 48  # times asked across the retention window, per partition
 RATE_WINDOW_SECONDS = 300.0  # the write rate is the last five minutes' (or the retention's)
 KAFKA_DEFAULT_RETENTION_MS = 7 * 86_400 * 1000  # the broker's default when the topic sets none
+PROBE_SECONDS = 30.0  # a job's look at the broker stops with an error past this
 
 
 def topic_retention(config: dict, *, timeout: float) -> dict:
@@ -52,7 +55,13 @@ def write_points(
     that offset was written at that time or later (the later of the times that name it kept)."""
     points: dict[int, dict[int, float]] = {partition: {} for partition in partitions}
     step = (now - since) / (TIMELINE_POINTS - 1)
+    deadline = time.monotonic() + PROBE_SECONDS
     for index in range(TIMELINE_POINTS):
+        if time.monotonic() > deadline:
+            raise KafkaSourceError(
+                "config.bootstrap_servers",
+                f"the broker took over {PROBE_SECONDS:g} s to answer the offsets of {topic} by time",
+            )
         moment = since + index * step
         asked = [TopicPartition(topic, p, int(moment * 1000)) for p in partitions]
         try:
