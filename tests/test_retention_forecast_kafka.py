@@ -124,10 +124,11 @@ def test_the_forecast_of_a_slow_job_matches_when_retention_overtakes_it(
             sink={"kind": "files", "path": str(tmp_path / "sink")},
         )
         # the slow job reads for a while, so that its rate is known
-        warm_until = time.time() + 6
+        needed, warm_until = 0, time.time() + 6
         while time.time() < warm_until:
-            _read_one_batch(job)
+            _write_time(kafka_broker.bootstrap, topic, needed)  # as each step below does
             time.sleep(READ_EVERY)
+            needed = _read_one_batch(job) or needed
 
         started = time.time()
         forecast = retention_forecast_refresh(job=job)
@@ -136,21 +137,8 @@ def test_the_forecast_of_a_slow_job_matches_when_retention_overtakes_it(
         stream = forecast.inputs["streams"][0]
         assert stream["retention_ms"] == RETENTION_MS
         assert stream["log_start_offset"] == 0  # Tansu keeps everything
-        assert 5 < stream["read_per_second"] < 30
-        assert 30 < stream["written_per_second"] < 50
-
-        # what a user sees: the job page, the API and CLI's job detail, /metrics, the alert strip
-        client.force_login(role_users["viewer"])
-        page = client.get(f"/jobs/{job.name}/").content.decode()
-        assert "at current rates this job starts losing data in ~" in page
-        assert 'id="retention"' in page and "retention_ms 20000" in page
-        detail = token_client(role_users["viewer"]).get(f"/api/v1/jobs/{job.name}/").json()
-        assert detail["retention_forecast"]["verdict"] == "at_risk"
-        assert detail["retention_forecast"]["margin_seconds"] == pytest.approx(predicted)
-        metrics = token_client(role_users["viewer"]).get("/metrics").content.decode()
-        assert f'tidemark_retention_margin_seconds{{job="{job.name}"}} ' in metrics
-        overview = client.get("/").content.decode()
-        assert 'data-kind="retention_breach"' in overview and "Retention" in overview
+        # measured, not assumed: a busy machine produces and reads slower than asked
+        assert 0 < stream["read_per_second"] < stream["written_per_second"] <= WRITES_PER_SECOND
 
         # the job goes on at its pace: when does the message it needs get older than retention?
         lost_at = None
@@ -171,3 +159,16 @@ def test_the_forecast_of_a_slow_job_matches_when_retention_overtakes_it(
     actual = lost_at - started
     assert predicted == pytest.approx(actual, rel=0.2), (predicted, actual, forecast.inputs)
     assert RetentionForecast.objects.get(job=job).verdict == "at_risk"
+
+    # what a user sees: the job page, the API and CLI's job detail, /metrics, the alert strip
+    client.force_login(role_users["viewer"])
+    page = client.get(f"/jobs/{job.name}/").content.decode()
+    assert "at current rates this job starts losing data in ~" in page
+    assert 'id="retention"' in page and "retention_ms 20000" in page
+    detail = token_client(role_users["viewer"]).get(f"/api/v1/jobs/{job.name}/").json()
+    assert detail["retention_forecast"]["verdict"] == "at_risk"
+    assert detail["retention_forecast"]["margin_seconds"] == pytest.approx(predicted)
+    metrics = token_client(role_users["viewer"]).get("/metrics").content.decode()
+    assert f'tidemark_retention_margin_seconds{{job="{job.name}"}} ' in metrics
+    overview = client.get("/").content.decode()
+    assert 'data-kind="retention_breach"' in overview and "Retention" in overview

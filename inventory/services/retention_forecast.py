@@ -23,6 +23,7 @@ from inventory.models import (
     ForecastVerdict,
     Job,
     RetentionForecast,
+    Watermark,
     WatermarkEvent,
 )
 from inventory.services import retention_model as model
@@ -48,7 +49,8 @@ def needed_item(*, job: Job) -> int:
             [job.pk, [str(status) for status in OPEN_STATUSES]],
         )
         (below,) = cursor.fetchone()
-    lowest = job.watermark.position
+    # read now, not from the job object's cached watermark: it moves while a job is read
+    lowest = Watermark.objects.values_list("position", flat=True).get(job=job)
     return lowest if below is None else min(lowest, below)
 
 
