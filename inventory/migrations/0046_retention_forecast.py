@@ -5,27 +5,65 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0043_hudi_connector_kind'),
+        ("inventory", "0043_hudi_connector_kind"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RetentionForecast',
+            name="RetentionForecast",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('verdict', models.CharField(choices=[('safe', 'safe: catching up faster than retention advances'), ('at_risk', 'will start losing data at the current rates'), ('lost', 'already needs data the source deleted'), ('no_loss', "no loss within the forecast's horizon"), ('unknown', 'the source could not be probed')], max_length=10)),
-                ('margin_seconds', models.FloatField(blank=True, null=True)),
-                ('loss_at', models.DateTimeField(blank=True, null=True)),
-                ('message', models.TextField()),
-                ('inputs', models.JSONField(blank=True, default=dict)),
-                ('error', models.TextField(blank=True, default='')),
-                ('computed_at', models.DateTimeField()),
-                ('job', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='retention_forecast', to='inventory.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "verdict",
+                    models.CharField(
+                        choices=[
+                            ("safe", "safe: catching up faster than retention advances"),
+                            ("at_risk", "will start losing data at the current rates"),
+                            ("lost", "already needs data the source deleted"),
+                            ("no_loss", "no loss within the forecast's horizon"),
+                            ("unknown", "the source could not be probed"),
+                        ],
+                        max_length=10,
+                    ),
+                ),
+                ("margin_seconds", models.FloatField(blank=True, null=True)),
+                ("loss_at", models.DateTimeField(blank=True, null=True)),
+                ("message", models.TextField()),
+                ("inputs", models.JSONField(blank=True, default=dict)),
+                ("error", models.TextField(blank=True, default="")),
+                ("computed_at", models.DateTimeField()),
+                (
+                    "job",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="retention_forecast",
+                        to="inventory.job",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.CheckConstraint(condition=models.Q(('verdict__in', ['safe', 'at_risk', 'lost', 'no_loss', 'unknown'])), name='retention_forecast_verdict_valid'), models.CheckConstraint(condition=models.Q(('margin_seconds__isnull', True), ('margin_seconds__gte', 0), _connector='OR'), name='retention_forecast_margin_not_negative')],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("verdict__in", ["safe", "at_risk", "lost", "no_loss", "unknown"])
+                        ),
+                        name="retention_forecast_verdict_valid",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("margin_seconds__isnull", True),
+                            ("margin_seconds__gte", 0),
+                            _connector="OR",
+                        ),
+                        name="retention_forecast_margin_not_negative",
+                    ),
+                ],
             },
         ),
     ]
