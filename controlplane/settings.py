@@ -266,6 +266,8 @@ SPECTACULAR_SETTINGS = {
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 # a process serves the same exposition for this many seconds (0: render on every scrape)
 METRICS_CACHE_SECONDS = env_int("TIDEMARK_METRICS_CACHE_SECONDS", 5, minimum=0)
+# a job whose retention-breach forecast is nearer than this shows in the overview's alert strip
+RETENTION_WARN_SECONDS = env_int("TIDEMARK_RETENTION_WARN_SECONDS", 86_400, minimum=0)
 # which per-job series /metrics writes: `lean` (the default: lag items and seconds, the last
 # watermark move, failed and dead batches per job; the rest by state and kind) or `full` (also
 # every per-job family of before: open batches by kind and status, attempts, watermark position,

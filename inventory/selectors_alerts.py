@@ -1,5 +1,6 @@
-"""Alerts: dead batches, late watermarks, waiting connectors, an overdue reaper, stalled backfills,
-jobs whose schedule beat cannot compute; and the attempts counted for /metrics.
+"""Alerts: dead batches, late watermarks, jobs that retention will overtake soon, waiting
+connectors, an overdue reaper, stalled backfills, jobs whose schedule beat cannot compute; and the
+attempts counted for /metrics.
 
 Every function here runs a fixed number of set-based queries whatever the number of jobs or
 batches (the overview, /api/v1/alerts/ and /metrics call them on every refresh).
@@ -15,6 +16,7 @@ from inventory import selectors, selectors_health
 from inventory.links import link
 from inventory.models import Backfill
 from inventory.selectors_health import BatchRef
+from inventory.services.retention_forecast import at_risk_rows
 from inventory.services.scheduling import unschedulable_jobs
 from inventory.sql import dashboard_query
 from inventory.templatetags.human import duration
@@ -44,6 +46,7 @@ ALERT_KINDS = (
     "dead_batches",
     "schedule_invalid",
     "watermark_late",
+    "retention_breach",
     "connector_waiting",
     "reaper_overdue",
     "backfill_stalled",
@@ -52,6 +55,7 @@ SEVERITY = {
     "dead_batches": "critical",
     "schedule_invalid": "critical",
     "watermark_late": "warning",
+    "retention_breach": "warning",
     "connector_waiting": "info",
     "reaper_overdue": "critical",
     "backfill_stalled": "warning",
@@ -137,6 +141,8 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
         dead_rows, late_rows = health.alerts(limit=limit, offset=offset, reaper=int(reaper.overdue))
         n_dead, n_late = health.alert_counts()
     stalled = stalled_backfills()
+    # few rows: the forecasts inside TIDEMARK_RETENTION_WARN_SECONDS (beat's last refresh)
+    breaching = list(at_risk_rows())
     unschedulable = sorted(unschedulable_jobs().items())
     with connection.cursor() as cursor:
         cursor.execute(dashboard_query("waiting_connectors_count"))
@@ -177,6 +183,18 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
             for name, reason in unschedulable[off : off + lim]
         ]
 
+    def retention_alerts(lim, off):
+        return [
+            Alert(
+                "retention_breach",
+                row.job.name,
+                f"{row.job.name}: {row.message}",
+                link("dashboard:job", row.job.name) + "#retention",
+                severity=SEVERITY["retention_breach"],
+            )
+            for row in breaching[off : off + lim]
+        ]
+
     def stalled_alerts(lim, off):
         return [
             Alert(
@@ -212,6 +230,7 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
         ("reaper_overdue", int(reaper.overdue), reaper_alert),
         ("schedule_invalid", len(unschedulable), schedule_alerts),
         ("watermark_late", n_late, late),
+        ("retention_breach", len(breaching), retention_alerts),
         ("backfill_stalled", len(stalled), stalled_alerts),
         ("connector_waiting", n_waiting, waiting),
     )

@@ -6,7 +6,7 @@ from celery import current_app, shared_task
 from django.conf import settings
 
 from inventory.models import Connector
-from inventory.services import dispatch, freshness, scheduling
+from inventory.services import dispatch, freshness, retention_forecast, scheduling
 from workers import execution, executors, threads_pool, warm_session
 
 log = logging.getLogger(__name__)
@@ -82,3 +82,10 @@ def release_connectors() -> list[str] | str:
 @shared_task(name="tidemark.sync_schedules", time_limit=120, ignore_result=True)
 def sync_schedules() -> dict | str:
     return _fixed_step(scheduling.SYNC_SCHEDULES, lambda: scheduling.schedules_sync().as_dict())
+
+
+@shared_task(name="tidemark.retention_forecasts", time_limit=600, ignore_result=True)
+def retention_forecasts() -> dict | str:
+    return _fixed_step(
+        scheduling.RETENTION_FORECASTS, retention_forecast.retention_forecasts_refresh
+    )

@@ -24,17 +24,20 @@ from inventory.api.authentication import (
     guess_refused_check,
 )
 from inventory.api.exposition import Family, render
+from inventory.models import RetentionForecast
 from inventory.roles import VIEWER, has_role
 
 # The per-job families written whatever TIDEMARK_METRICS_PER_JOB says: at most five samples a job
 # (lag items, lag seconds for datetime watermarks, the last watermark move, failed and dead
-# batches where there are any), so that 10,000 jobs stay under the 50,000 samples a scrape is
+# batches where there are any, the retention margin where a loss is forecast: a job on Kafka has
+# no lag in seconds, its watermark being offsets), so that 10,000 jobs stay under the 50,000 samples a scrape is
 # commonly allowed. Every other family is summed over the jobs unless the setting is `full`.
 PER_JOB_FAMILIES = (
     "tidemark_lag_items",
     "tidemark_lag_seconds",
     "tidemark_watermark_updated_timestamp_seconds",
     "tidemark_job_open_batches",
+    "tidemark_retention_margin_seconds",
 )
 # the families that `full` adds, one sample (or one per kind and status) a job each, and one per
 # alerting job, connector or backfill (the default counts the alerts by kind in tidemark_alerts)
@@ -158,7 +161,19 @@ class InventoryCollector:
             for status, count in (("failed", job.n_failed), ("dead", job.n_dead))
             if count
         ]
-        yield from (lag_items, lag_seconds, updated, stuck)
+        margin = Family(
+            "tidemark_retention_margin_seconds",
+            "Seconds until the job starts losing data to its source's retention at the current "
+            "rates (0: losing now), where a loss is forecast (beat's last retention forecast)",
+            labels=["job"],
+        )
+        margins = dict(
+            RetentionForecast.objects.filter(margin_seconds__isnull=False).values_list(
+                "job_id", "margin_seconds"
+            )
+        )
+        margin.samples = [(name, margins[job.pk]) for job, name in one if job.pk in margins]
+        yield from (lag_items, lag_seconds, updated, stuck, margin)
 
         if full:
             position = Family(
@@ -215,7 +230,8 @@ class InventoryCollector:
             active = Family(
                 "tidemark_alert",
                 "1 for each active alert (the dashboard's alert strip, GET /api/v1/alerts/): "
-                "kind is dead_batches, schedule_invalid, watermark_late, connector_waiting, "
+                "kind is dead_batches, schedule_invalid, watermark_late, retention_breach, "
+                "connector_waiting, "
                 "reaper_overdue or backfill_stalled; subject the job, connector or backfill",
                 labels=["kind", "subject", "severity"],
             )

@@ -29,11 +29,14 @@ from inventory.models.connectors import (
 from inventory.models.freshness import FreshnessThrottle, ThrottleDecision
 from inventory.models.jobs import Job, RestatementPolicy, WatermarkType
 from inventory.models.restatements import Restatement, RestatementCause, RestatementStatus
+from inventory.models.retention import ForecastVerdict, RetentionForecast
 from inventory.models.rollups import AttemptRollup, JobHourlyRates, MaintenanceRun
 from inventory.models.watermarks import Watermark, WatermarkEvent, WatermarkSource
 
 __all__ = [
     "Asset",
+    "ForecastVerdict",
+    "RetentionForecast",
     "AttemptRollup",
     "BACKFILL_DONE_STATUSES",
     "Backfill",

@@ -57,6 +57,7 @@ REQUEUE = f"{PREFIX}requeue-due"
 PACE_BACKFILLS = f"{PREFIX}pace-backfills"
 RELEASE_CONNECTORS = f"{PREFIX}release-connectors"
 SYNC_SCHEDULES = f"{PREFIX}sync-schedules"
+RETENTION_FORECASTS = f"{PREFIX}retention-forecasts"
 # MaintenanceRun row: the jobs the last sync could not schedule, {job name: reason}
 UNSCHEDULABLE = f"{PREFIX}unschedulable-jobs"
 
@@ -69,6 +70,7 @@ FIXED_STEPS = {
     PACE_BACKFILLS: ("tidemark.pace_backfills", 5),
     RELEASE_CONNECTORS: ("tidemark.release_connectors", 30),
     SYNC_SCHEDULES: ("tidemark.sync_schedules", 60),
+    RETENTION_FORECASTS: ("tidemark.retention_forecasts", 60),
 }
 
 

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_POST
 from inventory import selectors, selectors_coverage, selectors_freshness, selectors_health
 from inventory.actions import role_of, run
 from inventory.forms import GapRangeForm, HolesBackfillForm
-from inventory.models import Batch, BatchKind, BatchStatus, Job
+from inventory.models import Batch, BatchKind, BatchStatus, Job, RetentionForecast
 from inventory.roles import VIEWER, actor_name
 from inventory.services import gaps as gap_services
 from inventory.services.errors import TidemarkError
@@ -41,6 +41,7 @@ def job_detail(request, name):
         "freshness": selectors_freshness.job_freshness(job=job),
         "rates": rates,
         "blocker": selectors.job_blocker(job=job),
+        "retention": RetentionForecast.objects.filter(job=job).first(),
         "counts": counts,
         "coverage": coverage,
         **_restated_context(coverage, restatements),

@@ -4,6 +4,7 @@ from rest_framework import serializers
 
 from inventory.api.serializers.connectors import WEIGHT_UNIT_HELP
 from inventory.api.serializers.fields import BIGINT, AnyJSONField, PublicJSONField
+from inventory.api.serializers.retention import RetentionForecastSerializer
 from inventory.api.serializers.strict import Input, KnownFieldsOnly
 from inventory.models import Connector, ConnectorEvent, Job, Watermark, WatermarkEvent
 from inventory.services.jobs import FIXED_JOB_FIELDS, JOB_SETTINGS
@@ -144,9 +145,21 @@ class JobDetailSerializer(JobSerializer):
     lag = LagSerializer(allow_null=True, help_text="null when the items cannot be read now")
     blocked_by = BlockerSerializer(allow_null=True)
     batch_counts = serializers.DictField(child=serializers.IntegerField())
+    retention_forecast = RetentionForecastSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="when retention overtakes the job at the current rates (beat refreshes it "
+        "every minute); null for a job whose source keeps its data, or not forecast yet",
+    )
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "lag", "blocked_by", "batch_counts"]
+        fields = [
+            *JobSerializer.Meta.fields,
+            "lag",
+            "blocked_by",
+            "batch_counts",
+            "retention_forecast",
+        ]
         read_only_fields = fields
 
 

@@ -23,6 +23,7 @@ from inventory.services import dispatch, lifecycle, scheduling
 from inventory.services.connectors import connector_delete
 from inventory.services.jobs import job_delete
 from inventory.services.outputs import control_plane_dsn
+from inventory.services.retention_forecast import retention_forecast_refresh
 from inventory.sources.discovery import discover
 
 SOURCE_DB = "tidemark_demo_source"
@@ -37,6 +38,7 @@ PARTITIONS = 2
 ORDERS = 40
 SYNCED = {0: 12, 1: 9}  # offsets the history was synced to (exclusive), per partition
 LATER = 6  # orders that arrive on the topic after the switch
+RETENTION_MS = 86_400_000  # the topic's retention: the live job's forecast is made against it
 
 
 def available() -> bool:
@@ -142,6 +144,12 @@ class HistoryThenLive:
         )
         if verdict != "yes":
             raise CommandError(f"history then live: expected orders 1..{expected} once each")
+        forecast = retention_forecast_refresh(job=live_job)
+        self.cmd.stdout.write(
+            f"   retention forecast of {LIVE_JOB} (topic retention.ms {RETENTION_MS}): "
+            f"{forecast.message}{f' ({forecast.error})' if forecast.error else ''}; beat "
+            "refreshes it every minute (job page, /metrics tidemark_retention_margin_seconds)"
+        )
 
     def _produce(self, orders) -> dict:
         from confluent_kafka import Producer
@@ -191,7 +199,8 @@ class HistoryThenLive:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
+        topic = NewTopic(TOPIC, PARTITIONS, 1, config={"retention.ms": str(RETENTION_MS)})
+        for future in admin.create_topics([topic]).values():
             try:
                 future.result(timeout=10)
             except Exception as exc:  # an existing topic from a previous look is fine
