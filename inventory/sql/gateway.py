@@ -30,7 +30,8 @@ from inventory.sql import dashboard_query, json_value, query, source_query
 SOURCE = "<source>"
 
 # SQLSTATE -> (domain error, the field an InvalidInput names). The codes `TM...` are Tidemark's
-# own (RAISE ... USING ERRCODE in inventory/sql/schema).
+# own (RAISE ... USING ERRCODE in inventory/sql/schema). An InvalidInput is what a call over an item
+# source (planning, acquire) raises; from any other call the same code stays a database error.
 SQLSTATE_ERRORS: dict[str, tuple[type[TidemarkError], str | None]] = {
     # a move not in tidemark_batch_move / tidemark_backfill_move (tidemark_batch_transition)
     "TM400": (Conflict, None),
@@ -60,18 +61,18 @@ def _message(exc: Exception) -> str:
 
 @contextmanager
 def _refusals(*, source_field: str | None = None) -> Iterator[None]:
-    """A database refusal as its domain error (SQLSTATE_ERRORS); a source's bad data (any other
-    DataError) as InvalidInput of `source_field` when the call reads an item source."""
+    """A database refusal as its domain error (SQLSTATE_ERRORS). `source_field`: the call reads an
+    item source, whose refusals and bad data (any other DataError) are InvalidInput of that field."""
     try:
         yield
     except DatabaseError as exc:
         code = getattr(exc.__cause__, "pgcode", None)
         error, field = SQLSTATE_ERRORS.get(code, (None, None))
-        if field == SOURCE:
-            field = source_field
-        if error is InvalidInput and field is not None:
-            raise InvalidInput(field, _message(exc)) from None
-        if error is not None and error is not InvalidInput:
+        if error is InvalidInput:
+            if source_field is None:
+                raise
+            raise InvalidInput(source_field if field == SOURCE else field, _message(exc)) from None
+        if error is not None:
             raise error(_message(exc)) from None
         if source_field is not None and isinstance(exc, DataError):
             raise InvalidInput(source_field, _message(exc)) from None
