@@ -124,7 +124,7 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
         n_dead, n_late = health.alert_counts()
     stalled = stalled_backfills()
     unschedulable = sorted(unschedulable_jobs().items())
-    ((n_waiting,),) = gateway.dashboard_rows(name="waiting_connectors_count")
+    n_waiting = gateway.waiting_connectors_count()
 
     def dead(lim, off):
         if rows is not None:  # with their blockers already
@@ -174,9 +174,7 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
         ]
 
     def waiting(lim, off):
-        rows = gateway.dashboard_rows(
-            name="waiting_connectors", params={"limit": lim, "offset": off}
-        )
+        rows = gateway.waiting_connectors(limit=lim, offset=off)
         return [
             Alert(
                 "connector_waiting",

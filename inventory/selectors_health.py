@@ -216,7 +216,7 @@ class Health:
 
     def params(self, **extra) -> dict:
         if self._params is None:
-            outside = [row[0] for row in gateway.dashboard_rows(name="outside_jobs")]
+            outside = gateway.outside_jobs()
             lags = selectors.jobs_lag_by_id(outside)
             self._params = {
                 "ext_ids": outside,
@@ -228,7 +228,7 @@ class Health:
         return {**self._params, **extra}
 
     def fetch(self, name: str, **extra) -> list[tuple]:
-        return gateway.dashboard_rows(name=name, params=self.params(**extra))
+        return gateway.health_rows(name=name, params=self.params(**extra))
 
     def _read(self, **window) -> dict[str, list]:
         """The parts of one health_read, read again when `window` changes what it covers."""

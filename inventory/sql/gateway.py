@@ -852,12 +852,38 @@ def stalled_backfills(*, after) -> list[BackfillProgress]:
         return _read(cursor, BackfillProgress)
 
 
-def dashboard_rows(*, name: str, params: dict | None = None) -> list[tuple]:
-    """The rows of the statement `name` of dashboard.sql (the overview's, alerts' and /metrics'
-    reads around one definition of a job's state: inventory.sql.dashboard_query)."""
+HEALTH_READS = ("health_read", "health_all", "health_of")
+
+
+def health_rows(*, name: str, params: dict) -> list[tuple]:
+    """The rows of `name`, one of HEALTH_READS of dashboard.sql: the overview's, alerts' and
+    /metrics' reads of `job_health`, the one definition of a job's state (selectors_health.Health
+    builds their parameters and reads their rows)."""
+    if name not in HEALTH_READS:
+        raise ValueError(f"{name!r} is not one of {HEALTH_READS}")
     with connection.cursor() as cursor:
-        cursor.execute(dashboard_query(name), params or {})
+        cursor.execute(dashboard_query(name), params)
         return cursor.fetchall()
+
+
+def outside_jobs() -> list[int]:
+    """The jobs whose lag job_health does not read from prefix sums (counted in their own tables)."""
+    with connection.cursor() as cursor:
+        cursor.execute(dashboard_query("outside_jobs"))
+        return [row[0] for row in cursor.fetchall()]
+
+
+def waiting_connectors(*, limit: int, offset: int) -> list[tuple]:
+    """A page of the connectors waiting for the connector named in their start_after."""
+    with connection.cursor() as cursor:
+        cursor.execute(dashboard_query("waiting_connectors"), {"limit": limit, "offset": offset})
+        return cursor.fetchall()
+
+
+def waiting_connectors_count() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(dashboard_query("waiting_connectors_count"))
+        return _scalar(cursor)
 
 
 # ---- the attempt rollup (inventory/services/metrics_rollup.py) ---------------------------------
