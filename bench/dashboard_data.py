@@ -121,7 +121,7 @@ def backlog(scale: str) -> dict:
         )
         cursor.execute(
             "SELECT sum(l.n), count(*) FILTER (WHERE l.n >= 100000), max(l.n), count(*) "
-            f"FROM ({query('jobs_lag').rstrip().rstrip(';').replace('%s', 'ARRAY(SELECT id FROM inventory_job)')}) "
+            f"FROM ({query('jobs_lag').rstrip().rstrip(';').replace('%(ids)s', 'ARRAY(SELECT id FROM inventory_job)')}) "
             "AS l(id, n, w)"
         )
         total, long_, largest, jobs = cursor.fetchone()
@@ -142,7 +142,7 @@ def lag_statements(repeat: int) -> dict:
         for _ in range(repeat):
             for name, sql in (("prefix", query("jobs_lag")), ("scan", OLD_LAG_SQL)):
                 start = time.perf_counter()
-                cursor.execute(sql, [ids])
+                cursor.execute(sql, {"ids": ids} if name == "prefix" else [ids])
                 answers[name] = sorted((a, int(b), int(c)) for a, b, c in cursor.fetchall())
                 times[name].append((time.perf_counter() - start) * 1000)
     assert answers["prefix"] == answers["scan"], "the two lag statements disagree"

@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.db.models import (
     Count,
     DurationField,
@@ -35,7 +35,7 @@ from inventory.models import (
 from inventory.services.errors import InvalidInput
 from inventory.sources.items import fetch_items
 from inventory.sources.registry import source_for_connector
-from inventory.sql import query
+from inventory.sql import gateway
 
 log = logging.getLogger(__name__)
 
@@ -209,12 +209,7 @@ def connector_state_counts() -> dict[str, int]:
 def open_batch_counts() -> dict[tuple[int, str], int]:
     """(job id, status) -> count of queued, running, failed and dead batches (the partial index
     batch_open_status_idx: committed batches are never read)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT job_id, status, count(*) FROM inventory_batch "
-            "WHERE status IN ('queued', 'running', 'failed', 'dead') GROUP BY job_id, status"
-        )
-        return {(job_id, status): n for job_id, status, n in cursor.fetchall()}
+    return gateway.open_batch_counts()
 
 
 def jobs_lag(jobs: list[Job]) -> dict[int, Lag | None]:
@@ -234,9 +229,12 @@ def jobs_lag_by_id(job_ids: list[int]) -> dict[int, Lag | None]:
     lags: dict[int, Lag | None] = {}
     if not job_ids:
         return lags
-    with connection.cursor() as cursor:
-        cursor.execute(query("jobs_lag"), [list(job_ids)])
-        lags.update({pk: Lag(int(n), int(w)) for pk, n, w in cursor.fetchall()})
+    lags.update(
+        {
+            row.job_id: Lag(int(row.items), int(row.weight))
+            for row in gateway.jobs_lag(job_ids=job_ids)
+        }
+    )
     external = [pk for pk in job_ids if pk not in lags]
     if external:
         for job in Job.objects.select_related("connector", "watermark").filter(pk__in=external):
@@ -247,9 +245,9 @@ def jobs_lag_by_id(job_ids: list[int]) -> dict[int, Lag | None]:
 def jobs_blockers(job_ids: list[int] | None = None) -> dict[int, tuple[int, str]]:
     """Job id -> (id, status) of the batch its watermark waits for (see job_blocker), of these
     jobs or, without ids, of every job at once (queries.sql: jobs_blockers)."""
-    with connection.cursor() as cursor:
-        cursor.execute(query("jobs_blockers"), {"ids": None if job_ids is None else list(job_ids)})
-        return {job_id: (batch_id, status) for job_id, batch_id, status in cursor.fetchall()}
+    return {
+        row.job_id: (row.batch_id, row.status) for row in gateway.jobs_blockers(job_ids=job_ids)
+    }
 
 
 @dataclass

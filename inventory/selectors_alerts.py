@@ -9,7 +9,6 @@ batches (the overview, /api/v1/alerts/ and /metrics call them on every refresh).
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import connection
 from django.urls import reverse
 
 from inventory import selectors, selectors_health
@@ -18,7 +17,7 @@ from inventory.models import Backfill
 from inventory.selectors_health import BatchRef
 from inventory.services.retention_forecast import at_risk_rows
 from inventory.services.scheduling import unschedulable_jobs
-from inventory.sql import dashboard_query
+from inventory.sql import gateway
 from inventory.templatetags.human import duration
 
 STALLED_AFTER = timedelta(minutes=10)  # a running backfill with nothing finished for this long
@@ -65,26 +64,13 @@ SEVERITY = {
 def stalled_backfills() -> list[tuple[Backfill, str]]:
     """Running backfills that make no progress: work left and nothing finished for
     STALLED_AFTER, or nothing left but dead batches (they need a retry or a skip)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT f.id,
-                   count(*) FILTER (WHERE b.status IN ('queued', 'running', 'failed')),
-                   count(*) FILTER (WHERE b.status = 'dead'),
-                   greatest(max(b.finished_at), f.updated_at) < statement_timestamp() - %s
-            FROM inventory_backfill AS f JOIN inventory_batch AS b ON b.backfill_id = f.id
-            WHERE f.status = 'running' GROUP BY f.id
-            """,
-            [STALLED_AFTER],
-        )
-        rows = cursor.fetchall()
     reasons = {}
-    for pk, open_, dead, idle in rows:
-        if dead and not open_:
-            reasons[pk] = f"{dead} dead batch(es) hold it: retry or skip them"
-        elif open_ and idle:
+    for row in gateway.stalled_backfills(after=STALLED_AFTER):
+        if row.dead and not row.open:
+            reasons[row.backfill_id] = f"{row.dead} dead batch(es) hold it: retry or skip them"
+        elif row.open and row.idle:
             minutes = int(STALLED_AFTER.total_seconds() // 60)
-            reasons[pk] = f"no batch finished for {minutes} min with {open_} left"
+            reasons[row.backfill_id] = f"no batch finished for {minutes} min with {row.open} left"
     found = Backfill.objects.select_related("job").in_bulk(list(reasons))
     return [(found[pk], reason) for pk, reason in sorted(reasons.items()) if pk in found]
 
@@ -144,9 +130,7 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
     # few rows: the forecasts inside TIDEMARK_RETENTION_WARN_SECONDS (beat's last refresh)
     breaching = list(at_risk_rows())
     unschedulable = sorted(unschedulable_jobs().items())
-    with connection.cursor() as cursor:
-        cursor.execute(dashboard_query("waiting_connectors_count"))
-        n_waiting = cursor.fetchone()[0]
+    n_waiting = gateway.waiting_connectors_count()
 
     def dead(lim, off):
         if rows is not None:  # with their blockers already
@@ -208,9 +192,7 @@ def alerts_page(*, limit: int | None = None, offset: int = 0, health=None, rows=
         ]
 
     def waiting(lim, off):
-        with connection.cursor() as cursor:
-            cursor.execute(dashboard_query("waiting_connectors"), {"limit": lim, "offset": off})
-            rows = cursor.fetchall()
+        rows = gateway.waiting_connectors(limit=lim, offset=off)
         return [
             Alert(
                 "connector_waiting",
@@ -276,38 +258,6 @@ def attempt_counts() -> list[tuple[int, str, int]]:
     attempts after them by a second, with the boundaries as values so that the planner sees how
     few rows they select (an id range on the primary key, a finish-time range on
     attempt_finished_idx)."""
-    from inventory.services.metrics_rollup import BOUNDARIES_SQL, ROLLUP
+    from inventory.services.metrics_rollup import ROLLUP
 
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            WITH boundary AS ({BOUNDARIES_SQL})
-            SELECT NULL::bigint, NULL::text, NULL::bigint, m.below_id, m.finished_before
-            FROM boundary AS m
-            UNION ALL
-            SELECT r.job_id, r.outcome, r.count, NULL, NULL FROM inventory_attemptrollup AS r
-            WHERE EXISTS (SELECT 1 FROM boundary AS m WHERE m.finished_before IS NOT NULL)
-            """,
-            [ROLLUP],
-        )
-        rows = cursor.fetchall()
-        bounds = [row[3:] for row in rows if row[0] is None]
-        below_id, finished_before = bounds[0] if bounds else (0, None)
-        if finished_before is None:  # no rollup (or one of the old kind, which is not read)
-            below_id, finished_before = 0, "-infinity"
-        counts = {(job, outcome): n for job, outcome, n, *_ in rows if job is not None}
-        cursor.execute(
-            """
-            SELECT b.job_id, counted.outcome, count(*) FROM (
-                SELECT batch_id, '' AS outcome FROM inventory_batchattempt WHERE id >= %s
-                UNION ALL
-                SELECT batch_id, outcome FROM inventory_batchattempt
-                WHERE finished_at >= %s::timestamptz AND outcome <> ''
-            ) AS counted JOIN inventory_batch AS b ON b.id = counted.batch_id
-            GROUP BY b.job_id, counted.outcome
-            """,
-            [below_id, finished_before],
-        )
-        for job, outcome, n in cursor.fetchall():
-            counts[job, outcome] = counts.get((job, outcome), 0) + n
-    return [(job, outcome, n) for (job, outcome), n in counts.items()]
+    return gateway.attempt_counts(rollup=ROLLUP)

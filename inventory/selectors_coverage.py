@@ -8,13 +8,12 @@ so the cost follows the number of batches in the range, never the number of item
 
 from dataclasses import dataclass, field
 
-from django.db import connection
 from django.db.models import Max
 from django.db.models.functions import Upper
 
 from inventory.models import HOLDING_STATUSES, Batch, BatchKind, Job
 from inventory.sources.registry import source_for_connector
-from inventory.sql import query
+from inventory.sql import gateway
 
 # When batches overlap (a backfill over incremental batches), an item shows the first state here.
 PRECEDENCE = (
@@ -89,12 +88,10 @@ def source_extent(job: Job) -> tuple[int, int] | None:
     """(first item id, one past the last) of the job's items from its start position, or None."""
     source = source_for_connector(job.connector)
     where = " AND ".join([*source.where, f"{source.uid} >= %s"])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT min({source.uid}), max({source.uid}) FROM {source.relation} WHERE {where}",
-            [*source.params, job.start_position],
-        )
-        low, high = cursor.fetchone()
+    ((low, high),) = gateway.item_rows(
+        sql=f"SELECT min({source.uid}), max({source.uid}) FROM {source.relation} WHERE {where}",
+        params=[*source.params, job.start_position],
+    )
     return None if low is None else (int(low), int(high) + 1)
 
 
@@ -116,14 +113,7 @@ def job_coverage(*, job: Job, lower: int | None = None, upper: int | None = None
     upper = (extent[1] if extent else lower) if upper is None else upper
     if upper <= lower:
         return Coverage(lower, lower, frontier, [])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, status, lower(span), upper(span), item_count FROM inventory_batch "
-            "WHERE job_id = %s AND lower(span) < %s AND upper(span) > %s "
-            "AND status <> 'superseded' ORDER BY lower(span), id",
-            [job.pk, upper, lower],
-        )
-        batches = cursor.fetchall()
+    batches = gateway.coverage_batches(job_id=job.pk, lower=lower, upper=upper)
     elementary = _sweep(batches, lower, upper, frontier)
     _count_items(job, elementary)
     return Coverage(lower, upper, frontier, _merge(elementary))
@@ -166,24 +156,21 @@ def _count_items(job: Job, segments: list[Segment]) -> None:
         return
     source = source_for_connector(job.connector)
     lows, highs = [s.lower for s in todo], [s.upper for s in todo]
-    with connection.cursor() as cursor:
-        if source.relation == "inventory_asset":
-            # the assets' prefix sums: two index lookups per stretch, however long it is
-            cursor.execute(
-                query("asset_counts_between"),
-                {"connector": job.connector_id, "lows": lows, "highs": highs},
-            )
-        else:
-            where = " AND ".join(
-                [*source.where, f"{source.uid} >= g.tm_lo", f"{source.uid} < g.tm_hi"]
-            )
-            cursor.execute(
-                "SELECT g.tm_lo, n.n FROM unnest(%s::bigint[], %s::bigint[]) AS g(tm_lo, tm_hi) "
+    if source.relation == "inventory_asset":
+        # the assets' prefix sums: two index lookups per stretch, however long it is
+        counts = gateway.asset_counts_between(
+            connector_id=job.connector_id, ranges=list(zip(lows, highs, strict=True))
+        )
+    else:
+        where = " AND ".join([*source.where, f"{source.uid} >= g.tm_lo", f"{source.uid} < g.tm_hi"])
+        counts = dict(
+            gateway.item_rows(
+                sql="SELECT g.tm_lo, n.n FROM unnest(%s::bigint[], %s::bigint[]) AS g(tm_lo, tm_hi) "
                 f"CROSS JOIN LATERAL (SELECT count(*) AS n FROM {source.relation} WHERE {where}) "
                 "AS n",
-                [lows, highs, *source.params],
+                params=[lows, highs, *source.params],
             )
-        counts = dict(cursor.fetchall())
+        )
     for seg in todo:
         seg.items = int(counts.get(seg.lower, 0))
 

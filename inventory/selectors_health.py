@@ -8,13 +8,12 @@ slices of the job alerts in one statement) and builds rows only for the jobs it 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import connection
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from inventory import selectors
 from inventory.models import WatermarkType, weight_unit
-from inventory.sql import dashboard_query, json_value
+from inventory.sql import gateway, json_value
 
 HOURS = 24  # the sparklines' window, one bucket per hour
 # a watermark may sit still for this many schedule intervals (plus a lease) before it is late
@@ -64,14 +63,10 @@ class JobRates:
 
 def last_batches(job_ids: list[int]) -> dict[int, LastBatch]:
     """Job id -> its newest batch (index batch_job_recent_idx, one probe per job)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT j.id, b.id, b.kind, b.status, b.finished_at FROM unnest(%s::bigint[]) AS j(id) "
-            "JOIN LATERAL (SELECT id, kind, status, finished_at FROM inventory_batch "
-            "WHERE job_id = j.id ORDER BY id DESC LIMIT 1) AS b ON true",
-            [list(job_ids)],
-        )
-        return {row[0]: LastBatch(*row[1:]) for row in cursor.fetchall()}
+    return {
+        row.job_id: LastBatch(row.id, row.kind, row.status, row.finished_at)
+        for row in gateway.last_batches(job_ids=job_ids)
+    }
 
 
 def jobs_rates(
@@ -84,29 +79,17 @@ def jobs_rates(
     trigger in sql/schema/rates.sql): at most HOURS rows per job (its unique index), never the
     day's batches or attempts."""
     ids = [job_id] if job_id is not None else job_ids
-    where = "" if ids is None else "job_id = ANY(%(ids)s) AND "
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT job_id, (extract(epoch FROM date_trunc('hour', statement_timestamp(), 'UTC') "
-            "- hour) / 3600)::int, succeeded, failed, items, weight, "
-            "extract(epoch FROM statement_timestamp() - date_trunc('hour', statement_timestamp(), "
-            "'UTC')) / 3600 FROM inventory_jobhourlyrates "
-            f"WHERE {where}hour > date_trunc('hour', statement_timestamp(), 'UTC') "
-            "- make_interval(hours => %(hours)s)",
-            {"ids": list(ids) if ids is not None else None, "hours": HOURS},
-        )
-        rows = cursor.fetchall()
     rates: dict[int, JobRates] = {}
-    for job, age, succeeded, failed, items, weight, elapsed in rows:
-        if not 0 <= age < HOURS:
+    for row in gateway.hourly_rates(job_ids=ids, hours=HOURS):
+        if not 0 <= row.hours_ago < HOURS:
             continue
-        rate = rates.setdefault(job, JobRates())
-        rate.elapsed = float(elapsed)
-        slot = HOURS - 1 - age
-        rate.succeeded[slot] += succeeded
-        rate.failed[slot] += failed
-        rate.items[slot] += int(items)
-        rate.weight[slot] += int(weight)
+        rate = rates.setdefault(row.job_id, JobRates())
+        rate.elapsed = float(row.hour_elapsed)
+        slot = HOURS - 1 - row.hours_ago
+        rate.succeeded[slot] += row.succeeded
+        rate.failed[slot] += row.failed
+        rate.items[slot] += int(row.items)
+        rate.weight[slot] += int(row.weight)
     return rates
 
 
@@ -233,9 +216,7 @@ class Health:
 
     def params(self, **extra) -> dict:
         if self._params is None:
-            with connection.cursor() as cursor:
-                cursor.execute(dashboard_query("outside_jobs"))
-                outside = [row[0] for row in cursor.fetchall()]
+            outside = gateway.outside_jobs()
             lags = selectors.jobs_lag_by_id(outside)
             self._params = {
                 "ext_ids": outside,
@@ -247,9 +228,7 @@ class Health:
         return {**self._params, **extra}
 
     def fetch(self, name: str, **extra) -> list[tuple]:
-        with connection.cursor() as cursor:
-            cursor.execute(dashboard_query(name), self.params(**extra))
-            return cursor.fetchall()
+        return gateway.health_rows(name=name, params=self.params(**extra))
 
     def _read(self, **window) -> dict[str, list]:
         """The parts of one health_read, read again when `window` changes what it covers."""

@@ -65,9 +65,9 @@ def _pages(sql: str, params) -> int:
 
 def test_a_jobs_lag_reads_a_few_pages_whatever_lies_between_its_assets(sparse_job):
     with connection.cursor() as cursor:
-        cursor.execute(query("jobs_lag"), [[sparse_job.pk]])
+        cursor.execute(query("jobs_lag"), {"ids": [sparse_job.pk]})
         assert cursor.fetchall() == [(sparse_job.pk, 1, 10)]
-    assert _pages(query("jobs_lag"), [[sparse_job.pk]]) < PAGES
+    assert _pages(query("jobs_lag"), {"ids": [sparse_job.pk]}) < PAGES
 
 
 def test_the_last_asset_of_a_connector_reads_a_few_pages_whatever_came_after_it(sparse_job):
@@ -143,7 +143,7 @@ def test_the_statements_over_every_job_are_planned_at_one_row_per_job():
     }
     assert _planned_rows(dashboard_query("health_read"), {**params, **window}) <= 10 * job_count
     ids = [job.pk for job in jobs]
-    assert _planned_rows(query("jobs_lag"), [ids]) <= 10 * len(ids)  # not ids x 1,000
+    assert _planned_rows(query("jobs_lag"), {"ids": ids}) <= 10 * len(ids)  # not ids x 1,000
 
 
 def test_metrics_rows_take_the_connectors_last_sums_once_and_agree_with_each_jobs_lag():
@@ -164,7 +164,7 @@ def test_metrics_rows_take_the_connectors_last_sums_once_and_agree_with_each_job
         jobs.append(job)
     jobs.append(make_job(connector=empty))
     with connection.cursor() as cursor:
-        cursor.execute(query("jobs_lag"), [[job.pk for job in jobs]])
+        cursor.execute(query("jobs_lag"), {"ids": [job.pk for job in jobs]})
         alone = {pk: (items, int(weight)) for pk, items, weight in cursor.fetchall()}
     rows = {row.id: row for row in selectors_health.Health().rows()}
     assert alone == {

@@ -276,15 +276,16 @@ def test_a_refused_commit_leaves_the_callers_transaction_usable():
 
 @pytest.mark.django_db
 def test_the_batch_reader_gives_what_the_raw_queryset_gives_field_for_field():
-    """lifecycle.shared.batch_fetch (plan, acquire, succeed) builds a Batch from a row without
-    Django's raw queryset: every field, with its converters (range, JSON, times), must match."""
-    from inventory.services.lifecycle.shared import batch_fetch
+    """The gateway's batch reader (plan, acquire, succeed, transitions, inserts) builds a Batch
+    from a row without Django's raw queryset: every field, with its converters (range, JSON,
+    times), must match."""
+    from inventory.sql.gateway import _first_batch as batch_fetch
 
     job = make_job(max_items=2)
     make_assets(job.connector, [1, 2, 3])
     acquired = batches.batch_acquire(job=job, worker="w1")
     batches.batch_succeed(batch_id=acquired.id, attempt=acquired.attempt, result={"rows_out": 2})
-    sql, params = "SELECT * FROM inventory_batch WHERE id = %s", [acquired.id]
+    sql, params = "SELECT * FROM inventory_batch WHERE id = %(id)s", {"id": acquired.id}
 
     fetched = batch_fetch(sql, params)
     (raw,) = Batch.objects.raw(sql, params)
@@ -293,6 +294,6 @@ def test_the_batch_reader_gives_what_the_raw_queryset_gives_field_for_field():
     assert [getattr(fetched, f) for f in fields] == [getattr(raw, f) for f in fields]
     assert fetched.result == {"rows_out": 2} and fetched.span.lower == acquired.span.lower
     assert fetched._state.adding is False and fetched._state.db == raw._state.db
-    assert batch_fetch("SELECT * FROM inventory_batch WHERE id = %s", [-1]) is None
+    assert batch_fetch(sql, {"id": -1}) is None
     with pytest.raises(ValueError, match="not a batch row"):
-        batch_fetch("SELECT id, status FROM inventory_batch WHERE id = %s", params)
+        batch_fetch("SELECT id, status FROM inventory_batch WHERE id = %(id)s", params)

@@ -92,10 +92,7 @@ def _settled() -> bool:
     busy = Batch.objects.filter(status__in=["queued", "running", "failed"])
     dead = list(Batch.objects.filter(status="dead").values_list("pk", "error"))
     assert not dead, f"a batch died: {dead}"
-    return (
-        not busy.exists()
-        and not Backfill.objects.filter(status__in=["pending", "running"]).exists()
-    )
+    return not busy.exists() and not Backfill.objects.filter(status__in=["running"]).exists()
 
 
 @pytest.fixture

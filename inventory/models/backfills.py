@@ -8,7 +8,7 @@ from inventory.models.jobs import Job
 
 
 class BackfillStatus(models.TextChoices):
-    PENDING = "pending", "pending"
+    # born running (tidemark_backfill_transition: new -> running); moves: models/moves.py
     RUNNING = "running", "running"
     PAUSED = "paused", "paused"
     COMPLETED = "completed", "completed"
@@ -28,7 +28,7 @@ class Backfill(models.Model):
         default=0, help_text="above 0 runs before incremental work, below 0 after it"
     )
     status = models.CharField(
-        max_length=20, choices=BackfillStatus.choices, default=BackfillStatus.PENDING
+        max_length=20, choices=BackfillStatus.choices, default=BackfillStatus.RUNNING
     )
     reason = models.TextField(blank=True, default="")
     # shown, never planned by: the ids above are what the backfill covers

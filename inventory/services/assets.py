@@ -5,20 +5,18 @@ Registration holds the connector's row lock until it commits, so two registratio
 connector never interleave: a reader resuming after id N can never later see a smaller id appear.
 """
 
-import json
 import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from inventory.models import Connector
 from inventory.services.confinement import location_within
 from inventory.services.errors import InvalidInput
-from inventory.services.transactions import single_call
 from inventory.services.urls import is_object_store_path, url_parse, url_scheme
-from inventory.sql import query
+from inventory.sql import gateway
 
 log = logging.getLogger(__name__)
 
@@ -90,19 +88,17 @@ def assets_register(
             raise InvalidInput("weight", f"{location}: weight must be an integer, got {weight!r}")
         if weight < 0:
             raise InvalidInput("weight", f"{location}: weight must not be negative, got {weight}")
-    with single_call(), connection.cursor() as cursor:
-        cursor.execute(
-            query("assets_register"),
-            [
-                connector.pk,
-                [item[0] for item in items],
-                [item[1] for item in items],
-                [json.dumps(item[2]) for item in items],
-            ],
-        )
-        rows = cursor.fetchall()
+    rows = gateway.assets_register(
+        connector_id=connector.pk,
+        locations=[item[0] for item in items],
+        weights=[item[1] for item in items],
+        extras=[item[2] for item in items],
+    )
     if rows and on_commit is not None:
-        added = Registered(previous_id=rows[0][0], assets=[row[1:] for row in rows])
+        added = Registered(
+            previous_id=rows[0].previous_id,
+            assets=[(row.id, row.location, row.discovered_at) for row in rows],
+        )
         # robust: a failing callback is logged, and the registration it follows stays done
         transaction.on_commit(lambda: on_commit(added), robust=True)
     return len(rows)

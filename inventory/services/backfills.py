@@ -8,7 +8,7 @@ admin); the time range it came from is kept on the backfill (`requested`) for di
 import hashlib
 import json
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Max
 
 from inventory.models import (
@@ -35,6 +35,7 @@ from inventory.services.errors import Conflict, InvalidInput, PlanChanged
 from inventory.services.jobs import validate_budget
 from inventory.services.planning import PlannedRange, plan_closed_range
 from inventory.sources.registry import source_for_connector
+from inventory.sql import gateway
 
 
 def backfill_preview(
@@ -98,9 +99,8 @@ def _item_bounds(job: Job, plan: list[PlannedRange]) -> dict[int, tuple[int, int
     sql, params = source_for_connector(job.connector).select_bounds(
         [(i, p.lower, p.upper) for i, p in enumerate(plan)]
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {key: (first, last) for key, first, last in cursor.fetchall() if first is not None}
+    rows = gateway.item_rows(sql=sql, params=params)
+    return {key: (first, last) for key, first, last in rows if first is not None}
 
 
 def plan_fingerprint(*, job: Job, plan: list[PlannedRange]) -> str:
@@ -271,11 +271,7 @@ def backfill_set_status(*, backfill: Backfill, status: str) -> Backfill:
     allowed = {
         BackfillStatus.PAUSED: {BackfillStatus.RUNNING},
         BackfillStatus.RUNNING: {BackfillStatus.PAUSED},
-        BackfillStatus.CANCELLED: {
-            BackfillStatus.RUNNING,
-            BackfillStatus.PAUSED,
-            BackfillStatus.PENDING,
-        },
+        BackfillStatus.CANCELLED: {BackfillStatus.RUNNING, BackfillStatus.PAUSED},
     }
     with transaction.atomic():
         backfill = Backfill.objects.select_for_update().get(pk=backfill.pk)

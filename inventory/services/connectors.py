@@ -161,7 +161,7 @@ def connector_delete(*, connector: Connector) -> None:
 
 # batches of a reset connector's jobs: not started yet -> cancelled; finished -> superseded
 _RESET_SUPERSEDED = (BatchStatus.SUCCEEDED, BatchStatus.DEAD, BatchStatus.SKIPPED)
-_OPEN_BACKFILLS = (BackfillStatus.PENDING, BackfillStatus.RUNNING, BackfillStatus.PAUSED)
+_OPEN_BACKFILLS = (BackfillStatus.RUNNING, BackfillStatus.PAUSED)
 
 
 @transaction.atomic

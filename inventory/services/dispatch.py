@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 
 from celery import current_app
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count, Exists, F, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
@@ -28,7 +28,7 @@ from inventory.models import (
 )
 from inventory.services import lifecycle
 from inventory.sources.registry import source_for_connector
-from inventory.sql import query
+from inventory.sql import gateway
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +121,8 @@ def _urgent_backfill(job: Job) -> Backfill | None:
     """The urgent backfill (priority > 0) that may start a batch now, by the rule acquire claims
     by (`tidemark_backfill_admissible`: running, a due batch, room under its max_concurrency and
     the shared throttle); one at its limit holds nothing back, in acquire and here alike."""
-    with connection.cursor() as cursor:
-        cursor.execute(query("urgent_backfill_admissible"), [job.pk])
-        row = cursor.fetchone()
-    return Backfill.objects.get(pk=row[0]) if row else None
+    backfill_id = gateway.urgent_backfill_admissible(job_id=job.pk)
+    return None if backfill_id is None else Backfill.objects.get(pk=backfill_id)
 
 
 def batches_dispatch_due() -> list[int]:
@@ -202,8 +200,6 @@ def backfill_pace(*, backfill: Backfill) -> list[int]:
     job for each; the workers then claim them through acquire."""
     with transaction.atomic():
         lifecycle.batches_requeue_due(backfill_id=backfill.pk)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT tidemark_backfill_admissible(%s)", [backfill.pk])
-            ids = [row[0] for row in cursor.fetchall()]
+        ids = gateway.backfill_admissible(backfill_id=backfill.pk)
         dispatch([backfill.job_id] * len(ids))
     return ids

@@ -12,10 +12,10 @@ ETA from that rate said an hour.
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import connection
 from django.db.models import Q
 
 from inventory.models import BackfillThrottle, BatchStatus
+from inventory.sql import gateway
 
 RECENT_BATCHES = 20  # the job's last succeeded batches the duration of one is judged by
 
@@ -37,17 +37,8 @@ def batch_seconds(job_ids) -> dict[int, float]:
     ids = sorted({int(i) for i in job_ids})
     if not ids:
         return {}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT j.id, array_agg(r.took) FROM unnest(%s::bigint[]) AS j(id) "
-            "CROSS JOIN LATERAL (SELECT extract(epoch FROM b.finished_at - b.started_at) AS took "
-            "FROM inventory_batch b WHERE b.job_id = j.id AND b.status = %s "
-            "AND b.started_at IS NOT NULL AND b.finished_at IS NOT NULL "
-            "ORDER BY b.finished_at DESC LIMIT %s) AS r GROUP BY j.id",  # batch_job_succeeded_idx
-            [ids, BatchStatus.SUCCEEDED, RECENT_BATCHES],
-        )
-        rows = cursor.fetchall()
-    return {job: _median([float(t) for t in took]) for job, took in rows}
+    took = gateway.batch_seconds(job_ids=ids, status=BatchStatus.SUCCEEDED, recent=RECENT_BATCHES)
+    return {job: _median(seconds) for job, seconds in took.items()}
 
 
 def _median(values: list[float]) -> float:

@@ -1,7 +1,7 @@
 """What a batch's output looks like to its sink: the publish fence's connection, and which
 published outputs a batch replaces (docs/guarantees.md).
 
-The fence itself is two SQL functions (tidemark_publish_begin/end, migration 0008) that the Spark
+The fence itself is two SQL functions (tidemark_publish_begin/end, inventory/sql/schema/publish.sql) that the Spark
 side calls with psycopg2 (workers/spark/fence.py), in the worker's process or a spark-submit
 driver alike. It reaches the control-plane database through the environment variable named in
 the batch spec, set here from the settings, so no DSN is ever written into a spec.

@@ -18,7 +18,7 @@ from django.db import DatabaseError, connection, transaction
 from psycopg2.extensions import parse_dsn
 
 from inventory.services.errors import InvalidInput
-from inventory.sql import source_query
+from inventory.sql import gateway, source_query
 
 CONNECT_TIMEOUT = 5
 
@@ -34,9 +34,7 @@ REFUSED = (
 def own_database_identity() -> list[str]:
     """[server start time, database name] of the database Tidemark runs on (what the PostgreSQL
     sink compares on its own connection, `workers/spark/pgsink.py`)."""
-    with connection.cursor() as cursor:
-        cursor.execute(source_query("server_identity"))
-        return [str(value) for value in cursor.fetchone()]
+    return gateway.own_identity("server_identity")
 
 
 def connection_identity(conn) -> list[str]:
@@ -54,9 +52,8 @@ def is_own_database(conn) -> bool:
         with conn.cursor() as cursor:
             cursor.execute(source_query("table_identity"))
             theirs = [str(value) for value in cursor.fetchone()]
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(source_query("table_identity"))
-            ours = [str(value) for value in cursor.fetchone()]
+        with transaction.atomic():
+            ours = gateway.own_identity("table_identity")
     except (psycopg2.Error, DatabaseError):
         if not conn.autocommit:
             conn.rollback()

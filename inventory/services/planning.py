@@ -8,28 +8,12 @@ in id order by tidemark_plan_batches, reading as many rows as the batches it cut
 job serialize on the job's row lock; the exclusion constraint on Batch.span is the backstop.
 """
 
-from dataclasses import dataclass
-
-from django.db import DatabaseError, DataError, connection, transaction
-
 from inventory.services.errors import InvalidInput
 from inventory.sources.items import ItemSource
-from inventory.sql import query
+from inventory.sql import gateway
+from inventory.sql.gateway import PlannedRange
 
-# undefined_table, undefined_column: an item source that no longer matches its config
-MISSING_SOURCE_CODES = ("42P01", "42703")
-# ... or that refuses to be read (tidemark_refuse, inventory/sql/schema/planning.sql)
-SOURCE_UNREADABLE_CODES = (*MISSING_SOURCE_CODES, "TM422")
-
-
-@dataclass(frozen=True)
-class PlannedRange:
-    """The half-open id range [lower, upper) of one batch and what it holds."""
-
-    lower: int
-    upper: int
-    item_count: int
-    weight: int
+__all__ = ["PlannedRange", "incremental_start", "plan_closed_range", "plan_step"]
 
 
 def plan_step(
@@ -53,10 +37,6 @@ def plan_closed_range(
     return _plan(source=source, first=first, end=last + 1, budget=budget, max_items=max_items)
 
 
-# the SQLSTATE tidemark_plan_batches raises for a negative or missing weight
-BAD_WEIGHT_CODE = "22023"
-
-
 def _plan(
     *,
     source: ItemSource,
@@ -66,35 +46,19 @@ def _plan(
     max_items: int,
     limit: int | None = None,
 ) -> list[PlannedRange]:
-    """Run tidemark_plan_items over the source's items in id order."""
-    try:
-        # a savepoint: a bad weight must not leave the caller's transaction aborted
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                query("plan_batches"),
-                [
-                    source.prefix_sums_of,
-                    source.planning_query(),
-                    first,
-                    end,
-                    budget,
-                    max_items,
-                    limit,
-                ],
-            )
-            rows = cursor.fetchall()
-    except DataError as exc:
-        message = str(exc).strip().splitlines()[0]
-        if getattr(exc.__cause__, "pgcode", None) == BAD_WEIGHT_CODE:
-            raise InvalidInput("weight", message) from None
-        raise InvalidInput(source.config_field, message) from None
-    except DatabaseError as exc:
-        # the meta table or one of its columns changed after the connector was created, or the
-        # source refused to be read (tidemark_refuse: a job_output's expired commit)
-        if getattr(exc.__cause__, "pgcode", None) not in SOURCE_UNREADABLE_CODES:
-            raise
-        raise InvalidInput(source.config_field, str(exc).strip().splitlines()[0]) from None
-    return [PlannedRange(*row) for row in rows]
+    """Run tidemark_plan_items over the source's items in id order. A bad weight is InvalidInput
+    of `weight`; a meta table or column changed after the connector was created, or a source
+    refusing to be read (tidemark_refuse: a job_output's expired commit), of the source's field."""
+    return gateway.plan_items(
+        connector_id=source.prefix_sums_of,
+        items=source.planning_query(),
+        first=first,
+        end=end,
+        budget=budget,
+        max_items=max_items,
+        limit=limit,
+        source_field=source.config_field,
+    )
 
 
 def incremental_start(*, job_id: int, source: ItemSource | None = None) -> tuple[int, int | None]:
@@ -102,7 +66,7 @@ def incremental_start(*, job_id: int, source: ItemSource | None = None) -> tuple
 
     Normally after the last batch that holds its range; if a cancelled batch left a hole above the
     watermark, the hole is filled first so the watermark can move over it, and a hole with no item
-    left is covered by a skipped batch (tidemark_incremental_next, migration 0008). The caller
+    left is covered by a skipped batch (tidemark_incremental_next, inventory/sql/schema/planning.sql). The caller
     holds the job's row lock.
     """
     if source is None:
@@ -112,9 +76,5 @@ def incremental_start(*, job_id: int, source: ItemSource | None = None) -> tuple
         source = source_for_connector(
             Job.objects.select_related("connector").get(pk=job_id).connector
         )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            query("incremental_next"),
-            [job_id, source.planning_query()],
-        )
-        return cursor.fetchone()
+    start = gateway.incremental_next(job_id=job_id, items=source.planning_query())
+    return start.lower, start.upper

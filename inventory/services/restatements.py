@@ -19,10 +19,9 @@ through that item (`through`), so the old rows leave and the new ones arrive in 
 then no batch over that item publishes (tidemark_stale_outputs, docs/guarantees.md).
 """
 
-import json
 import logging
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.dispatch import receiver
 
@@ -30,7 +29,7 @@ from inventory.models import Backfill, BatchStatus, Connector, ConnectorKind, Re
 from inventory.services import restatement_records as records
 from inventory.services.errors import TidemarkError
 from inventory.services.signals import batch_committed
-from inventory.sql import query
+from inventory.sql import gateway
 
 log = logging.getLogger(__name__)
 
@@ -115,11 +114,8 @@ def late_rows_restate(connector: Connector, *, late: list, jobs: list) -> list[B
         jobs=jobs,
     )
     if done:
-        with connection.cursor() as cursor:  # one statement for every recounted slice
-            cursor.execute(
-                query("restatement_slice_counts"),
-                [[asset.pk for asset, _ in late], [rows for _, rows in late]],
-            )
+        # one statement for every recounted slice
+        gateway.restatement_slice_counts(counts=[(asset.pk, rows) for asset, rows in late])
     return created
 
 
@@ -152,10 +148,7 @@ def changed_files_restate(connector: Connector) -> list[Backfill]:
         },
     )
     if done:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                query("restatement_files_restated"), [json.dumps([b.pk for b in created]), ids]
-            )
+        gateway.restatement_files_restated(asset_ids=ids, backfill_ids=[b.pk for b in created])
     return created
 
 
@@ -172,17 +165,17 @@ def upstream_restate(batch_id: int) -> list[Backfill]:
     (an upstream replay or backfill), every job reading its job's commits rebuilds what it built
     from them, before its incremental work (priority 1). Never raises: what cannot be done now is
     kept on the downstream connector (`cursor.restate`) for the orchestration step."""
-    with connection.cursor() as cursor:
-        cursor.execute(query("restatement_replaced_commits"), [batch_id])
-        rows = cursor.fetchall()
     created = []
-    for connector_id, upstream, commit_seqs, through in rows:
+    for replaced in gateway.restatement_replaced_commits(batch_id=batch_id):
         try:
             created += _restate_chain(
-                connector_id, set(commit_seqs), upstream=upstream, through=through
+                replaced.connector_id,
+                set(replaced.commit_seqs),
+                upstream=replaced.upstream,
+                through=replaced.through,
             )
         except TidemarkError as exc:  # e.g. the downstream's source no longer readable
-            log.warning("restatement of connector %s left pending: %s", connector_id, exc)
+            log.warning("restatement of connector %s left pending: %s", replaced.connector_id, exc)
     return created
 
 

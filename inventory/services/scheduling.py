@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
@@ -45,7 +45,7 @@ from inventory.services.metrics_rollup import attempt_rollup_advance
 from inventory.services.orchestration import orchestrate
 from inventory.sources.config import discover_seconds
 from inventory.sources.discovery import discover, discovers
-from inventory.sql import query
+from inventory.sql import gateway
 
 PREFIX = "tidemark:"
 JOB_PREFIX = f"{PREFIX}run-job:"
@@ -305,12 +305,10 @@ def fixed_step_run(name: str, step: Callable[[], T]) -> T | StepSkipped:
     is wrong (an hour ahead) turns into discarding every step."""
     _task, every = FIXED_STEPS[name]
     gap = every / 2
-    with connection.cursor() as cursor:
-        # a row of its own: the step's row (the reaper's) says when it last ran to the end, which
-        # the dashboard's and /metrics' "overdue" read; a claim that then fails must not look fresh
-        cursor.execute(query("step_claim"), {"name": f"{name}:claimed", "gap": gap})
-        claimed = cursor.fetchone() is not None
-    if not claimed:
+    # a row of its own (`<step>:claimed`): the step's row (the reaper's) says when it last ran to
+    # the end, which the dashboard's and /metrics' "overdue" read; a claim that then fails must not
+    # look fresh
+    if not gateway.step_claim(name=name, gap=gap):
         return StepSkipped(step=name, gap=gap)
     return step()
 

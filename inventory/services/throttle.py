@@ -2,10 +2,11 @@
 running backfills draw from. The rule is SQL's (tidemark_throttle_admits, in
 inventory/sql/schema/acquire.sql): acquire applies it to every backfill batch it starts."""
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from inventory.models import Backfill, BackfillThrottle, Connector
 from inventory.services.errors import InvalidInput
+from inventory.sql import gateway
 
 
 def throttle_set(*, connector: Connector | None, weight_per_minute: int | None) -> None:
@@ -25,15 +26,7 @@ def throttle_set(*, connector: Connector | None, weight_per_minute: int | None) 
 
 def throttle_usage() -> dict[int | None, int]:
     """Weight of backfill batches started in the last minute: per connector id, None = all."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT j.connector_id, coalesce(sum(b.weight), 0) FROM inventory_batch AS b "
-            "JOIN inventory_job AS j ON j.id = b.job_id "
-            "WHERE b.backfill_id IS NOT NULL "
-            "AND b.started_at >= statement_timestamp() - tidemark_throttle_window() "
-            "GROUP BY j.connector_id"
-        )
-        used = {connector: int(weight) for connector, weight in cursor.fetchall()}
+    used: dict[int | None, int] = dict(gateway.throttle_usage())
     used[None] = sum(used.values())
     return used
 
@@ -41,11 +34,7 @@ def throttle_usage() -> dict[int | None, int]:
 def throttle_admit(*, backfill: Backfill, candidates: list[tuple[int, int]]) -> list[int]:
     """Of (batch id, weight) candidates in order, the ids the budgets leave room for now
     (tidemark_throttle_admits: the rule acquire applies)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT tidemark_throttle_admits(connector_id, %s::bigint[]) FROM inventory_job "
-            "WHERE id = %s",
-            [[weight for _, weight in candidates], backfill.job_id],
-        )
-        (admitted,) = cursor.fetchone()
+    admitted = gateway.throttle_admits(
+        job_id=backfill.job_id, weights=[weight for _, weight in candidates]
+    )
     return [pk for pk, _ in candidates[:admitted]]

@@ -6,10 +6,8 @@ Lock order everywhere: job row -> watermark row -> batch rows. Keeping one order
 correction and a skip can never deadlock each other.
 """
 
-import json
+from dataclasses import asdict
 from datetime import datetime
-
-from django.db import connection
 
 from inventory.models import (
     Batch,
@@ -19,7 +17,7 @@ from inventory.models import (
 )
 from inventory.services.errors import InvalidInput
 from inventory.services.instants import instant_checked
-from inventory.sql import json_value, query
+from inventory.sql import gateway
 
 # ---- pure value rules --------------------------------------------------------------------------
 
@@ -74,15 +72,9 @@ def merge_values(watermark_type: str, old, new):
 
     datetime: the later instant; key_value: per-key maximum, keys missing from the update kept;
     file_set: the union; int: the larger one. The rule lives in the database
-    (tidemark_merge_watermark, migration 0004), where commits apply it; this asks it.
+    (tidemark_merge_watermark, inventory/sql/schema/commit.sql), where commits apply it; this asks it.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            query("watermark_merge"),
-            [watermark_type, _json_or_null(old), _json_or_null(new)],
-        )
-        merged = cursor.fetchone()[0]
-    return json_value(merged)
+    return gateway.watermark_merge(watermark_type=watermark_type, old=old, new=new)
 
 
 def decreases(watermark_type: str, old, new) -> list[str]:
@@ -109,25 +101,16 @@ def decreases(watermark_type: str, old, new) -> list[str]:
 def value_at(job_id: int, position: int):
     """What a job's committed incremental batches below `position` report, merged in span order
     (None at the job's start or before any report)."""
-    with connection.cursor() as cursor:
-        cursor.execute(query("watermark_value_at"), {"job": job_id, "position": position})
-        row = cursor.fetchone()
-    return json_value(row[0]) if row else None
+    return gateway.watermark_value_at(job_id=job_id, position=position)
 
 
 def position_of_value(job_id: int, watermark_type: str, value) -> dict:
     """The last committed boundary where the watermark has `value` (`exact`), else the nearest
     boundaries below and above it (datetime) with their values."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            query("watermark_position_of_value"),
-            {"job": job_id, "type": watermark_type, "value": json.dumps(value)},
-        )
-        columns = [column.name for column in cursor.description]
-        row = dict(zip(columns, cursor.fetchone(), strict=True))
-    for key in ("below_value", "above_value"):
-        row[key] = json_value(row[key])
-    return row
+    found = gateway.watermark_position_of_value(
+        job_id=job_id, watermark_type=watermark_type, value=value
+    )
+    return asdict(found)
 
 
 # ---- writes ------------------------------------------------------------------------------------
@@ -147,21 +130,17 @@ def watermark_advance(
     *, watermark: Watermark, trigger: Batch | None = None, actor: str | None = None, reason=""
 ) -> Watermark:
     """Move the watermark over the gap-free run of committed batches that starts at its position
-    (tidemark_advance, migration 0004), recording one event when it moves.
+    (tidemark_advance, inventory/sql/schema/commit.sql), recording one event when it moves.
 
     Must run inside the transaction holding the watermark's row lock (see watermark_lock).
     `actor`/`reason` name an operator who caused the move (a skip); else the batch's worker.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            query("watermark_advance"),
-            [
-                watermark.pk,
-                trigger.pk if trigger else None,
-                actor if actor is not None else (trigger.worker if trigger else ""),
-                reason or "",
-            ],
-        )
+    gateway.watermark_advance(
+        watermark_id=watermark.pk,
+        batch_id=trigger.pk if trigger else None,
+        actor=actor if actor is not None else (trigger.worker if trigger else ""),
+        reason=reason or "",
+    )
     watermark.refresh_from_db(fields=["position", "value"])
     return watermark
 
@@ -170,25 +149,17 @@ def watermark_record(
     watermark: Watermark, *, new_position, new_value, source, batch, actor, reason, replay=False
 ):
     """Write the event and the new watermark in one statement (this runs on every commit)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            query("watermark_record"),
-            {
-                "id": watermark.pk,
-                "old_position": watermark.position,
-                "new_position": new_position,
-                "old_value": _json_or_null(watermark.value),
-                "new_value": _json_or_null(new_value),
-                "source": source,
-                "batch": batch.pk if batch else None,
-                "actor": actor or "",
-                "reason": reason or "",
-                "replay": replay,
-            },
-        )
+    gateway.watermark_record(
+        watermark_id=watermark.pk,
+        old_position=watermark.position,
+        new_position=new_position,
+        old_value=watermark.value,
+        new_value=new_value,
+        source=source,
+        batch_id=batch.pk if batch else None,
+        actor=actor or "",
+        reason=reason or "",
+        replay=replay,
+    )
     watermark.position = new_position
     watermark.value = new_value
-
-
-def _json_or_null(value):
-    return None if value is None else json.dumps(value)

@@ -18,11 +18,11 @@ import os
 from pathlib import Path
 
 from django.apps import apps
-from django.db import connection
 
 from inventory.services.confinement import path_confined
 from inventory.services.errors import InvalidInput
 from inventory.services.urls import url_scheme
+from inventory.sql import gateway
 
 # config keys whose change re-points a connector's jobs at other data
 IDENTITY_KEYS = ("path", "meta_table", "table", "topic", "dsn_env", "job")
@@ -44,70 +44,6 @@ def tidemark_table_prefixes() -> list[str]:
     return sorted({f"{label}_" for label in labels} | {"django_"})
 
 
-# The relation named by %(relation)s as PostgreSQL resolves it, and everything a read of it can
-# reach: its rules (a view's query, at any depth), row security policies, indexes, column types
-# and domains' CHECK constraints, and whatever those name in pg_depend (relations, functions,
-# operators and the functions behind them, casts, aggregates and their support functions). A
-# reached relation that is Tidemark's own, lies in Tidemark's schema with a Tidemark prefix or in
-# a system schema refuses the source, as does any function that is not built in (an extension's
-# only when SECURITY DEFINER): such a function may read anything, and planning runs the source's
-# query as Tidemark's own role.
-_RESOLVE = """
-WITH RECURSIVE target AS (
-    SELECT to_regclass(%(relation)s) AS oid
-), own AS (
-    SELECT to_regclass(quote_ident(name)) AS oid FROM unnest(%(own)s::text[]) AS name
-), own_schemas AS (
-    SELECT DISTINCT c.relnamespace AS nsp FROM pg_class c JOIN own ON c.oid = own.oid
-), reach(classid, objid) AS (
-    SELECT 'pg_class'::regclass::oid, oid FROM target WHERE oid IS NOT NULL
-    UNION
-    SELECT step.classid, step.objid FROM reach
-    CROSS JOIN LATERAL (
-        SELECT d.refclassid AS classid, d.refobjid AS objid FROM pg_depend d
-        WHERE d.classid = reach.classid AND d.objid = reach.objid AND d.deptype <> 'e'
-        UNION ALL
-        SELECT 'pg_rewrite'::regclass::oid, w.oid FROM pg_rewrite w
-        WHERE reach.classid = 'pg_class'::regclass AND w.ev_class = reach.objid
-        UNION ALL
-        SELECT 'pg_policy'::regclass::oid, p.oid FROM pg_policy p
-        WHERE reach.classid = 'pg_class'::regclass AND p.polrelid = reach.objid
-        UNION ALL
-        SELECT 'pg_class'::regclass::oid, i.indexrelid FROM pg_index i
-        WHERE reach.classid = 'pg_class'::regclass AND i.indrelid = reach.objid
-        UNION ALL
-        SELECT 'pg_constraint'::regclass::oid, c.oid FROM pg_constraint c
-        WHERE reach.classid = 'pg_type'::regclass AND c.contypid = reach.objid
-    ) AS step
-), reads AS (
-    SELECT objid AS oid FROM reach WHERE classid = 'pg_class'::regclass
-)
-SELECT n.nspname, c.relname,
-       EXISTS (SELECT 1 FROM reads JOIN own ON own.oid = reads.oid) AS reads_own,
-       EXISTS (
-           SELECT 1 FROM reads JOIN pg_class rc ON rc.oid = reads.oid
-           WHERE rc.relnamespace IN (SELECT nsp FROM own_schemas)
-             AND rc.relname LIKE ANY (%(prefixes)s::text[])
-       ) AS reads_own_prefix,
-       EXISTS (
-           SELECT 1 FROM reads JOIN pg_class rc ON rc.oid = reads.oid
-           JOIN pg_namespace rn ON rn.oid = rc.relnamespace
-           WHERE rn.nspname LIKE 'pg\\_%%' OR rn.nspname = ANY (%(system)s::text[])
-       ) AS reads_system,
-       (
-           SELECT min(pn.nspname || '.' || p.proname) FROM reach
-           JOIN pg_proc p ON reach.classid = 'pg_proc'::regclass AND p.oid = reach.objid
-           JOIN pg_namespace pn ON pn.oid = p.pronamespace
-           WHERE p.oid >= 16384  -- FirstNormalObjectId: below it, PostgreSQL's own
-             AND (p.prosecdef OR NOT EXISTS (
-                 SELECT 1 FROM pg_depend e
-                 WHERE e.classid = 'pg_proc'::regclass AND e.objid = p.oid AND e.deptype = 'e'
-             ))
-       ) AS calls_function
-FROM target JOIN pg_class c ON c.oid = target.oid JOIN pg_namespace n ON n.oid = c.relnamespace
-"""
-
-
 def source_table_check(relation: str, *, field: str) -> None:
     """Refuse a relation (as quoted for SQL, e.g. '"public"."events"') that is, or reads, one of
     Tidemark's own tables or a system catalog, or whose read can reach a user-defined function.
@@ -121,26 +57,21 @@ def source_table_check(relation: str, *, field: str) -> None:
 
 def _resolve(relation: str) -> tuple[str, bool]:
     prefixes = [prefix.replace("_", "\\_") + "%" for prefix in tidemark_table_prefixes()]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _RESOLVE,
-            {
-                "relation": relation,
-                "own": tidemark_table_names(),
-                "prefixes": prefixes,
-                "system": list(_SYSTEM_SCHEMAS),
-            },
-        )
-        row = cursor.fetchone()
+    row = gateway.relation_resolve(
+        relation=relation,
+        own=tidemark_table_names(),
+        prefixes=prefixes,
+        system=list(_SYSTEM_SCHEMAS),
+    )
     if row is None:
         return "", False  # no such relation (yet)
-    schema, name, reads_own, reads_own_prefix, reads_system, calls_function = row
-    if reads_own or reads_own_prefix:
+    schema, name, calls_function = row.schema, row.name, row.calls_function
+    if row.reads_own or row.reads_own_prefix:
         return (
             f"{schema}.{name} is one of Tidemark's own tables (or reads one); Tidemark's data "
             "(users, tokens, the inventory) is never a source"
         ), True
-    if reads_system:
+    if row.reads_system:
         return f"{schema}.{name} is (or reads) a system catalog; it cannot be a source", True
     if calls_function:
         # a function may read anything (Tidemark's tables included) out of the check's sight

@@ -18,10 +18,12 @@ from psycopg2.errors import InsufficientPrivilege
 from inventory.services.errors import InvalidInput
 from inventory.sources.config import check_known_keys
 from inventory.sources.identity import source_table_check
+from inventory.sql import gateway
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
-# the role local meta tables are read as (migration 0020; docs/security.md)
+# the role local meta tables are read as (created by inventory/sql/migrations/0001_baseline.sql;
+# docs/security.md)
 READER_ROLE = "tidemark_reader"
 
 # operator name -> SQL template over one quoted column; "%s" is the bound value
@@ -168,17 +170,8 @@ def fetch_items(source: ItemSource, sql: str, params: list) -> list[tuple]:
     """Run a read of `source`'s rows on Tidemark's connection. A user's table is read as
     READER_ROLE (SET LOCAL ROLE in a transaction of its own, reset before it ends), a role with no
     privilege on Tidemark's tables, so the database refuses what `source_table_check` missed."""
-    if source.reads_as is None:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall()
     try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL ROLE {source.reads_as}")  # a constant, never user text
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-            cursor.execute("RESET ROLE")
-            return rows
+        return gateway.item_rows(sql=sql, params=params, reads_as=source.reads_as)
     except ProgrammingError as exc:
         if isinstance(exc.__cause__, InsufficientPrivilege):
             raise InvalidInput(

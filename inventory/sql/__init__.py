@@ -22,6 +22,7 @@ SQL_DIR = Path(__file__).resolve().parent
 # creation order: SQL-language functions are checked against what exists when they are created
 SCHEMA_FILES = (
     "statuses.sql",
+    "moves.sql",
     "transitions.sql",
     "planning.sql",
     "commit.sql",

@@ -1,17 +1,19 @@
 -- The statements Tidemark's services send, by name (inventory.sql.query). Parameters are
--- psycopg2's: %s positional or %(name)s named. The functions they call are in schema/.
+-- named (%(name)s), sent by inventory/sql/gateway.py alone. The functions they call are in schema/.
 
 -- ---- the batch lifecycle (inventory/services/lifecycle.py) -------------------------------------
 
 -- name: batch_acquire
-SELECT * FROM tidemark_acquire(%s, %s, %s, %s, %s::jsonb, %s);
+SELECT * FROM tidemark_acquire(
+    %(job)s, %(items)s, %(worker)s, %(lease)s, %(snapshot)s::jsonb, %(limit)s
+);
 
 -- name: batch_plan_next
 -- The next incremental batch, queued (tidemark_plan_next; the caller holds the job's row).
-SELECT * FROM tidemark_plan_next(%s, %s, '', NULL, %s::jsonb);
+SELECT * FROM tidemark_plan_next(%(job)s, %(items)s, '', NULL, %(snapshot)s::jsonb);
 
 -- name: job_blocked
-SELECT tidemark_job_blocked(%s);
+SELECT tidemark_job_blocked(%(job)s);
 
 -- name: batch_transition
 -- Every status change of batches (schema/transitions.sql): ids, from-statuses, to-status, and
@@ -31,33 +33,33 @@ SELECT * FROM tidemark_batch_insert(
 );
 
 -- name: backfill_transition
-SELECT id FROM tidemark_backfill_transition(%s, %s::text[], %s);
+SELECT id FROM tidemark_backfill_transition(%(backfill)s, %(from)s::text[], %(to)s);
 
 -- name: job_lock_for_start
 -- Shared: a pause waits for a start in progress, and a start after the pause sees it.
-SELECT 1 FROM inventory_job WHERE id = %s FOR SHARE;
+SELECT 1 FROM inventory_job WHERE id = %(job)s FOR SHARE;
 
 -- name: batch_heartbeat
 UPDATE inventory_batch AS b
-SET lease_expires_at = statement_timestamp() + make_interval(secs => coalesce(%s, j.lease_seconds))
+SET lease_expires_at = statement_timestamp() + make_interval(secs => coalesce(%(lease)s, j.lease_seconds))
 FROM inventory_job AS j
-WHERE b.id = %s AND j.id = b.job_id AND b.status = 'running' AND b.attempt = %s
+WHERE b.id = %(batch)s AND j.id = b.job_id AND b.status = 'running' AND b.attempt = %(attempt)s
   AND b.lease_expires_at > statement_timestamp()
 RETURNING b.lease_expires_at;
 
 -- name: batch_succeed
-SELECT * FROM tidemark_succeed(%s, %s, %s::jsonb, %s::jsonb);
+SELECT * FROM tidemark_succeed(%(batch)s, %(attempt)s, %(result)s::jsonb, %(watermark)s::jsonb);
 
 -- name: backfill_complete_if_done
-SELECT tidemark_complete_backfill(%s);
+SELECT tidemark_complete_backfill(%(backfill)s);
 
 -- ---- watermarks (inventory/services/watermarks.py) ---------------------------------------------
 
 -- name: watermark_merge
-SELECT tidemark_merge_watermark(%s, %s::jsonb, %s::jsonb);
+SELECT tidemark_merge_watermark(%(type)s, %(old)s::jsonb, %(new)s::jsonb);
 
 -- name: watermark_advance
-SELECT tidemark_advance(%s, %s, %s, %s);
+SELECT tidemark_advance(%(watermark)s, %(batch)s, %(actor)s, %(reason)s);
 
 -- name: watermark_value_at
 -- The value a job's committed batches below a position give its watermark (no row: none).
@@ -106,10 +108,12 @@ WHERE id = %(id)s;
 -- name: plan_batches
 -- (the connector whose assets are the items, or NULL; the item query; first id; end; budget; cap;
 -- at most this many batches, NULL: all)
-SELECT lower, upper, item_count, weight FROM tidemark_plan_items(%s, %s, %s, %s, %s, %s, %s);
+SELECT lower, upper, item_count, weight FROM tidemark_plan_items(
+    %(connector)s, %(items)s, %(first)s, %(end)s, %(budget)s, %(max_items)s, %(limit)s
+);
 
 -- name: incremental_next
-SELECT lo, hi FROM tidemark_incremental_next(%s, %s);
+SELECT lo, hi FROM tidemark_incremental_next(%(job)s, %(items)s);
 
 -- ---- assets (inventory/services/assets.py) -----------------------------------------------------
 
@@ -117,7 +121,9 @@ SELECT lo, hi FROM tidemark_incremental_next(%s, %s);
 -- (connector, locations, weights, extras as JSON text): takes the connector's row lock, held until
 -- the caller commits, and inserts the new locations (registration.sql); the added rows, in id order.
 SELECT previous_id, id, location, discovered_at
-FROM tidemark_assets_register(%s, %s::text[], %s::bigint[], %s::text[]);
+FROM tidemark_assets_register(
+    %(connector)s, %(locations)s::text[], %(weights)s::bigint[], %(extras)s::text[]
+);
 
 -- name: assets_known_size
 -- Discovery's check that its copy of the registered locations is current: the connector's last
@@ -128,7 +134,7 @@ SELECT cum_count, id FROM tidemark_asset_before(%(connector)s, NULL);
 
 -- name: assets_count
 -- The connector's asset count the slow way: only when its last asset's cum_count is missing.
-SELECT count(*) FROM inventory_asset WHERE connector_id = %s;
+SELECT count(*) FROM inventory_asset WHERE connector_id = %(connector)s;
 
 -- name: assets_known_since
 -- The assets of a connector with ids above the first id (the highest discovery has seen) and up
@@ -141,17 +147,17 @@ FROM inventory_asset AS a
 LEFT JOIN LATERAL (
     SELECT a.id, a.weight, (a.extra ->> 'mtime_ns')::bigint,
            extract(epoch FROM a.discovered_at)::float8
-    WHERE a.discovered_at > now() - make_interval(secs => %s)
+    WHERE a.discovered_at > now() - make_interval(secs => %(recheck_seconds)s)
       AND a.extra ->> 'mtime_ns' IS NOT NULL AND NOT a.extra ? 'changed_after_registration'
 ) AS recent ON true
-WHERE a.connector_id = %s AND a.id > %s AND a.id <= %s
+WHERE a.connector_id = %(connector)s AND a.id > %(after)s AND a.id <= %(upto)s
 ORDER BY a.id;
 
 -- name: asset_flag_changed
 -- Once: a row already flagged is left as it is (the row count says whether this call flagged it).
 UPDATE inventory_asset
-SET extra = extra || jsonb_build_object('changed_after_registration', %s::jsonb)
-WHERE id = %s AND NOT extra ? 'changed_after_registration';
+SET extra = extra || jsonb_build_object('changed_after_registration', %(change)s::jsonb)
+WHERE id = %(id)s AND NOT extra ? 'changed_after_registration';
 
 -- name: asset_slices_between
 -- The first and last id of a table connector's slices whose [lower, upper) meets the closed
@@ -168,7 +174,7 @@ WHERE connector_id = %(connector)s
 -- the job's urgent backfill (priority > 0) that may start a batch now: job_run holds new
 -- incremental planning back for it, by the rule acquire claims by
 SELECT f.id FROM inventory_backfill AS f
-WHERE f.job_id = %s AND f.status = 'running' AND f.priority > 0
+WHERE f.job_id = %(job)s AND f.status = 'running' AND f.priority > 0
   AND EXISTS (SELECT 1 FROM tidemark_backfill_admissible(f.id))
 ORDER BY f.priority DESC, f.id
 LIMIT 1;
@@ -185,7 +191,7 @@ FROM inventory_job AS j
 JOIN inventory_watermark AS w ON w.job_id = j.id
 JOIN inventory_connector AS c ON c.id = j.connector_id
 CROSS JOIN LATERAL tidemark_lag(j.connector_id, w.position) AS lag
-WHERE j.id = ANY(%s) AND NOT tidemark_lag_outside(c.kind, c.config);
+WHERE j.id = ANY(%(ids)s) AND NOT tidemark_lag_outside(c.kind, c.config);
 
 -- name: jobs_blockers
 -- (job, batch, status) of the batch each job's watermark waits for (selectors.job_blocker), of the
@@ -229,27 +235,27 @@ SELECT c.id, j.name, array_agg(b.commit_seq ORDER BY b.commit_seq),
 FROM inventory_batch AS b
 JOIN inventory_job AS j ON j.id = b.job_id
 JOIN inventory_connector AS c ON c.kind = 'job_output' AND c.config ->> 'job' = j.name
-WHERE b.replaced_by_id = %s AND b.commit_seq IS NOT NULL
+WHERE b.replaced_by_id = %(batch)s AND b.commit_seq IS NOT NULL
 GROUP BY c.id, j.id, j.name
 ORDER BY c.id;
 
 -- name: restatement_slice_counts
 -- Late rows restated: each recounted table slice (asset id) takes its row count now as its weight.
 UPDATE inventory_asset AS a SET weight = c.rows
-FROM unnest(%s::bigint[], %s::bigint[]) AS c(id, rows)
+FROM unnest(%(ids)s::bigint[], %(rows)s::bigint[]) AS c(id, rows)
 WHERE a.id = c.id;
 
 -- name: restatement_files_restated
 -- Changed files restated: the backfills that read them again, recorded on each asset at once.
-UPDATE inventory_asset SET extra = extra || jsonb_build_object('restated', %s::jsonb)
-WHERE id = ANY(%s);
+UPDATE inventory_asset SET extra = extra || jsonb_build_object('restated', %(backfills)s::jsonb)
+WHERE id = ANY(%(ids)s);
 
 -- name: objects_recent
 -- The objects of a connector registered within the recheck window (seconds), with what was seen
 -- of them then; the `(connector, id)` index bounds it by what is recent.
 SELECT id, location, weight, extra
 FROM inventory_asset
-WHERE connector_id = %s AND discovered_at > now() - make_interval(secs => %s)
+WHERE connector_id = %(connector)s AND discovered_at > now() - make_interval(secs => %(recheck_seconds)s)
 ORDER BY id;
 
 -- name: object_flag_changed
@@ -277,11 +283,227 @@ RETURNING name;
 
 -- name: job_lock_for_reaper
 -- The reaper waits for the job's row as every acquirer does (lock order job -> batch).
-SELECT id FROM inventory_job WHERE id = %s FOR UPDATE;
+SELECT id FROM inventory_job WHERE id = %(job)s FOR UPDATE;
 
 -- name: job_reap_expired
 -- The job's running batches whose lease expired become failed attempts (the caller holds the job).
-SELECT * FROM tidemark_reap_expired(%s);
+SELECT * FROM tidemark_reap_expired(%(job)s);
+
+-- name: lock_timeout_set
+-- How long the rest of the transaction waits for a lock before it fails (SQLSTATE 55P03).
+SELECT set_config('lock_timeout', %(timeout)s, true);
+
+-- name: lock_timeout_reset
+SET LOCAL lock_timeout TO DEFAULT;
+
+-- ---- the backfill throttle and pacing (inventory/services/throttle.py, dispatch.py) -------------
+
+-- name: backfill_admissible
+-- The batches of a backfill that may start now (tidemark_backfill_admissible), in range order.
+SELECT tidemark_backfill_admissible(%(backfill)s);
+
+-- name: throttle_usage
+-- (connector, weight of its backfill batches started within the throttle's window).
+SELECT j.connector_id, coalesce(sum(b.weight), 0) FROM inventory_batch AS b
+JOIN inventory_job AS j ON j.id = b.job_id
+WHERE b.backfill_id IS NOT NULL
+  AND b.started_at >= statement_timestamp() - tidemark_throttle_window()
+GROUP BY j.connector_id;
+
+-- name: throttle_admits
+-- How many of the weights, in order, the budgets of the job's connector leave room for now.
+SELECT tidemark_throttle_admits(connector_id, %(weights)s::bigint[]) FROM inventory_job
+WHERE id = %(job)s;
+
+-- name: batch_seconds
+-- (job, durations in seconds of its last %(recent)s succeeded batches) for each given job, along
+-- batch_job_succeeded_idx.
+SELECT j.id, array_agg(r.took) FROM unnest(%(ids)s::bigint[]) AS j(id)
+CROSS JOIN LATERAL (
+    SELECT extract(epoch FROM b.finished_at - b.started_at) AS took
+    FROM inventory_batch b WHERE b.job_id = j.id AND b.status = %(status)s
+      AND b.started_at IS NOT NULL AND b.finished_at IS NOT NULL
+    ORDER BY b.finished_at DESC LIMIT %(recent)s
+) AS r GROUP BY j.id;
+
+-- ---- what an item source may read (inventory/sources/identity.py) -----------------------------
+
+-- name: relation_resolve
+-- The relation named by %(relation)s as PostgreSQL resolves it, and everything a read of it can
+-- reach: its rules (a view's query, at any depth), row security policies, indexes, column types
+-- and domains' CHECK constraints, and whatever those name in pg_depend (relations, functions,
+-- operators and the functions behind them, casts, aggregates and their support functions). A
+-- reached relation that is Tidemark's own, lies in Tidemark's schema with a Tidemark prefix or in
+-- a system schema refuses the source, as does any function that is not built in (an extension's
+-- only when SECURITY DEFINER): such a function may read anything, and planning runs the source's
+-- query as Tidemark's own role.
+WITH RECURSIVE target AS (
+    SELECT to_regclass(%(relation)s) AS oid
+), own AS (
+    SELECT to_regclass(quote_ident(name)) AS oid FROM unnest(%(own)s::text[]) AS name
+), own_schemas AS (
+    SELECT DISTINCT c.relnamespace AS nsp FROM pg_class c JOIN own ON c.oid = own.oid
+), reach(classid, objid) AS (
+    SELECT 'pg_class'::regclass::oid, oid FROM target WHERE oid IS NOT NULL
+    UNION
+    SELECT step.classid, step.objid FROM reach
+    CROSS JOIN LATERAL (
+        SELECT d.refclassid AS classid, d.refobjid AS objid FROM pg_depend d
+        WHERE d.classid = reach.classid AND d.objid = reach.objid AND d.deptype <> 'e'
+        UNION ALL
+        SELECT 'pg_rewrite'::regclass::oid, w.oid FROM pg_rewrite w
+        WHERE reach.classid = 'pg_class'::regclass AND w.ev_class = reach.objid
+        UNION ALL
+        SELECT 'pg_policy'::regclass::oid, p.oid FROM pg_policy p
+        WHERE reach.classid = 'pg_class'::regclass AND p.polrelid = reach.objid
+        UNION ALL
+        SELECT 'pg_class'::regclass::oid, i.indexrelid FROM pg_index i
+        WHERE reach.classid = 'pg_class'::regclass AND i.indrelid = reach.objid
+        UNION ALL
+        SELECT 'pg_constraint'::regclass::oid, c.oid FROM pg_constraint c
+        WHERE reach.classid = 'pg_type'::regclass AND c.contypid = reach.objid
+    ) AS step
+), reads AS (
+    SELECT objid AS oid FROM reach WHERE classid = 'pg_class'::regclass
+)
+SELECT n.nspname, c.relname,
+       EXISTS (SELECT 1 FROM reads JOIN own ON own.oid = reads.oid) AS reads_own,
+       EXISTS (
+           SELECT 1 FROM reads JOIN pg_class rc ON rc.oid = reads.oid
+           WHERE rc.relnamespace IN (SELECT nsp FROM own_schemas)
+             AND rc.relname LIKE ANY (%(prefixes)s::text[])
+       ) AS reads_own_prefix,
+       EXISTS (
+           SELECT 1 FROM reads JOIN pg_class rc ON rc.oid = reads.oid
+           JOIN pg_namespace rn ON rn.oid = rc.relnamespace
+           WHERE rn.nspname LIKE 'pg\_%%' OR rn.nspname = ANY (%(system)s::text[])
+       ) AS reads_system,
+       (
+           SELECT min(pn.nspname || '.' || p.proname) FROM reach
+           JOIN pg_proc p ON reach.classid = 'pg_proc'::regclass AND p.oid = reach.objid
+           JOIN pg_namespace pn ON pn.oid = p.pronamespace
+           WHERE p.oid >= 16384  -- FirstNormalObjectId: below it, PostgreSQL's own
+             AND (p.prosecdef OR NOT EXISTS (
+                 SELECT 1 FROM pg_depend e
+                 WHERE e.classid = 'pg_proc'::regclass AND e.objid = p.oid AND e.deptype = 'e'
+             ))
+       ) AS calls_function
+FROM target JOIN pg_class c ON c.oid = target.oid JOIN pg_namespace n ON n.oid = c.relnamespace;
+
+-- ---- the dashboard's and /metrics' reads (inventory/selectors*.py) -----------------------------
+
+-- name: open_batch_counts
+-- (job, status, batches) of the queued, running, failed and dead batches (the partial index
+-- batch_open_status_idx: committed batches are never read).
+SELECT job_id, status, count(*) FROM inventory_batch
+WHERE status IN ('queued', 'running', 'failed', 'dead') GROUP BY job_id, status;
+
+-- name: coverage_batches
+-- (id, status, lower, upper, item_count) of the job's batches meeting [%(lower)s, %(upper)s),
+-- superseded ones left out, in range order.
+SELECT id, status, lower(span), upper(span), item_count FROM inventory_batch
+WHERE job_id = %(job)s AND lower(span) < %(upper)s AND upper(span) > %(lower)s
+  AND status <> 'superseded' ORDER BY lower(span), id;
+
+-- name: last_batches
+-- (job, id, kind, status, finished_at) of each given job's newest batch (batch_job_recent_idx,
+-- one probe per job).
+SELECT j.id, b.id, b.kind, b.status, b.finished_at FROM unnest(%(ids)s::bigint[]) AS j(id)
+JOIN LATERAL (
+    SELECT id, kind, status, finished_at FROM inventory_batch
+    WHERE job_id = j.id ORDER BY id DESC LIMIT 1
+) AS b ON true;
+
+-- name: hourly_rates
+-- (job, hours ago, succeeded, failed, items, weight, part of the current hour gone) of the rollup
+-- rows (JobHourlyRates, schema/rates.sql) of the last %(hours)s clock hours, of the jobs in
+-- %(ids)s or of every job when it is NULL.
+SELECT job_id,
+       (extract(epoch FROM date_trunc('hour', statement_timestamp(), 'UTC') - hour) / 3600)::int,
+       succeeded, failed, items, weight,
+       extract(epoch FROM statement_timestamp() - date_trunc('hour', statement_timestamp(), 'UTC'))
+       / 3600
+FROM inventory_jobhourlyrates
+WHERE (%(ids)s::bigint[] IS NULL OR job_id = ANY(%(ids)s::bigint[]))
+  AND hour > date_trunc('hour', statement_timestamp(), 'UTC') - make_interval(hours => %(hours)s);
+
+-- name: stalled_backfills
+-- (backfill, open batches, dead batches, nothing finished within %(after)s) of running backfills.
+SELECT f.id,
+       count(*) FILTER (WHERE b.status IN ('queued', 'running', 'failed')),
+       count(*) FILTER (WHERE b.status = 'dead'),
+       greatest(max(b.finished_at), f.updated_at) < statement_timestamp() - %(after)s
+FROM inventory_backfill AS f JOIN inventory_batch AS b ON b.backfill_id = f.id
+WHERE f.status = 'running' GROUP BY f.id;
+
+-- ---- the attempt rollup behind /metrics (inventory/services/metrics_rollup.py) -----------------
+
+-- name: rollup_boundaries
+-- The rollup's boundaries as one row (below_id, finished_before); finished_before is NULL for no
+-- rollup (none yet, or one written before it existed, whose rows scrapes ignore).
+SELECT coalesce((outcome->>'below_id')::bigint, 0) AS below_id,
+       (outcome->>'finished_before')::timestamptz AS finished_before
+FROM inventory_maintenancerun WHERE name = %(rollup)s;
+
+-- name: rollup_try_lock
+-- One roller at a time (until the transaction ends); a scrape that finds it busy only reads.
+SELECT pg_try_advisory_xact_lock(%(key)s);
+
+-- name: rollup_clear
+DELETE FROM inventory_attemptrollup;
+
+-- name: rollup_next_boundaries
+-- Past the attempts inserted more than %(settle)s minutes ago, and that many minutes behind the
+-- database's clock.
+SELECT coalesce(
+           (SELECT max(id) + 1 FROM inventory_batchattempt
+            WHERE id >= %(old_id)s
+              AND started_at < statement_timestamp() - make_interval(mins => %(settle)s)),
+           %(old_id)s),
+       statement_timestamp() - make_interval(mins => %(settle)s);
+
+-- name: rollup_add
+-- The attempts started in [old_id, new_id) and those finished in [old_time, new_time), added.
+INSERT INTO inventory_attemptrollup (job_id, outcome, count)
+SELECT b.job_id, counted.outcome, count(*) FROM (
+    SELECT batch_id, '' AS outcome FROM inventory_batchattempt
+    WHERE id >= %(old_id)s AND id < %(new_id)s
+    UNION ALL
+    SELECT batch_id, outcome FROM inventory_batchattempt
+    WHERE finished_at >= coalesce(%(old_time)s, '-infinity'::timestamptz)
+      AND finished_at < %(new_time)s AND outcome <> ''
+) AS counted
+JOIN inventory_batch AS b ON b.id = counted.batch_id
+GROUP BY b.job_id, counted.outcome
+ON CONFLICT (job_id, outcome)
+DO UPDATE SET count = inventory_attemptrollup.count + excluded.count;
+
+-- name: rollup_record
+INSERT INTO inventory_maintenancerun (name, last_run_at, outcome)
+VALUES (%(rollup)s, statement_timestamp(),
+        jsonb_build_object('below_id', %(new_id)s::bigint,
+                           'finished_before', %(new_time)s::timestamptz))
+ON CONFLICT (name) DO UPDATE SET last_run_at = excluded.last_run_at, outcome = excluded.outcome;
+
+-- name: attempt_counts_rollup
+-- The rollup and its boundaries in one snapshot: the boundaries as a row of their own (job NULL),
+-- then the rollup's rows when it is of the current kind. Sent after `WITH boundary AS (...)`, the
+-- statement rollup_boundaries (gateway.attempt_counts).
+SELECT NULL::bigint, NULL::text, NULL::bigint, m.below_id, m.finished_before
+FROM boundary AS m
+UNION ALL
+SELECT r.job_id, r.outcome, r.count, NULL, NULL FROM inventory_attemptrollup AS r
+WHERE EXISTS (SELECT 1 FROM boundary AS m WHERE m.finished_before IS NOT NULL);
+
+-- name: attempt_counts_since
+-- (job, outcome, attempts) of the attempts at or after the rollup's boundaries.
+SELECT b.job_id, counted.outcome, count(*) FROM (
+    SELECT batch_id, '' AS outcome FROM inventory_batchattempt WHERE id >= %(below_id)s
+    UNION ALL
+    SELECT batch_id, outcome FROM inventory_batchattempt
+    WHERE finished_at >= %(finished_before)s::timestamptz AND outcome <> ''
+) AS counted JOIN inventory_batch AS b ON b.id = counted.batch_id
+GROUP BY b.job_id, counted.outcome;
 
 -- name: jobs_oldest_waiting
 -- (job, age in seconds of its oldest item not committed, whether its connector has assets) of the
@@ -295,4 +517,4 @@ SELECT j.id,
        EXISTS (SELECT 1 FROM inventory_asset AS a WHERE a.connector_id = j.connector_id)
 FROM inventory_job AS j
 JOIN inventory_watermark AS w ON w.job_id = j.id
-WHERE j.id = ANY(%s);
+WHERE j.id = ANY(%(jobs)s);

@@ -113,7 +113,6 @@ STATE_MEANINGS = {
     "unreadable": "its source cannot be read now: the lag is unknown",
 }
 BACKFILL_MEANINGS = {
-    "pending": "created; its batches start when pacing admits them",
     "running": "its batches are being planned and run, within its concurrency and the throttle",
     "paused": "no new batch of it starts until it is resumed",
     "completed": "every batch of its range is committed",

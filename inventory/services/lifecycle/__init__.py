@@ -22,7 +22,6 @@ docs/architecture.md, "Lock order"); a path may skip a level, never go back up o
 """
 
 from inventory.services.lifecycle.ending import (
-    LOCK_NOT_AVAILABLE,
     REAPER_LOCK_TIMEOUT,
     batch_fail,
     batch_succeed,
@@ -61,7 +60,6 @@ from inventory.services.lifecycle.starting import (
 )
 
 __all__ = [
-    "LOCK_NOT_AVAILABLE",
     "REAPER_LOCK_TIMEOUT",
     "SUPERSEDABLE_STATUSES",
     "WAITING_STATUSES",

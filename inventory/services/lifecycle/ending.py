@@ -1,10 +1,9 @@
 """An attempt ends: commit (succeed), fail, the reaper's expired leases, and the requeue of failed
 batches whose backoff is over."""
 
-import json
 import logging
 
-from django.db import DatabaseError, connection, transaction
+from django.db import transaction
 from django.db.models.functions import Now
 
 from inventory.models import Batch, BatchStatus
@@ -12,14 +11,12 @@ from inventory.services import secrets, signals, watermarks
 from inventory.services.errors import InvalidInput, NotFound, StaleAttempt
 from inventory.services.lifecycle.shared import (
     batch_due,
-    batch_fetch,
     batches_transition,
     fence,
     locked,
     redacted,
 )
-from inventory.services.transactions import single_call
-from inventory.sql import query
+from inventory.sql import gateway
 
 log = logging.getLogger(__name__)
 
@@ -46,19 +43,10 @@ def batch_succeed(
         watermark_value = watermarks.parse_value(wm_type, watermark_value, field="watermark_value")
     # what an external processor reports is stored and shown: no configured credential in it
     result = secrets.scrub(result or {})
-    params = [
-        batch_id,
-        attempt,
-        json.dumps(result),
-        None if watermark_value is None else json.dumps(watermark_value),
-    ]
-    try:
-        with single_call():
-            batch = batch_fetch(query("batch_succeed"), params)
-    except DatabaseError as exc:
-        if getattr(exc.__cause__, "pgcode", None) == "TM404":
-            raise NotFound(f"batch {batch_id} does not exist") from None
-        raise
+    # a batch that does not exist: NotFound
+    batch = gateway.batch_succeed(
+        batch_id=batch_id, attempt=attempt, result=result, watermark=watermark_value
+    )
     if batch is None:
         with transaction.atomic():
             fence(locked(batch_id), attempt, require_lease=True)
@@ -124,8 +112,6 @@ def batches_requeue_due(
     return ids
 
 
-LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout ran out
-
 # How long the reaper waits for one job's row before it leaves that job to the next run (a job row
 # is held for the length of one acquire; only a process frozen inside a transaction holds it longer).
 REAPER_LOCK_TIMEOUT = "10s"
@@ -144,15 +130,8 @@ def batches_reap_expired() -> list[int]:
     expired = Batch.objects.filter(status=BatchStatus.RUNNING, lease_expires_at__lt=Now())
     for job_id in sorted(set(expired.values_list("job_id", flat=True))):
         try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SELECT set_config('lock_timeout', %s, true)", [REAPER_LOCK_TIMEOUT])
-                cursor.execute(query("job_lock_for_reaper"), [job_id])
-                cursor.execute(query("job_reap_expired"), [job_id])
-                reaped += [row[0] for row in cursor.fetchall()]
-                cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
-        except DatabaseError as exc:
-            if getattr(exc.__cause__, "pgcode", None) != LOCK_NOT_AVAILABLE:
-                raise
+            reaped += gateway.job_reap_expired(job_id=job_id, lock_timeout=REAPER_LOCK_TIMEOUT)
+        except gateway.LockWaitExpired:
             log.warning(
                 "reaper: job %s stayed locked for %s; next run", job_id, REAPER_LOCK_TIMEOUT
             )

@@ -1,8 +1,6 @@
 """What an operator (or a replay, a correction, a connector reset) does to batches: retry, cancel,
 skip, supersede, and a batch born skipped."""
 
-import json
-
 from django.db import transaction
 from django.db.models import QuerySet
 
@@ -14,7 +12,7 @@ from inventory.services.lifecycle.shared import (
     complete_backfill_if_done,
     locked,
 )
-from inventory.sql import query
+from inventory.sql import gateway
 
 
 @transaction.atomic
@@ -155,16 +153,11 @@ def batches_insert(
     """Batches of `job` (of `backfill` when given) born `status`, one per (lower, upper,
     item_count, weight) of `planned`, in that order (tidemark_batch_insert, the one place a batch
     is born)."""
-    planned = list(planned)
-    params = {
-        "job": job.pk,
-        "backfill": None if backfill is None else backfill.pk,
-        "status": str(status),
-        "lowers": [p[0] for p in planned],
-        "uppers": [p[1] for p in planned],
-        "counts": [p[2] for p in planned],
-        "weights": [p[3] for p in planned],
-        "snapshot": json.dumps(snapshot or {}),
-        "skip_reason": skip_reason,
-    }
-    return list(Batch.objects.raw(query("batch_insert"), params))
+    return gateway.batch_insert(
+        job_id=job.pk,
+        backfill_id=None if backfill is None else backfill.pk,
+        status=status,
+        planned=list(planned),
+        snapshot=snapshot or {},
+        skip_reason=skip_reason,
+    )

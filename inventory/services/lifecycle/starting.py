@@ -1,25 +1,20 @@
 """A batch is born or starts: planning the next incremental batch, acquire, a named start, the
 heartbeat that keeps a started attempt's lease."""
 
-import json
-
-from django.db import DatabaseError, DataError, connection, transaction
+from django.db import transaction
 from django.db.models.functions import Now
 
 from inventory.models import Backfill, BackfillStatus, Batch, BatchStatus, Job
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.lifecycle.shared import (
     batch_due,
-    batch_fetch,
     batches_transition,
     config_snapshot,
     job_blocked_reason,
 )
-from inventory.services.planning import BAD_WEIGHT_CODE, SOURCE_UNREADABLE_CODES
-from inventory.services.transactions import single_call
 from inventory.sources.items import ItemSource
 from inventory.sources.registry import source_for_connector
-from inventory.sql import query
+from inventory.sql import gateway
 
 
 def batch_plan_next(*, job: Job, source: ItemSource | None = None) -> Batch | None:
@@ -30,37 +25,14 @@ def batch_plan_next(*, job: Job, source: ItemSource | None = None) -> Batch | No
     which must hold the job's row lock.
     """
     source = source or source_for_connector(job.connector)
-    params = [job.pk, source.planning_query(), json.dumps(config_snapshot(job))]
-    with _source_errors(source), transaction.atomic():
-        # a savepoint: a source refusing to be read must not leave the caller's transaction aborted
-        return batch_fetch(query("batch_plan_next"), params)
-
-
-class _source_errors:
-    """What the database says about a job's items, as the service errors callers expect: a bad
-    weight, or a source that no longer matches its config (the meta table or a column changed) or
-    refuses to be read (tidemark_refuse: a job_output's expired commit)."""
-
-    def __init__(self, source: ItemSource):
-        self.source = source
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, traceback):
-        if exc is None or not isinstance(exc, DatabaseError):
-            return False
-        code = getattr(exc.__cause__, "pgcode", None)
-        message = str(exc).strip().splitlines()[0]
-        if code == "TM409":
-            raise Conflict(message) from None
-        if code == "TM404":
-            raise NotFound(message) from None
-        if code == BAD_WEIGHT_CODE:
-            raise InvalidInput("weight", message) from None
-        if code in SOURCE_UNREADABLE_CODES or isinstance(exc, DataError):
-            raise InvalidInput(self.source.config_field, message) from None
-        return False
+    # a bad weight or a source that no longer matches its config (the meta table or a column
+    # changed) or refuses to be read (a job_output's expired commit) is InvalidInput
+    return gateway.batch_plan_next(
+        job_id=job.pk,
+        items=source.planning_query(),
+        snapshot=config_snapshot(job),
+        source_field=source.config_field,
+    )
 
 
 @transaction.atomic
@@ -102,16 +74,15 @@ def batch_acquire(
     if not worker:
         raise InvalidInput("worker", "name the worker taking the batch")
     source = source or source_for_connector(job.connector)
-    params = [
-        job.pk,
-        source.planning_query(),
-        worker,
-        lease_seconds or job.lease_seconds,
-        json.dumps(config_snapshot(job)),
-        limit,
-    ]
-    with _source_errors(source), single_call():
-        return batch_fetch(query("batch_acquire"), params)
+    return gateway.batch_acquire(
+        job_id=job.pk,
+        items=source.planning_query(),
+        worker=worker,
+        lease_seconds=lease_seconds or job.lease_seconds,
+        snapshot=config_snapshot(job),
+        limit=limit,
+        source_field=source.config_field,
+    )
 
 
 def batch_lock_for_start(batch_id: int) -> Batch | None:
@@ -124,8 +95,7 @@ def batch_lock_for_start(batch_id: int) -> Batch | None:
     if ref is None:
         return None
     job_id, backfill_id = ref
-    with connection.cursor() as cursor:
-        cursor.execute(query("job_lock_for_start"), [job_id])
+    gateway.job_lock_for_start(job_id=job_id)
     if backfill_id is not None:
         Backfill.objects.select_for_update().filter(pk=backfill_id).first()
     return (
@@ -190,11 +160,11 @@ def batch_start(*, batch_id: int, worker: str, lease_seconds: int | None = None)
 
 def batch_heartbeat(*, batch_id: int, attempt: int, lease_seconds: int | None = None):
     """Extend the lease of a running attempt and return its new expiry; StaleAttempt if lost."""
-    with connection.cursor() as cursor:
-        cursor.execute(query("batch_heartbeat"), [lease_seconds, batch_id, attempt])
-        row = cursor.fetchone()
-    if row is None:
+    expires = gateway.batch_heartbeat(
+        batch_id=batch_id, attempt=attempt, lease_seconds=lease_seconds
+    )
+    if expires is None:
         if not Batch.objects.filter(pk=batch_id).exists():
             raise NotFound(f"batch {batch_id} does not exist")
         raise StaleAttempt(f"batch {batch_id} attempt {attempt} no longer holds the lease")
-    return row[0]
+    return expires

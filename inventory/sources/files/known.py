@@ -17,7 +17,6 @@ round the window, so a scan costs the same however many files are in the window,
 it is looked at within ceil(files in window / recheck_per_scan) scans of this process.
 """
 
-import json
 import logging
 import os
 import threading
@@ -28,7 +27,7 @@ from django.db import connection
 
 from inventory.models import Connector
 from inventory.services.assets import Registered
-from inventory.sql import query
+from inventory.sql import gateway
 
 log = logging.getLogger("inventory.sources.files")
 
@@ -65,31 +64,27 @@ def known_files_forget() -> None:
 def known_files(connector: Connector, *, recheck_seconds: float) -> KnownFiles:
     """This process's copy of the connector's registered locations, brought up to date."""
     key = (connection.settings_dict["NAME"], connector.pk)
-    with connection.cursor() as cursor:
-        cursor.execute(query("assets_known_size"), {"connector": connector.pk})
-        last = cursor.fetchone()
-        count, max_id = last if last is not None else (0, 0)
-        if count is None:  # a row no trigger has summed yet: count the slow way
-            cursor.execute(query("assets_count"), [connector.pk])
-            count = cursor.fetchone()[0]
-        with _known_lock:
-            known = _known.get(key)
-            if known is None or max_id < known.max_id or count < known.count:
-                known = KnownFiles()
-            if max_id > known.max_id:
-                _load(cursor, connector, known, upto=max_id, recheck_seconds=recheck_seconds)
-            if known.count != count:
-                known = KnownFiles()
-                _load(cursor, connector, known, upto=max_id, recheck_seconds=recheck_seconds)
-            _known[key] = known
-            return known
+    size = gateway.assets_known_size(connector_id=connector.pk)
+    count, max_id = size.count, size.max_id
+    with _known_lock:
+        known = _known.get(key)
+        if known is None or max_id < known.max_id or count < known.count:
+            known = KnownFiles()
+        if max_id > known.max_id:
+            _load(connector, known, upto=max_id, recheck_seconds=recheck_seconds)
+        if known.count != count:
+            known = KnownFiles()
+            _load(connector, known, upto=max_id, recheck_seconds=recheck_seconds)
+        _known[key] = known
+        return known
 
 
-def _load(cursor, connector: Connector, known: KnownFiles, *, upto: int, recheck_seconds) -> None:
+def _load(connector: Connector, known: KnownFiles, *, upto: int, recheck_seconds) -> None:
     """Add the connector's rows in (known.max_id, upto]: every id up to `upto` is visible once
     `upto` is (invariant 5), so the copy then holds exactly the rows up to it."""
-    cursor.execute(query("assets_known_since"), [recheck_seconds, connector.pk, known.max_id, upto])
-    rows = cursor.fetchall()  # one call into the driver (iterating the cursor is a Python loop)
+    rows = gateway.assets_known_since(
+        connector_id=connector.pk, after=known.max_id, upto=upto, recheck_seconds=recheck_seconds
+    )
     _add(known, rows)
     if not known.count:
         _compact(known.by_directory)
@@ -207,10 +202,7 @@ def recent_recheck(
 
 def _flag(connector: Connector, *, pk: int, location: str, size: int, now: tuple[int, int]) -> None:
     changed = {"size": now[1], "mtime_ns": now[0]}
-    with connection.cursor() as cursor:
-        cursor.execute(query("asset_flag_changed"), [json.dumps(changed), pk])
-        flagged = cursor.rowcount
-    if flagged:
+    if gateway.asset_flag_changed(asset_id=pk, change=changed):
         log.warning(
             "connector %s: %s changed after it was registered as asset %s (size %s -> %s); "
             "the jobs that committed it read it again (a restatement)",

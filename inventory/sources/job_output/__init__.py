@@ -20,12 +20,11 @@ silent skip. Without a retention setting every commit stays replayable.
 
 import logging
 
-from django.db import connection
-
 from inventory.models import Batch, ConnectorKind, Job
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.sources.config import check_known_keys
 from inventory.sources.items import ItemSource
+from inventory.sql import gateway
 
 RETENTION_KEYS = ("retention_commits", "retention_days")
 _KEYS = ("job", "lineage", *RETENTION_KEYS)
@@ -260,17 +259,9 @@ def expired_commit(connector, *, lower: int, upper: int | None = None) -> int | 
     expired = _expired_sql(upstream.pk, config)
     if expired == "false":
         return None
-    sql = (
-        "SELECT min(commit_seq) FROM inventory_batch WHERE job_id = %s "
-        f"AND commit_seq IS NOT NULL AND commit_seq >= %s AND {expired}"
+    return gateway.first_expired_commit(
+        job_id=upstream.pk, lower=lower, upper=upper, expired=expired
     )
-    params = [upstream.pk, lower]
-    if upper is not None:
-        sql += " AND commit_seq < %s"
-        params.append(upper)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()[0]
 
 
 def _expired_error(connector, commit: int, *, field: str, what: str) -> InvalidInput:

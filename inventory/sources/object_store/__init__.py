@@ -25,11 +25,10 @@ its new ETag and size, and `changed_after_registration`; `restatements.changed_f
 restates it in every job that committed it, once per change.
 """
 
-import json
 import logging
 import time
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from inventory.models import Asset, Batch, Connector
 from inventory.services import assets
@@ -49,7 +48,7 @@ from inventory.sources.object_store.access import (
     s3_filesystem,
     s3_location,
 )
-from inventory.sql import json_value, query
+from inventory.sql import gateway
 
 log = logging.getLogger(__name__)
 
@@ -238,12 +237,10 @@ def _discover_full(connector: Connector, config: dict, scheme: str) -> int:
 def _recent_objects(connector: Connector, config: dict) -> dict:
     """location -> (id, weight, extra) of the objects registered within `recheck_seconds`."""
     seconds = float(config.get("recheck_seconds", files.DEFAULT_RECHECK_SECONDS))
-    with connection.cursor() as cursor:
-        cursor.execute(query("objects_recent"), [connector.pk, seconds])
-        return {
-            location: (pk, weight, json_value(extra) or {})
-            for pk, location, weight, extra in cursor
-        }
+    return {
+        row.location: (row.id, row.weight, row.extra or {})
+        for row in gateway.objects_recent(connector_id=connector.pk, recheck_seconds=seconds)
+    }
 
 
 def _recheck(connector: Connector, recent: dict, listed) -> int:
@@ -268,32 +265,29 @@ def _recheck(connector: Connector, recent: dict, listed) -> int:
             "size": [weight, int(obj["Size"])],
             "last_modified": [extra.get("last_modified"), now["last_modified"]],
         }
-        with connection.cursor() as cursor:
-            cursor.execute(
-                query("object_flag_changed"),
-                {
-                    **now,
-                    "size": int(obj["Size"]),
-                    "change": json.dumps(change),
-                    "id": pk,
-                    "old_size": weight,
-                    "old_etag": etag_then,
-                },
+        if gateway.object_flag_changed(
+            asset_id=pk,
+            size=int(obj["Size"]),
+            etag=now["etag"],
+            last_modified=now["last_modified"],
+            mtime_ns=now["mtime_ns"],
+            change=change,
+            old_size=weight,
+            old_etag=etag_then,
+        ):
+            flagged += 1
+            log.warning(
+                "connector %s: object %s changed after it was registered as asset %s "
+                "(ETag %s -> %s, %s -> %s bytes); the jobs that committed it read it again "
+                "(a restatement)",
+                connector.name,
+                location,
+                pk,
+                etag_then,
+                now["etag"],
+                weight,
+                obj["Size"],
             )
-            if cursor.rowcount:
-                flagged += 1
-                log.warning(
-                    "connector %s: object %s changed after it was registered as asset %s "
-                    "(ETag %s -> %s, %s -> %s bytes); the jobs that committed it read it again "
-                    "(a restatement)",
-                    connector.name,
-                    location,
-                    pk,
-                    etag_then,
-                    now["etag"],
-                    weight,
-                    obj["Size"],
-                )
     return flagged
 
 

@@ -20,7 +20,7 @@ the first look; the connector is completed once its jobs committed all of it (or
 import re
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from psycopg2 import sql
 
 from inventory.models import Asset, Batch, Connector
@@ -30,7 +30,7 @@ from inventory.services.instants import instant_checked
 from inventory.sources.config import check_known_keys
 from inventory.sources.items import quote_identifier, quote_table
 from inventory.sources.remote_database import refuse_own_tables, source_connection
-from inventory.sql import query, source_query
+from inventory.sql import gateway, source_query
 
 ALLOWED_KEYS = {
     "dsn_env",
@@ -386,22 +386,17 @@ def read_spec(*, connector: Connector, batch: Batch) -> dict:
     }
 
 
-_SQL_TYPES = {"int": "int8", "timestamptz": "timestamptz", "timestamp": "timestamp"}
-
-
 def time_range_to_ids(connector: Connector, first, last) -> tuple[int, int] | None:
     """The first and last asset id of the slices that hold column values in [first, last]
     (parsed values, see `from_json`), or None when no slice does: a backfill given by time (or
     by value for an integer column). Slices are registered in column order, so the ids between
     hold exactly the slices in the range; one statement in the database, no slice loaded."""
-    column_type = connector.config["column_type"]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            query("asset_slices_between").format(type=_SQL_TYPES[column_type]),
-            {"connector": connector.pk, "first": first, "last": last},
-        )
-        low, high = cursor.fetchone()
-    return None if low is None else (low, high)
+    return gateway.asset_slices_between(
+        connector_id=connector.pk,
+        column_type=connector.config["column_type"],
+        first=first,
+        last=last,
+    )
 
 
 def synced_offsets(connector: Connector, partition_column: str, offset_column: str) -> dict:

@@ -1,7 +1,8 @@
 -- Status transitions: the one owner of every write of a batch's or a backfill's status.
 --
--- The allowed moves are rows of two tables (created by migration 0029): tidemark_batch_move and
--- tidemark_backfill_move, (from_status, to_status), where from_status 'new' is a row's birth.
+-- The allowed moves are rows of two tables, tidemark_batch_move and tidemark_backfill_move,
+-- (from_status, to_status), where from_status 'new' is a row's birth; they hold exactly the rows of
+-- tidemark_batch_moves() and tidemark_backfill_moves() (moves.sql, the one definition).
 -- A status is written only here: tidemark_batch_insert (a batch is born), tidemark_batch_transition
 -- (a batch moves), tidemark_backfill_transition (a backfill moves). None performs a move that is
 -- not in its table, and a call that moves nothing because of one fails with SQLSTATE TM400. For a
