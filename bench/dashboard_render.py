@@ -44,6 +44,7 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
                 f"{ratio:.2f}x" + ("" if ratio <= 1.2 else " (**> 20% more**)"),
                 "—" if r100["target_ms"] is None else f"< {r100['target_ms']} ms",
                 r100["queries"],
+                _gc_cell(r100["gc"], r1["gc"]),
                 verdict,
             ]
         )
@@ -58,6 +59,7 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
             "median 100x / 1x",
             "target p95",
             "queries",
+            "GC per 100 requests: runs (full), pause ms, longest ms",
             "",
         ],
         table_rows,
@@ -86,7 +88,10 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
         ],
     )
     shared = (
-        f" ({PER_CONNECTOR} jobs share each connector: a job's lag is its connector's items past "
+        " (all of them read one connector, `src-0`: the lag class below is each job's, not its "
+        "connector's, and the k-th job is k mod 100 % more behind than its class says)"
+        if PER_CONNECTOR >= counts["job"] > 1
+        else f" ({PER_CONNECTOR} jobs share each connector: a job's lag is its connector's items past "
         "its own watermark; the k-th job of a connector is k% more behind than the first)"
         if PER_CONNECTOR > 1
         else " (one connector each)"
@@ -109,7 +114,26 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
         + " / ".join(f"{parts[s]['library_ms']}" for s in parts)
         + f" ms; {parts['100x']['samples']:,} samples, {parts['100x']['bytes'] / 1e6:.1f} MB."
     )
-    markdown = f"""### {counts["job"]:,} jobs
+    gc_modes = far.get("gc_modes")
+    freeze = ""
+    if gc_modes:
+        frozen, unfrozen = gc_modes["frozen"], gc_modes["unfrozen"]
+        freeze = (
+            "The cyclic collector on the hot pages ("
+            + ", ".join(f"`{url}`" for url in far["hot"])
+            + f"; {frozen['requests']} requests each way, 100x), with the objects of the loaded "
+            "application frozen (`gc.freeze()`, as `controlplane/wsgi.py` and `asgi.py` do after "
+            "startup) and without, alternating round by round: "
+            + "; ".join(
+                f"{mode}: median {m['median_ms']} ms, p95 {m['p95_ms']} ms, {m['gc_runs']} "
+                f"collections ({m['gc_full']} full), {m['gc_ms']} ms paused in all, the longest "
+                f"{m['gc_longest_ms']} ms"
+                for mode, m in (("frozen", frozen), ("unfrozen", unfrozen))
+            )
+            + f"; p95 frozen / unfrozen {frozen['p95_ms'] / max(unfrozen['p95_ms'], 0.01):.2f}x.\n"
+        )
+    one = " on one connector" if PER_CONNECTOR >= counts["job"] > 1 else ""
+    markdown = f"""### {counts["job"]:,} jobs{one}
 
 Data: {counts["batch"]:,} batches over {counts["job"]:,} jobs{shared}, with {counts["batchattempt"]:,}
 attempts, {counts["watermarkevent"]:,} watermark events and {counts["asset"]:,} assets, bulk-loaded
@@ -143,8 +167,20 @@ floor's does):
 {table}
 
 {breakdown}
-"""
+
+{freeze}"""
     return markdown
+
+
+def _gc_cell(far: dict, near: dict) -> str:
+    """The collector's runs (full ones), pause and longest pause per 100 requests, both backlogs."""
+    requests = far["requests"] + near["requests"]
+    per = 100 / max(requests, 1)
+    runs = (far["gc_runs"] + near["gc_runs"]) * per
+    full = (far["gc_full"] + near["gc_full"]) * per
+    pause = (far["gc_ms"] + near["gc_ms"]) * per
+    longest = max(far["gc_longest_ms"], near["gc_longest_ms"])
+    return f"{runs:.0f} ({full:.0f}), {pause:.0f}, {longest:.0f}"
 
 
 HEADER = """## Dashboard, API and /metrics with jobs far behind (`bench/bench_dashboard.py`)

@@ -236,14 +236,30 @@ def alert_labels(rows: list) -> list[tuple[str, str, str]]:
     """(kind, subject, severity) of every active alert, in alerts_page's order, the job alerts
     from `rows` (every job's row, Health.rows): what /metrics says of each alert, without building
     the message and the link of one alert per job."""
+    return job_alert_labels(
+        [r.name for r in rows if r.n_dead], [r.name for r in rows if r.late is not None]
+    )
+
+
+def job_alert_labels(dead: list[str], late: list[str]) -> list[tuple[str, str, str]]:
+    """alert_labels from the names of the jobs with dead batches and of those with a late
+    watermark, each by name."""
     others = [(a.kind, a.subject, a.severity) for a in alerts_page(rows=[]).alerts]
     reaper = [label for label in others if label[0] in ("reaper_overdue", "schedule_invalid")]
-    dead = [("dead_batches", r.name, SEVERITY["dead_batches"]) for r in rows if r.n_dead]
-    late = [
-        ("watermark_late", r.name, SEVERITY["watermark_late"]) for r in rows if r.late is not None
-    ]
     rest = [label for label in others if label[0] not in ("reaper_overdue", "schedule_invalid")]
-    return dead + reaper + late + rest
+    return (
+        [("dead_batches", name, SEVERITY["dead_batches"]) for name in dead]
+        + reaper
+        + [("watermark_late", name, SEVERITY["watermark_late"]) for name in late]
+        + rest
+    )
+
+
+def job_names() -> dict[int, str]:
+    """Job id -> name, of every job."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, name FROM inventory_job")
+        return dict(cursor.fetchall())
 
 
 def attempt_counts() -> list[tuple[int, str, int]]:
@@ -292,3 +308,46 @@ def attempt_counts() -> list[tuple[int, str, int]]:
         for job, outcome, n in cursor.fetchall():
             counts[job, outcome] = counts.get((job, outcome), 0) + n
     return [(job, outcome, n) for (job, outcome), n in counts.items()]
+
+
+def attempt_totals() -> list[tuple[str, int]]:
+    """(outcome, attempts) of all jobs, as attempt_counts counts them per job (outcome "": every
+    attempt started), summed by the database: a row per outcome, not per job and outcome."""
+    from inventory.services.metrics_rollup import BOUNDARIES_SQL, ROLLUP
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH boundary AS ({BOUNDARIES_SQL})
+            SELECT true, NULL::text, NULL::bigint, m.below_id, m.finished_before
+            FROM boundary AS m
+            UNION ALL
+            SELECT false, r.outcome, sum(r.count)::bigint, NULL, NULL
+            FROM inventory_attemptrollup AS r JOIN inventory_job AS j ON j.id = r.job_id
+            WHERE EXISTS (SELECT 1 FROM boundary AS m WHERE m.finished_before IS NOT NULL)
+            GROUP BY r.outcome
+            """,
+            [ROLLUP],
+        )
+        rows = cursor.fetchall()
+        bounds = [row[3:] for row in rows if row[0]]
+        below_id, finished_before = bounds[0] if bounds else (0, None)
+        if finished_before is None:  # no rollup (or one of the old kind, which is not read)
+            below_id, finished_before = 0, "-infinity"
+        totals = {outcome or "": n for boundary, outcome, n, *_ in rows if not boundary}
+        cursor.execute(
+            """
+            SELECT counted.outcome, count(*) FROM (
+                SELECT batch_id, '' AS outcome FROM inventory_batchattempt WHERE id >= %s
+                UNION ALL
+                SELECT batch_id, outcome FROM inventory_batchattempt
+                WHERE finished_at >= %s::timestamptz AND outcome <> ''
+            ) AS counted JOIN inventory_batch AS b ON b.id = counted.batch_id
+            JOIN inventory_job AS j ON j.id = b.job_id
+            GROUP BY counted.outcome
+            """,
+            [below_id, finished_before],
+        )
+        for outcome, n in cursor.fetchall():
+            totals[outcome or ""] = totals.get(outcome or "", 0) + n
+    return list(totals.items())

@@ -252,18 +252,33 @@ def test_a_render_pauses_the_cycle_collector_and_leaves_it_as_it_found_it(client
 
 
 def test_the_collected_families_are_written_as_prometheus_client_writes_them():
-    from inventory.api.exposition import render, written_by_prometheus_client
+    """The per-job families are written as lines (exposition.Family.lines): what Prometheus's
+    parser reads of the whole body, written again by generate_latest, is the body itself."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from inventory.api.exposition import render, rewritten_by_prometheus_client
     from inventory.api.metrics import InventoryCollector
+    from inventory.models import Watermark
 
     _, job = make_inventory(weights=[40] * 4)
     failed = batches.batch_acquire(job=job, worker="w")
     batches.batch_fail(batch_id=failed.pk, attempt=failed.attempt, error="boom")
     batches.batch_acquire(job=job, worker="w")
+    _, dated = make_inventory(name="dated", weights=[40] * 2)
+    type(dated).objects.filter(pk=dated.pk).update(watermark_type="datetime")
+    Watermark.objects.filter(job=dated).update(
+        type="datetime", value=(timezone.now() - timedelta(minutes=90)).isoformat()
+    )
 
     for full in (False, True):
-        families = list(InventoryCollector().collect(full=full))
-        assert sum(len(family.samples) for family in families) > 10
-        assert render(families) == written_by_prometheus_client(families)
+        body = render(list(InventoryCollector().collect(full=full)))
+        samples = [line for line in body.decode().splitlines() if not line.startswith("#")]
+        assert len(samples) > 10
+        assert any(line.startswith("tidemark_lag_seconds{") for line in samples)
+        assert any(line.startswith("tidemark_job_open_batches{") for line in samples)
+        assert rewritten_by_prometheus_client(body) == body
 
 
 @override_settings(METRICS_TOKEN="scrape-me", METRICS_PER_JOB="full")

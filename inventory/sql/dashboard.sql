@@ -235,3 +235,44 @@ ORDER BY c.name LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: waiting_connectors_count
 SELECT count(*) FROM inventory_connector WHERE state = 'waiting';
+
+-- name: health_metrics
+-- /metrics, at every scrape: one row per job, by name, with no more than its families write
+-- (inventory/api/metrics.py): the state, the failed and dead batches, whether the watermark is
+-- late, the lag (the sums at the connector's last asset, read once per connector in `tips`,
+-- minus those before the watermark: one probe per job behind, none for the others), a datetime
+-- watermark's value (the time lag), and when the watermark last moved as epoch seconds (a float
+-- is cheaper to hand over than a timestamp). The columns only TIDEMARK_METRICS_PER_JOB=full
+-- writes (%(full)s) are NULL otherwise, and their reads skipped: the position, whether the
+-- watermark waits for a dead batch (the uncommitted incremental batch starting at the watermark,
+-- batch_job_lower_idx, looked for in the jobs with dead batches only) and the open batches by
+-- kind and status (an array in the order of selectors_health.OPEN_BY_KIND, NULL: none).
+SELECT h.name, h.state, h.n_failed, h.n_dead, h.late IS NOT NULL,
+       CASE WHEN h.outside THEN h.ext_items
+            WHEN h.behind THEN h.tip_count - coalesce(done.cum_count, 0) ELSE 0 END,
+       CASE WHEN NOT %(full)s THEN NULL WHEN h.outside THEN h.ext_weight
+            WHEN h.behind THEN h.tip_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
+       CASE WHEN jx.watermark_type = 'datetime' THEN wx.value #>> '{}' END,
+       extract(epoch FROM h.wm_updated_at)::float8,
+       CASE WHEN %(full)s THEN h.wm_position END,
+       held.id IS NOT NULL,
+       CASE WHEN %(full)s THEN h.open_by_kind END
+FROM health AS h
+JOIN inventory_job AS jx ON jx.id = h.id
+JOIN inventory_watermark AS wx ON wx.job_id = h.id
+LEFT JOIN LATERAL tidemark_asset_before(
+    CASE WHEN h.behind AND NOT h.outside THEN h.connector_id END, h.wm_position
+) AS done ON true
+LEFT JOIN LATERAL (
+    SELECT b.id FROM inventory_batch AS b
+    WHERE %(full)s AND h.n_dead > 0 AND b.job_id = h.id AND lower(b.span) = h.wm_position
+      AND b.backfill_id IS NULL AND b.status = 'dead'
+    LIMIT 1
+) AS held ON true
+ORDER BY h.name;
+
+-- name: open_batch_totals
+-- /metrics' tidemark_batches by default: the open batches of all jobs by kind and status.
+SELECT kind, status, count(*) FROM inventory_batch
+WHERE status IN ('queued', 'running', 'failed', 'dead')
+GROUP BY kind, status;
