@@ -230,6 +230,68 @@ def test_metrics_show_when_the_reaper_last_ran_and_whether_it_is_overdue(client)
     assert late[("tidemark_reaper_overdue", ())] == 1
 
 
+DEFAULT_FAMILIES = {
+    "tidemark_jobs",
+    "tidemark_batches",
+    "tidemark_batch_attempts_started",
+    "tidemark_batch_attempts_finished",
+    "tidemark_lag_items",
+    "tidemark_lag_seconds",
+    "tidemark_watermark_updated_timestamp_seconds",
+    "tidemark_job_open_batches",
+    "tidemark_reaper_last_run_timestamp_seconds",
+    "tidemark_reaper_overdue",
+    "tidemark_alerts",
+}
+
+
+@override_settings(METRICS_TOKEN="scrape-me", METRICS_CACHE_SECONDS=0)
+def test_a_scrape_grows_by_the_per_job_families_only_at_most_five_samples_a_job(client):
+    """At N jobs and again at 3N: the same families, the samples outside the per-job families the
+    same number (the constant), and the whole scrape within 5 * N + that constant."""
+    from inventory.api.metrics import PER_JOB_FAMILIES
+    from inventory.models import Batch, BatchStatus, Job
+    from tests.factories import many_jobs
+
+    connector, _ = make_inventory(name="first", weights=[40] * 3)
+
+    def grow(n: int, prefix: str) -> None:
+        jobs = many_jobs(connector, n, prefix=prefix)
+        Batch.objects.bulk_create(
+            [
+                Batch(
+                    job=job,
+                    kind="incremental",
+                    status=status,
+                    span=(i, i + 1),
+                    item_count=1,
+                    weight=1,
+                    max_attempts=3,
+                )
+                for job in jobs
+                for i, status in enumerate((BatchStatus.FAILED, BatchStatus.DEAD))
+            ]
+        )
+
+    def scrape() -> tuple[int, int, int, set]:
+        text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+        families = _families(text)
+        total = sum(map(len, families.values()))
+        per_job = sum(len(families[name]) for name in PER_JOB_FAMILIES if name in families)
+        return Job.objects.count(), total, total - per_job, set(families)
+
+    grow(40, "few")
+    n, total, fixed, names = scrape()
+    grow(80, "more")
+    n_more, total_more, fixed_more, names_more = scrape()
+    assert (n, n_more) == (41, 121)
+    assert names == names_more == DEFAULT_FAMILIES
+    assert fixed == fixed_more <= 40
+    assert total <= 5 * n + fixed and total_more <= 5 * n_more + fixed
+    # every job added: its lag, its last move, its failed and its dead batches
+    assert total_more - total >= 4 * 80
+
+
 @override_settings(METRICS_TOKEN="scrape-me", METRICS_CACHE_SECONDS=0)
 def test_a_render_pauses_the_cycle_collector_and_leaves_it_as_it_found_it(client, monkeypatch):
     from inventory.api import metrics
