@@ -36,6 +36,7 @@ from dashboard_data import (  # noqa: E402
     lag_statements,
     load,
     metrics_breakdown,
+    metrics_statements,
     reused_counts,
 )
 from dashboard_render import HEADER, render  # noqa: E402
@@ -350,6 +351,7 @@ def main() -> int:
             rows = summarize(urls, timed[scale])
             backlog(scale)
             breakdown = metrics_breakdown(5)
+            breakdown["statements"] = metrics_statements(10)
             log(f"{scale}: a rendered /metrics taken apart: {breakdown}")
             # after the pages: the old scan reads the whole backlog, which would leave the pages
             # measured after it a colder cache

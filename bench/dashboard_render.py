@@ -114,6 +114,21 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
         + " / ".join(f"{parts[s]['library_ms']}" for s in parts)
         + f" ms; {parts['100x']['samples']:,} samples, {parts['100x']['bytes'] / 1e6:.1f} MB."
     )
+    if all("statements" in parts[s] for s in parts):
+        breakdown += (
+            " Its read of the jobs, timed alternately with the statement it sent before "
+            "(`dashboard.sql`: `health_metrics`, one lean row per job, against `health_all`, "
+            "every job's full row), p95 of 10 each, 100x / 1x: "
+            + " / ".join(f"{parts[s]['statements']['health_metrics']}" for s in parts)
+            + " ms against "
+            + " / ".join(f"{parts[s]['statements']['health_all']}" for s in parts)
+            + " ms ("
+            + " / ".join(
+                f"{parts[s]['statements']['health_metrics'] / max(parts[s]['statements']['health_all'], 0.01):.2f}x"
+                for s in parts
+            )
+            + ")."
+        )
     gc_modes = far.get("gc_modes")
     freeze = ""
     if gc_modes:
