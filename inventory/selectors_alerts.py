@@ -312,7 +312,9 @@ def attempt_counts() -> list[tuple[int, str, int]]:
 
 def attempt_totals() -> list[tuple[str, int]]:
     """(outcome, attempts) of all jobs, as attempt_counts counts them per job (outcome "": every
-    attempt started), summed by the database: a row per outcome, not per job and outcome."""
+    attempt started), summed by the database: a row per outcome, not per job and outcome. Every
+    rollup row and attempt is of a job that exists (their foreign keys: a job's are deleted
+    with it), so neither is joined to the jobs."""
     from inventory.services.metrics_rollup import BOUNDARIES_SQL, ROLLUP
 
     with connection.cursor() as cursor:
@@ -323,7 +325,7 @@ def attempt_totals() -> list[tuple[str, int]]:
             FROM boundary AS m
             UNION ALL
             SELECT false, r.outcome, sum(r.count)::bigint, NULL, NULL
-            FROM inventory_attemptrollup AS r JOIN inventory_job AS j ON j.id = r.job_id
+            FROM inventory_attemptrollup AS r
             WHERE EXISTS (SELECT 1 FROM boundary AS m WHERE m.finished_before IS NOT NULL)
             GROUP BY r.outcome
             """,
@@ -342,8 +344,7 @@ def attempt_totals() -> list[tuple[str, int]]:
                 UNION ALL
                 SELECT batch_id, outcome FROM inventory_batchattempt
                 WHERE finished_at >= %s::timestamptz AND outcome <> ''
-            ) AS counted JOIN inventory_batch AS b ON b.id = counted.batch_id
-            JOIN inventory_job AS j ON j.id = b.job_id
+            ) AS counted
             GROUP BY counted.outcome
             """,
             [below_id, finished_before],

@@ -393,6 +393,17 @@ def test_open_batches_are_counted_by_job_kind_and_status(client):
     assert found == planted
     assert not [k for k in samples if k[0] == "tidemark_batches" and ("job", idle.name) in k[1]]
 
+    # by default the same counts summed over the jobs (health_metrics' first row), one sample
+    # per kind and status
+    with override_settings(METRICS_PER_JOB="lean", METRICS_CACHE_SECONDS=0):
+        text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+    summed = {
+        (dict(labels)["kind"], dict(labels)["status"]): value
+        for (name, labels), value in _samples(text).items()
+        if name == "tidemark_batches"
+    }
+    assert summed == planted
+
 
 def test_past_the_bad_token_limit_metrics_answer_429_with_when_to_retry(client, settings):
     """The API's brake on guessing tokens covers /metrics too: past the limit of bad tokens from

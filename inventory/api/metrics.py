@@ -97,6 +97,7 @@ class InventoryCollector:
         kinds = selectors_health.OPEN_BY_KIND
         by_job_kind = []  # (job name, open batches in OPEN_BY_KIND's order), under `full`
 
+        open_totals = [0] * len(kinds)
         by_state = dict.fromkeys(selectors_health.STATES, 0)
         dead_jobs, late_jobs = [], []  # their names, in order (the alerts)
         items_lines, seconds_lines, updated_lines = (
@@ -120,6 +121,9 @@ class InventoryCollector:
             held,
             open_by_kind,
         ) in rows:
+            if name is None:  # the first row: the open batches of all jobs by kind and status
+                open_totals = open_by_kind or [0] * len(kinds)
+                continue
             by_state[state] += 1
             job = label_value(name)
             if items is not None:
@@ -177,10 +181,7 @@ class InventoryCollector:
                 "Open batches (queued, running, failed, dead) of all jobs by kind and status",
                 labels=["kind", "status"],
             )
-            totals = dict.fromkeys(kinds, 0)
-            for kind, status, count in health.fetch("open_batch_totals"):
-                totals[kind, status] = count
-            batches.samples = list(totals.items())
+            batches.samples = [(kinds[i], int(count or 0)) for i, count in enumerate(open_totals)]
         yield batches
 
         per_job = ["job"] if full else []
