@@ -36,6 +36,7 @@ from dashboard_data import (  # noqa: E402
     lag_statements,
     load,
     metrics_breakdown,
+    metrics_renders,
     metrics_statements,
     reused_counts,
 )
@@ -358,6 +359,7 @@ def main() -> int:
             backlog(scale)
             breakdown = metrics_breakdown(5)
             breakdown["statements"] = metrics_statements(10)
+            breakdown["renders"] = metrics_renders(10)
             log(f"{scale}: a rendered /metrics taken apart: {breakdown}")
             # after the pages: the old scan reads the whole backlog, which would leave the pages
             # measured after it a colder cache

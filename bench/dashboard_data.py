@@ -219,3 +219,39 @@ def metrics_statements(repeat: int) -> dict:
                 cursor.fetchall()
                 times[name].append((time.perf_counter() - start) * 1000)
     return {name: round(_p95(t), 1) for name, t in times.items()}
+
+
+def metrics_renders(repeat: int) -> dict:
+    """A whole /metrics render (collect and write, the cyclic collector paused as served) by
+    inventory/api/metrics.py and by the collector it replaced (bench/metrics_baseline.py),
+    alternating, `repeat` times each: median and p95 ms of each, and the sample lines of both
+    compared (equal but for the values that move with the clock)."""
+    import statistics
+
+    from metrics_baseline import collect_before
+
+    from inventory.api.exposition import render
+    from inventory.api.metrics import InventoryCollector, _cycle_collector_paused
+
+    collector = InventoryCollector()
+    times = {"now": [], "before": []}
+    bodies = {}
+    for _ in range(repeat):
+        for name, collect in (("now", collector.collect), ("before", collect_before)):
+            with _cycle_collector_paused():
+                start = time.perf_counter()
+                bodies[name] = render(collect())
+                times[name].append((time.perf_counter() - start) * 1000)
+
+    def samples(body: bytes) -> list[str]:
+        lines = [line for line in body.decode().splitlines() if not line.startswith("#")]
+        return [line.rsplit(" ", 1)[0] for line in lines]
+
+    assert samples(bodies["now"]) == samples(bodies["before"]), "the two collectors differ"
+    found = {}
+    for name, taken in times.items():
+        found[f"{name}_median_ms"] = round(statistics.median(taken), 1)
+        found[f"{name}_p95_ms"] = round(_p95(taken), 1)
+    found["ratio_median"] = round(found["now_median_ms"] / max(found["before_median_ms"], 0.01), 2)
+    found["ratio_p95"] = round(found["now_p95_ms"] / max(found["before_p95_ms"], 0.01), 2)
+    return found

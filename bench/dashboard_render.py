@@ -114,6 +114,22 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
         + " / ".join(f"{parts[s]['library_ms']}" for s in parts)
         + f" ms; {parts['100x']['samples']:,} samples, {parts['100x']['bytes'] / 1e6:.1f} MB."
     )
+    if all("renders" in parts[s] for s in parts):
+        breakdown += (
+            " A whole render against the collector it replaced (`bench/metrics_baseline.py`: every "
+            "job's full row as an object, every sample a tuple), alternating, 10 each, 100x / 1x: "
+            "median "
+            + " / ".join(f"{parts[s]['renders']['now_median_ms']}" for s in parts)
+            + " ms against "
+            + " / ".join(f"{parts[s]['renders']['before_median_ms']}" for s in parts)
+            + " ms, p95 "
+            + " / ".join(f"{parts[s]['renders']['now_p95_ms']}" for s in parts)
+            + " ms against "
+            + " / ".join(f"{parts[s]['renders']['before_p95_ms']}" for s in parts)
+            + " ms (p95 "
+            + " / ".join(f"{parts[s]['renders']['ratio_p95']}x" for s in parts)
+            + ")."
+        )
     if all("statements" in parts[s] for s in parts):
         breakdown += (
             " Its read of the jobs, timed alternately with the statement it sent before "
