@@ -216,12 +216,14 @@ def _gc_cell(far: dict, near: dict) -> str:
 
 HEADER = """## Dashboard, API and /metrics with jobs far behind (`bench/bench_dashboard.py`)
 
-At 1,000 and at 10,000 jobs, each in a database of its own. `/metrics` is measured twice: as
+At 1,000 and at 10,000 jobs, and at 10,000 jobs that all read one connector (the connectors page
+and API at their worst), each in a database of its own. `/metrics` is measured twice: as
 served (a process reuses its exposition for `TIDEMARK_METRICS_CACHE_SECONDS`, 5 s: most of the
-30 requests are served from it) and rendered on every request (the setting at 0: what a scrape
+requests are served from it) and rendered on every request (the setting at 0: what a scrape
 costs when the exposition is older than that, i.e. every scrape of one Prometheus scraping every
-15-60 s). Both are held to the target. A rendered exposition has about ten samples per job
-(8.6 MB at 10,000 jobs, where every job has a dead batch and so an alert): its cost grows with the
-number of jobs, not with the backlog.
+15-60 s). Both are held to the target. A rendered exposition has at most five samples per job
+by default (docs/api.md): its cost grows with the number of jobs, not with the backlog. The
+process is measured as the WSGI entry leaves it (`gc.freeze()` after startup); the GC column
+counts the cyclic collector's runs and pauses during the timed requests (`gc.callbacks`).
 
 """
