@@ -178,7 +178,10 @@ def gc_freeze_compare(urls, repeat: int, rounds: int) -> dict:
     """The hot pages with the process's startup objects frozen (gc.freeze(), as controlplane's
     WSGI and ASGI entries do after loading the application) and without, alternating round by
     round: per mode, every URL's requests' times and the collector's runs and pauses."""
-    modes = {"frozen": {"times": [], "gc": None}, "unfrozen": {"times": [], "gc": None}}
+    modes = {
+        "frozen": {"times": [], "gc": None, "full_ms": [], "tracked": 0},
+        "unfrozen": {"times": [], "gc": None, "full_ms": [], "tracked": 0},
+    }
     for round_ in range(rounds):
         order = ("frozen", "unfrozen") if round_ % 2 == 0 else ("unfrozen", "frozen")
         for mode in order:
@@ -186,6 +189,13 @@ def gc_freeze_compare(urls, repeat: int, rounds: int) -> dict:
             gc.collect()
             if mode == "frozen":
                 gc.freeze()
+            # what one full collection of this process costs in this mode, whenever it comes,
+            # and how many objects it walks
+            modes[mode]["tracked"] = len(gc.get_objects())
+            for _ in range(3):
+                start = time.perf_counter()
+                gc.collect()
+                modes[mode]["full_ms"].append((time.perf_counter() - start) * 1000)
             for row in measure(urls, repeat, capture=False):
                 found = modes[mode]
                 found["times"] += row["times"]
@@ -197,6 +207,8 @@ def gc_freeze_compare(urls, repeat: int, rounds: int) -> dict:
         mode: {
             "median_ms": round(statistics.median(found["times"]), 1),
             "p95_ms": round(_p95(found["times"]), 1),
+            "full_collection_ms": round(statistics.median(found["full_ms"]), 1),
+            "tracked_objects": found["tracked"],
             **found["gc"],
         }
         for mode, found in modes.items()

@@ -161,7 +161,12 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
                 f"{m['gc_longest_ms']} ms"
                 for mode, m in (("frozen", frozen), ("unfrozen", unfrozen))
             )
-            + f"; p95 frozen / unfrozen {frozen['p95_ms'] / max(unfrozen['p95_ms'], 0.01):.2f}x.\n"
+            + f"; p95 frozen / unfrozen {frozen['p95_ms'] / max(unfrozen['p95_ms'], 0.01):.2f}x. "
+            + "One full collection (`gc.collect()`, median of 9 per mode) takes "
+            + f"{frozen.get('full_collection_ms', '?')} ms frozen against "
+            + f"{unfrozen.get('full_collection_ms', '?')} ms not "
+            + f"(it walks {frozen.get('tracked_objects', 0):,} objects frozen, "
+            + f"{unfrozen.get('tracked_objects', 0):,} not).\n"
         )
     one = " on one connector" if PER_CONNECTOR >= counts["job"] > 1 else ""
     markdown = f"""### {counts["job"]:,} jobs{one}
