@@ -153,7 +153,7 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
             "The cyclic collector on the hot pages ("
             + ", ".join(f"`{url}`" for url in far["hot"])
             + f"; {frozen['requests']} requests each way, 100x), with the objects of the loaded "
-            "application frozen (`gc.freeze()`, as `controlplane/wsgi.py` and `asgi.py` do after "
+            "application frozen (`gc.freeze()`, as `controlplane/wsgi.py` does after "
             "startup) and without, alternating round by round: "
             + "; ".join(
                 f"{mode}: median {m['median_ms']} ms, p95 {m['p95_ms']} ms, {m['gc_runs']} "

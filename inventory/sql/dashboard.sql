@@ -177,7 +177,7 @@ ORDER BY part, ord, name;
 
 -- name: health_all
 -- Every job's row, by name, with its lag and the dead batch its watermark waits for, if any
--- (/metrics, at every scrape, so it reads no more than /metrics shows): the uncommitted
+-- (the graph page; /metrics reads health_metrics, leaner still): the uncommitted
 -- incremental batch starting at the watermark (batch_job_lower_idx, as in queries.sql:
 -- jobs_blockers), looked for in the jobs with dead batches only. The lag is the sums at the
 -- connector's last asset, read once per connector (tips), minus those before the watermark: one
