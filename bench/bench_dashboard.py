@@ -18,6 +18,7 @@ The load is bench/dashboard_load.sql (run by dashboard_data.py), the shape and s
 dashboard_shape.py, the section dashboard_render.py.
 """
 
+import gc
 import os
 import statistics
 import sys
@@ -35,6 +36,8 @@ from dashboard_data import (  # noqa: E402
     lag_statements,
     load,
     metrics_breakdown,
+    metrics_renders,
+    metrics_statements,
     reused_counts,
 )
 from dashboard_render import HEADER, render  # noqa: E402
@@ -86,6 +89,42 @@ def prepare_database() -> dict:
     return base
 
 
+class GcWatch:
+    """Counts the cyclic collector's runs and their pauses (gc.callbacks) while it is registered:
+    all generations, the full (generation 2) ones apart, and the longest pause."""
+
+    def __init__(self):
+        self.runs = self.full = 0
+        self.pause = self.longest = 0.0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        took = time.perf_counter() - self._start
+        self.runs += 1
+        self.full += info["generation"] == 2
+        self.pause += took
+        self.longest = max(self.longest, took)
+
+    def __enter__(self):
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self)
+
+    def figures(self, requests: int) -> dict:
+        return {
+            "gc_runs": self.runs,
+            "gc_full": self.full,
+            "gc_ms": round(self.pause * 1000, 1),
+            "gc_longest_ms": round(self.longest * 1000, 1),
+            "requests": requests,
+        }
+
+
 def measure(urls, repeat: int, capture: bool) -> list[dict]:
     """`repeat` timed requests of each URL after two warm-ups: {"times": [ms, ...], "queries": n
     or None}, where `capture` counts one request's queries (and logs the two slowest)."""
@@ -109,15 +148,71 @@ def measure(urls, repeat: int, capture: bool) -> list[dict]:
             for query in slowest:
                 log(f"  {query['time']} s: {query['sql'][:300]}")
         times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            response = CLIENT.get(url, **headers)
-            times.append((time.perf_counter() - start) * 1000)
-            assert response.status_code == 200, url
+        with GcWatch() as watch:
+            for _ in range(repeat):
+                start = time.perf_counter()
+                response = CLIENT.get(url, **headers)
+                times.append((time.perf_counter() - start) * 1000)
+                assert response.status_code == 200, url
         rows.append(
-            {"times": times, "queries": query_count, "rounds": [round(statistics.median(times), 1)]}
+            {
+                "times": times,
+                "queries": query_count,
+                "rounds": [round(statistics.median(times), 1)],
+                "gc": watch.figures(repeat),
+            }
         )
     return rows
+
+
+def _add_gc(total: dict, more: dict) -> dict:
+    return {
+        key: max(total[key], more[key])
+        if key == "gc_longest_ms"
+        else round(total[key] + more[key], 1)
+        for key in total
+    }
+
+
+def gc_freeze_compare(urls, repeat: int, rounds: int) -> dict:
+    """The hot pages with the process's startup objects frozen (gc.freeze(), as controlplane's
+    WSGI and ASGI entries do after loading the application) and without, alternating round by
+    round: per mode, every URL's requests' times and the collector's runs and pauses."""
+    modes = {
+        "frozen": {"times": [], "gc": None, "full_ms": [], "tracked": 0},
+        "unfrozen": {"times": [], "gc": None, "full_ms": [], "tracked": 0},
+    }
+    for round_ in range(rounds):
+        order = ("frozen", "unfrozen") if round_ % 2 == 0 else ("unfrozen", "frozen")
+        for mode in order:
+            gc.unfreeze()
+            gc.collect()
+            if mode == "frozen":
+                gc.freeze()
+            # what one full collection of this process costs in this mode, whenever it comes,
+            # and how many objects it walks
+            modes[mode]["tracked"] = len(gc.get_objects())
+            for _ in range(3):
+                start = time.perf_counter()
+                gc.collect()
+                modes[mode]["full_ms"].append((time.perf_counter() - start) * 1000)
+            for row in measure(urls, repeat, capture=False):
+                found = modes[mode]
+                found["times"] += row["times"]
+                found["gc"] = row["gc"] if found["gc"] is None else _add_gc(found["gc"], row["gc"])
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()  # as the pages were measured
+    return {
+        mode: {
+            "median_ms": round(statistics.median(found["times"]), 1),
+            "p95_ms": round(_p95(found["times"]), 1),
+            "full_collection_ms": round(statistics.median(found["full_ms"]), 1),
+            "tracked_objects": found["tracked"],
+            **found["gc"],
+        }
+        for mode, found in modes.items()
+    }
 
 
 def summarize(urls, timed: list[dict]) -> list[dict]:
@@ -142,6 +237,7 @@ def summarize(urls, timed: list[dict]) -> list[dict]:
                 "round_medians_ms": part["rounds"],
                 "target_ms": target,
                 "met": target is None or _p95(times) < target,
+                "gc": part["gc"],
             }
         )
         log(
@@ -159,17 +255,23 @@ def main_both() -> int:
     import subprocess
 
     parts, failed = [], False
-    for jobs in SIZES:
-        part = common.OUT_DIR / f"dashboard_{jobs}.md"
+    for jobs, one_connector in SIZES:
+        name = f"{jobs}_one_connector" if one_connector else f"{jobs}"
+        part = common.OUT_DIR / f"dashboard_{name}.md"
         part.unlink(missing_ok=True)
-        env = {**os.environ, "BENCH_JOBS": str(jobs)}
+        env = {
+            **os.environ,
+            "BENCH_JOBS": str(jobs),
+            "BENCH_ONE_CONNECTOR": str(int(one_connector)),
+        }
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve())], env=env)
         if proc.returncode == 0 and part.exists():
             parts.append(part.read_text())
         else:
             failed = True
+            shape = " on one connector" if one_connector else ""
             parts.append(
-                f"### {jobs:,} jobs\n\n**MISSED: not measured** (the run exited with "
+                f"### {jobs:,} jobs{shape}\n\n**MISSED: not measured** (the run exited with "
                 f"{proc.returncode}).\n"
             )
     common.write_section("dashboard", HEADER + "\n".join(parts))
@@ -213,6 +315,7 @@ def main() -> int:
         big = Job.objects.get(name="job-0")
         behind = Job.objects.get(name="job-3")  # LAG_HUGE items behind at 100x
         dead = Batch.objects.filter(job=big, status="dead").first()
+        wide = big.connector.name  # the first connector: all the jobs' under BENCH_ONE_CONNECTOR
         urls = [
             ("floor", "/api/v1/connectors/"),
             ("page", "/"),
@@ -223,9 +326,18 @@ def main() -> int:
             ("page", "/backfills/"),
             ("page", f"/batches/{dead.pk}/"),
             ("api", "/api/v1/jobs/"),
+            # a connector's pages: its count of jobs, and its jobs a page at a time
+            ("page", "/connectors/"),
+            ("api", f"/api/v1/connectors/{wide}/"),
+            ("api", f"/api/v1/jobs/?connector__name={wide}"),
+            ("page", f"/?connector={wide}"),
             ("metrics", "/metrics"),
             ("metrics_uncached", "/metrics"),
         ]
+        # as the WSGI entry leaves a web process (controlplane/wsgi.py): the loaded application
+        # frozen out of the cyclic collector's reach
+        gc.collect()
+        gc.freeze()
         # the two backlogs alternate, round after round (100x then 1x, then 1x then 100x, ...), so
         # neither is measured only first (the freshly loaded database's cold cache and hint bits)
         timed = {scale: None for scale in SCALES}
@@ -241,12 +353,25 @@ def main() -> int:
                     for row, more in zip(timed[scale], part, strict=True):
                         row["times"] += more["times"]
                         row["rounds"] += more["rounds"]
+                        row["gc"] = _add_gc(row["gc"], more["gc"])
                 shapes[scale]["load"] += [round(load_before, 1), round(os.getloadavg()[0], 1)]
                 log(f"{scale}, round {round_ + 1} of {ROUNDS}: {shape}")
+        # the collector's pauses on the hot pages with the startup objects frozen and without
+        backlog("100x")
+        hot = [
+            ("page", "/"),
+            ("api", "/api/v1/jobs/"),
+            ("page", f"/?connector={wide}"),
+            ("metrics_uncached", "/metrics"),
+        ]
+        gc_modes = gc_freeze_compare(hot, REPEAT // ROUNDS, ROUNDS)
+        log(f"gc.freeze() or not, the hot pages: {gc_modes}")
         for scale in SCALES:
             rows = summarize(urls, timed[scale])
             backlog(scale)
             breakdown = metrics_breakdown(5)
+            breakdown["statements"] = metrics_statements(10)
+            breakdown["renders"] = metrics_renders(10)
             log(f"{scale}: a rendered /metrics taken apart: {breakdown}")
             # after the pages: the old scan reads the whole backlog, which would leave the pages
             # measured after it a colder cache
@@ -257,6 +382,8 @@ def main() -> int:
                 "statements": statements,
                 "rows": rows,
                 "metrics": breakdown,
+                "gc_modes": gc_modes,
+                "hot": [url for _, url in hot],
             }
     finally:
         from django.db import connections

@@ -151,15 +151,17 @@ def lag_statements(repeat: int) -> dict:
 
 def metrics_breakdown(repeat: int) -> dict:
     """Where a rendered /metrics spends its time, median of `repeat` renders: collecting the
-    metric families (their SQL apart) and writing them (inventory/api/exposition.py), the cyclic
-    collector paused as in exposition(); and, alternating with it, prometheus_client's
-    generate_latest writing the same families (the same bytes: tests/test_metrics_exposition.py)."""
+    metric families (their SQL apart; the per-job families' lines are written while their rows
+    are read) and writing them (inventory/api/exposition.py), the cyclic collector paused as in
+    exposition(); and, alternating with it, prometheus_client's generate_latest writing the same
+    samples (read back by Prometheus's parser beforehand, untimed; the same bytes:
+    tests/test_metrics_exposition.py)."""
     import statistics
 
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from inventory.api.exposition import render, written_by_prometheus_client
+    from inventory.api.exposition import parsed_families, render, written_by_prometheus_client
     from inventory.api.metrics import InventoryCollector, _cycle_collector_paused
 
     collector = InventoryCollector()
@@ -173,8 +175,9 @@ def metrics_breakdown(repeat: int) -> dict:
                 collected = time.perf_counter()
             body = render(families)
             done = time.perf_counter()
+            same = parsed_families(body)
             library_start = time.perf_counter()
-            library_body = written_by_prometheus_client(families)
+            library_body = written_by_prometheus_client(same)
             library_done = time.perf_counter()
         assert library_body == body, "the two writers differ"
         sql = sum(float(q["time"]) for q in queries.captured_queries)
@@ -187,6 +190,68 @@ def metrics_breakdown(repeat: int) -> dict:
             }
         )
     found = {key: round(statistics.median(r[key] for r in runs), 1) for key in runs[0]}
-    found["samples"] = sum(len(family.samples) for family in families)
+    found["samples"] = sum(len(family.samples) for family in same)
     found["bytes"] = len(body)
+    return found
+
+
+def metrics_statements(repeat: int) -> dict:
+    """/metrics' read of the jobs, timed alternately in the same run: health_metrics (what it
+    sends now: one lean row per job, fetched as psycopg2 hands it over) against health_all (the
+    rows it read before, every job's full row, which the graph page still reads): p95 ms each,
+    their rows fetched."""
+    from django.db import connection
+
+    from inventory.selectors_health import Health
+    from inventory.sql import dashboard_query
+
+    health = Health()
+    statements = {
+        "health_metrics": (dashboard_query("health_metrics"), health.params(full=False)),
+        "health_all": (dashboard_query("health_all"), health.params()),
+    }
+    times = {name: [] for name in statements}
+    with connection.cursor() as cursor:
+        for _ in range(repeat):
+            for name, (sql, params) in statements.items():
+                start = time.perf_counter()
+                cursor.execute(sql, params)
+                cursor.fetchall()
+                times[name].append((time.perf_counter() - start) * 1000)
+    return {name: round(_p95(t), 1) for name, t in times.items()}
+
+
+def metrics_renders(repeat: int) -> dict:
+    """A whole /metrics render (collect and write, the cyclic collector paused as served) by
+    inventory/api/metrics.py and by the collector it replaced (bench/metrics_baseline.py),
+    alternating, `repeat` times each: median and p95 ms of each, and the sample lines of both
+    compared (equal but for the values that move with the clock)."""
+    import statistics
+
+    from metrics_baseline import collect_before
+
+    from inventory.api.exposition import render
+    from inventory.api.metrics import InventoryCollector, _cycle_collector_paused
+
+    collector = InventoryCollector()
+    times = {"now": [], "before": []}
+    bodies = {}
+    for _ in range(repeat):
+        for name, collect in (("now", collector.collect), ("before", collect_before)):
+            with _cycle_collector_paused():
+                start = time.perf_counter()
+                bodies[name] = render(collect())
+                times[name].append((time.perf_counter() - start) * 1000)
+
+    def samples(body: bytes) -> list[str]:
+        lines = [line for line in body.decode().splitlines() if not line.startswith("#")]
+        return [line.rsplit(" ", 1)[0] for line in lines]
+
+    assert samples(bodies["now"]) == samples(bodies["before"]), "the two collectors differ"
+    found = {}
+    for name, taken in times.items():
+        found[f"{name}_median_ms"] = round(statistics.median(taken), 1)
+        found[f"{name}_p95_ms"] = round(_p95(taken), 1)
+    found["ratio_median"] = round(found["now_median_ms"] / max(found["before_median_ms"], 0.01), 2)
+    found["ratio_p95"] = round(found["now_p95_ms"] / max(found["before_p95_ms"], 0.01), 2)
     return found

@@ -6,16 +6,19 @@ SET maintenance_work_mem = '512MB';
 
 -- the shape: job j reads connector j / per_connector (%(per_connector)s jobs per connector); the
 -- lag class is the connector's (every tenth LAG_LONG, every 250th LAG_HUGE, the others LAG_ITEMS),
--- the k-th job of a connector 1%% more behind than the (k-1)-th; job 0 covers per_job batches of
+-- or the job's when all jobs read one connector, the k-th job of a connector (k mod 100) 1%% more
+-- behind than the (k-1)-th; job 0 covers per_job batches of
 -- BIG items, the others per_job batches of 1 item. A connector has as many assets as its longest
 -- job covers plus lags; each job's batches end where its own lag starts.
 CREATE TABLE bench_shape AS
 SELECT j, j / %(per_connector)s AS c, (CASE WHEN j = 0 THEN %(big)s ELSE 1 END) AS per_batch,
        (CASE WHEN j = 0 THEN %(big)s ELSE 1 END) * %(per_job)s AS span,
-       (CASE WHEN mod(j / %(per_connector)s, 250) = 3 THEN %(huge)s
-             WHEN mod(j / %(per_connector)s, 10) = 3 THEN %(long)s ELSE %(lag)s END)::bigint
-           * (100 + mod(j, %(per_connector)s)) / 100 AS lag
-FROM generate_series(0, %(jobs)s - 1) AS j;
+       (CASE WHEN mod(k, 250) = 3 THEN %(huge)s
+             WHEN mod(k, 10) = 3 THEN %(long)s ELSE %(lag)s END)::bigint
+           * (100 + mod(j, least(%(per_connector)s, 100))) / 100 AS lag
+FROM generate_series(0, %(jobs)s - 1) AS j
+CROSS JOIN LATERAL (SELECT CASE WHEN %(per_connector)s >= %(jobs)s THEN j
+                                ELSE j / %(per_connector)s END AS k) AS class;
 
 CREATE TABLE bench_connector_size AS
 SELECT c, max(span + lag) AS size FROM bench_shape GROUP BY c;

@@ -44,6 +44,7 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
                 f"{ratio:.2f}x" + ("" if ratio <= 1.2 else " (**> 20% more**)"),
                 "—" if r100["target_ms"] is None else f"< {r100['target_ms']} ms",
                 r100["queries"],
+                _gc_cell(r100["gc"], r1["gc"]),
                 verdict,
             ]
         )
@@ -58,6 +59,7 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
             "median 100x / 1x",
             "target p95",
             "queries",
+            "GC per 100 requests: runs (full), pause ms, longest ms",
             "",
         ],
         table_rows,
@@ -86,7 +88,10 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
         ],
     )
     shared = (
-        f" ({PER_CONNECTOR} jobs share each connector: a job's lag is its connector's items past "
+        " (all of them read one connector, `src-0`: the lag class below is each job's, not its "
+        "connector's, and the k-th job is k mod 100 % more behind than its class says)"
+        if PER_CONNECTOR >= counts["job"] > 1
+        else f" ({PER_CONNECTOR} jobs share each connector: a job's lag is its connector's items past "
         "its own watermark; the k-th job of a connector is k% more behind than the first)"
         if PER_CONNECTOR > 1
         else " (one connector each)"
@@ -109,7 +114,62 @@ def render(counts: dict, results: dict, machine: dict, revision: str, when: str)
         + " / ".join(f"{parts[s]['library_ms']}" for s in parts)
         + f" ms; {parts['100x']['samples']:,} samples, {parts['100x']['bytes'] / 1e6:.1f} MB."
     )
-    markdown = f"""### {counts["job"]:,} jobs
+    if all("renders" in parts[s] for s in parts):
+        breakdown += (
+            " A whole render against the collector it replaced (`bench/metrics_baseline.py`: every "
+            "job's full row as an object, every sample a tuple), alternating, 10 each, 100x / 1x: "
+            "median "
+            + " / ".join(f"{parts[s]['renders']['now_median_ms']}" for s in parts)
+            + " ms against "
+            + " / ".join(f"{parts[s]['renders']['before_median_ms']}" for s in parts)
+            + " ms, p95 "
+            + " / ".join(f"{parts[s]['renders']['now_p95_ms']}" for s in parts)
+            + " ms against "
+            + " / ".join(f"{parts[s]['renders']['before_p95_ms']}" for s in parts)
+            + " ms (p95 "
+            + " / ".join(f"{parts[s]['renders']['ratio_p95']}x" for s in parts)
+            + ")."
+        )
+    if all("statements" in parts[s] for s in parts):
+        breakdown += (
+            " Its read of the jobs, timed alternately with the statement it sent before "
+            "(`dashboard.sql`: `health_metrics`, one lean row per job, against `health_all`, "
+            "every job's full row), p95 of 10 each, 100x / 1x: "
+            + " / ".join(f"{parts[s]['statements']['health_metrics']}" for s in parts)
+            + " ms against "
+            + " / ".join(f"{parts[s]['statements']['health_all']}" for s in parts)
+            + " ms ("
+            + " / ".join(
+                f"{parts[s]['statements']['health_metrics'] / max(parts[s]['statements']['health_all'], 0.01):.2f}x"
+                for s in parts
+            )
+            + ")."
+        )
+    gc_modes = far.get("gc_modes")
+    freeze = ""
+    if gc_modes:
+        frozen, unfrozen = gc_modes["frozen"], gc_modes["unfrozen"]
+        freeze = (
+            "The cyclic collector on the hot pages ("
+            + ", ".join(f"`{url}`" for url in far["hot"])
+            + f"; {frozen['requests']} requests each way, 100x), with the objects of the loaded "
+            "application frozen (`gc.freeze()`, as `controlplane/wsgi.py` does after "
+            "startup) and without, alternating round by round: "
+            + "; ".join(
+                f"{mode}: median {m['median_ms']} ms, p95 {m['p95_ms']} ms, {m['gc_runs']} "
+                f"collections ({m['gc_full']} full), {m['gc_ms']} ms paused in all, the longest "
+                f"{m['gc_longest_ms']} ms"
+                for mode, m in (("frozen", frozen), ("unfrozen", unfrozen))
+            )
+            + f"; p95 frozen / unfrozen {frozen['p95_ms'] / max(unfrozen['p95_ms'], 0.01):.2f}x. "
+            + "One full collection (`gc.collect()`, median of 9 per mode) takes "
+            + f"{frozen.get('full_collection_ms', '?')} ms frozen against "
+            + f"{unfrozen.get('full_collection_ms', '?')} ms not "
+            + f"(it walks {frozen.get('tracked_objects', 0):,} objects frozen, "
+            + f"{unfrozen.get('tracked_objects', 0):,} not).\n"
+        )
+    one = " on one connector" if PER_CONNECTOR >= counts["job"] > 1 else ""
+    markdown = f"""### {counts["job"]:,} jobs{one}
 
 Data: {counts["batch"]:,} batches over {counts["job"]:,} jobs{shared}, with {counts["batchattempt"]:,}
 attempts, {counts["watermarkevent"]:,} watermark events and {counts["asset"]:,} assets, bulk-loaded
@@ -143,18 +203,32 @@ floor's does):
 {table}
 
 {breakdown}
-"""
+
+{freeze}"""
     return markdown
+
+
+def _gc_cell(far: dict, near: dict) -> str:
+    """The collector's runs (full ones), pause and longest pause per 100 requests, both backlogs."""
+    requests = far["requests"] + near["requests"]
+    per = 100 / max(requests, 1)
+    runs = (far["gc_runs"] + near["gc_runs"]) * per
+    full = (far["gc_full"] + near["gc_full"]) * per
+    pause = (far["gc_ms"] + near["gc_ms"]) * per
+    longest = max(far["gc_longest_ms"], near["gc_longest_ms"])
+    return f"{runs:.0f} ({full:.0f}), {pause:.0f}, {longest:.0f}"
 
 
 HEADER = """## Dashboard, API and /metrics with jobs far behind (`bench/bench_dashboard.py`)
 
-At 1,000 and at 10,000 jobs, each in a database of its own. `/metrics` is measured twice: as
+At 1,000 and at 10,000 jobs, and at 10,000 jobs that all read one connector (the connectors page
+and API at their worst), each in a database of its own. `/metrics` is measured twice: as
 served (a process reuses its exposition for `TIDEMARK_METRICS_CACHE_SECONDS`, 5 s: most of the
-30 requests are served from it) and rendered on every request (the setting at 0: what a scrape
+requests are served from it) and rendered on every request (the setting at 0: what a scrape
 costs when the exposition is older than that, i.e. every scrape of one Prometheus scraping every
-15-60 s). Both are held to the target. A rendered exposition has about ten samples per job
-(8.6 MB at 10,000 jobs, where every job has a dead batch and so an alert): its cost grows with the
-number of jobs, not with the backlog.
+15-60 s). Both are held to the target. A rendered exposition has at most five samples per job
+by default (docs/api.md): its cost grows with the number of jobs, not with the backlog. The
+process is measured as the WSGI entry leaves it (`gc.freeze()` after startup); the GC column
+counts the cyclic collector's runs and pauses during the timed requests (`gc.callbacks`).
 
 """

@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from inventory import selectors, selectors_health
 from inventory.links import link
-from inventory.models import Backfill
+from inventory.models import Backfill, Job
 from inventory.selectors_health import BatchRef
 from inventory.services.retention_forecast import at_risk_rows
 from inventory.services.scheduling import unschedulable_jobs
@@ -237,14 +237,28 @@ def alert_labels(rows: list) -> list[tuple[str, str, str]]:
     """(kind, subject, severity) of every active alert, in alerts_page's order, the job alerts
     from `rows` (every job's row, Health.rows): what /metrics says of each alert, without building
     the message and the link of one alert per job."""
+    return job_alert_labels(
+        [r.name for r in rows if r.n_dead], [r.name for r in rows if r.late is not None]
+    )
+
+
+def job_alert_labels(dead: list[str], late: list[str]) -> list[tuple[str, str, str]]:
+    """alert_labels from the names of the jobs with dead batches and of those with a late
+    watermark, each by name."""
     others = [(a.kind, a.subject, a.severity) for a in alerts_page(rows=[]).alerts]
     reaper = [label for label in others if label[0] in ("reaper_overdue", "schedule_invalid")]
-    dead = [("dead_batches", r.name, SEVERITY["dead_batches"]) for r in rows if r.n_dead]
-    late = [
-        ("watermark_late", r.name, SEVERITY["watermark_late"]) for r in rows if r.late is not None
-    ]
     rest = [label for label in others if label[0] not in ("reaper_overdue", "schedule_invalid")]
-    return dead + reaper + late + rest
+    return (
+        [("dead_batches", name, SEVERITY["dead_batches"]) for name in dead]
+        + reaper
+        + [("watermark_late", name, SEVERITY["watermark_late"]) for name in late]
+        + rest
+    )
+
+
+def job_names() -> dict[int, str]:
+    """Job id -> name, of every job."""
+    return dict(Job.objects.values_list("id", "name"))
 
 
 def attempt_counts() -> list[tuple[int, str, int]]:
@@ -261,3 +275,13 @@ def attempt_counts() -> list[tuple[int, str, int]]:
     from inventory.services.metrics_rollup import ROLLUP
 
     return gateway.attempt_counts(rollup=ROLLUP)
+
+
+def attempt_totals() -> list[tuple[str, int]]:
+    """(outcome, attempts) of all jobs, as attempt_counts counts them per job (outcome "": every
+    attempt started), summed by the database: a row per outcome, not per job and outcome. Every
+    rollup row and attempt is of a job that exists (their foreign keys: a job's are deleted
+    with it), so neither is joined to the jobs."""
+    from inventory.services.metrics_rollup import ROLLUP
+
+    return gateway.attempt_totals(rollup=ROLLUP)

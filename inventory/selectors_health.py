@@ -295,9 +295,9 @@ class Health:
 
     def rows(self) -> list[JobRow]:
         """Every job, by name, with its blocker when that is a dead batch and its open batches by
-        kind and status (/metrics). Lean, as /metrics reads it at every scrape: the connector
-        carries no weight unit, and the watermark its value only when it is a datetime
-        (dashboard.sql: health_all)."""
+        kind and status (the graph page; /metrics reads dashboard.sql: health_metrics, one lean
+        row per job, without these objects). The connector carries no weight unit, and the
+        watermark its value only when it is a datetime (dashboard.sql: health_all)."""
         rows = []
         for values in self.fetch("health_all"):
             row = _job_row(values[:22])

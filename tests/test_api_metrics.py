@@ -230,6 +230,68 @@ def test_metrics_show_when_the_reaper_last_ran_and_whether_it_is_overdue(client)
     assert late[("tidemark_reaper_overdue", ())] == 1
 
 
+DEFAULT_FAMILIES = {
+    "tidemark_jobs",
+    "tidemark_batches",
+    "tidemark_batch_attempts_started",
+    "tidemark_batch_attempts_finished",
+    "tidemark_lag_items",
+    "tidemark_lag_seconds",
+    "tidemark_watermark_updated_timestamp_seconds",
+    "tidemark_job_open_batches",
+    "tidemark_reaper_last_run_timestamp_seconds",
+    "tidemark_reaper_overdue",
+    "tidemark_alerts",
+}
+
+
+@override_settings(METRICS_TOKEN="scrape-me", METRICS_CACHE_SECONDS=0)
+def test_a_scrape_grows_by_the_per_job_families_only_at_most_five_samples_a_job(client):
+    """At N jobs and again at 3N: the same families, the samples outside the per-job families the
+    same number (the constant), and the whole scrape within 5 * N + that constant."""
+    from inventory.api.metrics import PER_JOB_FAMILIES
+    from inventory.models import Batch, BatchStatus, Job
+    from tests.factories import many_jobs
+
+    connector, _ = make_inventory(name="first", weights=[40] * 3)
+
+    def grow(n: int, prefix: str) -> None:
+        jobs = many_jobs(connector, n, prefix=prefix)
+        Batch.objects.bulk_create(
+            [
+                Batch(
+                    job=job,
+                    kind="incremental",
+                    status=status,
+                    span=(i, i + 1),
+                    item_count=1,
+                    weight=1,
+                    max_attempts=3,
+                )
+                for job in jobs
+                for i, status in enumerate((BatchStatus.FAILED, BatchStatus.DEAD))
+            ]
+        )
+
+    def scrape() -> tuple[int, int, int, set]:
+        text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+        families = _families(text)
+        total = sum(map(len, families.values()))
+        per_job = sum(len(families[name]) for name in PER_JOB_FAMILIES if name in families)
+        return Job.objects.count(), total, total - per_job, set(families)
+
+    grow(40, "few")
+    n, total, fixed, names = scrape()
+    grow(80, "more")
+    n_more, total_more, fixed_more, names_more = scrape()
+    assert (n, n_more) == (41, 121)
+    assert names == names_more == DEFAULT_FAMILIES
+    assert fixed == fixed_more <= 40
+    assert total <= 5 * n + fixed and total_more <= 5 * n_more + fixed
+    # every job added: its lag, its last move, its failed and its dead batches
+    assert total_more - total >= 4 * 80
+
+
 @override_settings(METRICS_TOKEN="scrape-me", METRICS_CACHE_SECONDS=0)
 def test_a_render_pauses_the_cycle_collector_and_leaves_it_as_it_found_it(client, monkeypatch):
     from inventory.api import metrics
@@ -252,18 +314,33 @@ def test_a_render_pauses_the_cycle_collector_and_leaves_it_as_it_found_it(client
 
 
 def test_the_collected_families_are_written_as_prometheus_client_writes_them():
-    from inventory.api.exposition import render, written_by_prometheus_client
+    """The per-job families are written as lines (exposition.Family.lines): what Prometheus's
+    parser reads of the whole body, written again by generate_latest, is the body itself."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from inventory.api.exposition import render, rewritten_by_prometheus_client
     from inventory.api.metrics import InventoryCollector
+    from inventory.models import Watermark
 
     _, job = make_inventory(weights=[40] * 4)
     failed = batches.batch_acquire(job=job, worker="w")
     batches.batch_fail(batch_id=failed.pk, attempt=failed.attempt, error="boom")
     batches.batch_acquire(job=job, worker="w")
+    _, dated = make_inventory(name="dated", weights=[40] * 2)
+    type(dated).objects.filter(pk=dated.pk).update(watermark_type="datetime")
+    Watermark.objects.filter(job=dated).update(
+        type="datetime", value=(timezone.now() - timedelta(minutes=90)).isoformat()
+    )
 
     for full in (False, True):
-        families = list(InventoryCollector().collect(full=full))
-        assert sum(len(family.samples) for family in families) > 10
-        assert render(families) == written_by_prometheus_client(families)
+        body = render(list(InventoryCollector().collect(full=full)))
+        samples = [line for line in body.decode().splitlines() if not line.startswith("#")]
+        assert len(samples) > 10
+        assert any(line.startswith("tidemark_lag_seconds{") for line in samples)
+        assert any(line.startswith("tidemark_job_open_batches{") for line in samples)
+        assert rewritten_by_prometheus_client(body) == body
 
 
 @override_settings(METRICS_TOKEN="scrape-me", METRICS_PER_JOB="full")
@@ -315,6 +392,17 @@ def test_open_batches_are_counted_by_job_kind_and_status(client):
     del planted["incremental", "succeeded"]
     assert found == planted
     assert not [k for k in samples if k[0] == "tidemark_batches" and ("job", idle.name) in k[1]]
+
+    # by default the same counts summed over the jobs (health_metrics' first row), one sample
+    # per kind and status
+    with override_settings(METRICS_PER_JOB="lean", METRICS_CACHE_SECONDS=0):
+        text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+    summed = {
+        (dict(labels)["kind"], dict(labels)["status"]): value
+        for (name, labels), value in _samples(text).items()
+        if name == "tidemark_batches"
+    }
+    assert summed == planted
 
 
 def test_past_the_bad_token_limit_metrics_answer_429_with_when_to_retry(client, settings):

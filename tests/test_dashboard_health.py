@@ -337,6 +337,7 @@ def test_attempt_counters_equal_a_direct_count_across_rollups_with_attempts_runn
     abandoned = batches.batch_acquire(job=second, worker="w")
     batches.batch_cancel(batch_id=abandoned.id, actor="op", reason="wrong input")
     assert _attempt_counters(client) == _attempts_counted_directly()
+    assert _totals_are_the_sums()
 
     _let_time_pass(hours=2)
     below_id, finished_before = metrics_rollup.attempt_rollup_advance()
@@ -355,15 +356,18 @@ def test_attempt_counters_equal_a_direct_count_across_rollups_with_attempts_runn
         ("rolled-1", "failed"): 1,
     }
     assert _attempt_counters(client) == _attempts_counted_directly()
+    assert _totals_are_the_sums()
 
     # the old attempt finishes after the boundary, new ones start and finish; scrapes stay exact
     batches.batch_succeed(batch_id=old_running.id, attempt=old_running.attempt)
     _done(second)
     assert _attempt_counters(client) == _attempts_counted_directly()
+    assert _totals_are_the_sums()
     # an advance within the settle window of these attempts rolls none of them up
     assert metrics_rollup.attempt_rollup_advance()[0] == below_id
     assert _rollup() == rolled
     assert _attempt_counters(client) == _attempts_counted_directly()
+    assert _totals_are_the_sums()
 
     still_running = batches.batch_acquire(job=second, worker="w")
     _let_time_pass(hours=1)
@@ -373,6 +377,19 @@ def test_attempt_counters_equal_a_direct_count_across_rollups_with_attempts_runn
     assert later_below > still.id and later_before > finished_before
     assert AttemptRollup.objects.get(job=first, outcome="succeeded").count == 2
     assert _attempt_counters(client) == _attempts_counted_directly()
+    assert _totals_are_the_sums()
+
+
+def _totals_are_the_sums() -> bool:
+    """selectors_alerts.attempt_totals (/metrics' default counters, summed by the database) is
+    attempt_counts (per job) summed by outcome."""
+    from inventory import selectors_alerts
+
+    summed: dict[str, int] = {}
+    for _, outcome, n in selectors_alerts.attempt_counts():
+        summed[outcome or ""] = summed.get(outcome or "", 0) + n
+    totals = dict(selectors_alerts.attempt_totals())
+    return bool(summed) and summed == totals
 
 
 @override_settings(METRICS_TOKEN="scrape-me", METRICS_PER_JOB="full")
@@ -391,10 +408,12 @@ def test_a_rollup_of_the_old_single_boundary_kind_is_not_read_and_is_rebuilt(cli
     )
     AttemptRollup.objects.create(job=job, outcome="succeeded", count=7)
     assert _attempt_counters(client) == _attempts_counted_directly()
+    assert _totals_are_the_sums()
     _let_time_pass(hours=1)
     metrics_rollup.attempt_rollup_advance()
     assert AttemptRollup.objects.get(job=job, outcome="succeeded").count == 1
     assert _attempt_counters(client) == _attempts_counted_directly()
+    assert _totals_are_the_sums()
 
 
 def test_an_operator_sets_the_shared_throttle_through_the_api_and_a_viewer_may_not(role_users):

@@ -6,7 +6,14 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inventory.api.exposition import Family, render, written_by_prometheus_client
+from inventory.api.exposition import (
+    Family,
+    label_value,
+    number,
+    render,
+    rewritten_by_prometheus_client,
+    written_by_prometheus_client,
+)
 
 TRICKY = ["plain", 'say "hi"', "back\\slash", "two\nlines", "ünïcødé ✓", "", "a,b}={c"]
 
@@ -63,6 +70,40 @@ def test_prometheus_reads_back_every_label_value_and_number():
     assert parsed[("tm_alert", alert)] == 1
     assert parsed[("tm_started_total", (("job", "b\nc"), ("outcome", "failed")))] == 2.25
     assert parsed[("tm_reaper_overdue", ())] == 1
+
+
+def test_a_family_given_as_lines_is_written_as_its_samples_would_be():
+    """Family.lines, each label value through label_value and each number through number, are
+    the bytes of the same samples given as Family.samples; and Prometheus's parser read back and
+    written again by generate_latest gives the same body (the check /metrics is held to)."""
+    values = [0, 7, 1_234_567, 1.5e-9, 1765000000.123456, 2**53 + 1]
+    as_samples = Family("tm_lag", "lag", labels=["job"])
+    as_lines = Family("tm_lag", "lag", labels=["job"])
+    pairs = Family("tm_stuck", "stuck", labels=["status", "job"])
+    pairs_lines = Family("tm_stuck", "stuck", labels=["status", "job"])
+    for name, value in zip(TRICKY, values, strict=False):
+        as_samples.add([name], value)
+        as_lines.lines.append(f'tm_lag{{job="{label_value(name)}"}} {number(value)}\n')
+        pairs.add(["dead", name], value)
+        pairs_lines.lines.append(
+            f'tm_stuck{{job="{label_value(name)}",status="dead"}} {number(value)}\n'
+        )
+    body = render([as_lines, pairs_lines])
+    assert body == render([as_samples, pairs])
+    assert rewritten_by_prometheus_client(body) == body
+    assert rewritten_by_prometheus_client(render(tricky_families())) == render(tricky_families())
+
+
+def test_the_read_back_check_finds_a_line_prometheus_client_would_write_otherwise():
+    """A number written `1` (generate_latest writes `1.0`) or labels out of name order are told
+    apart: the check can fail."""
+    unsorted = Family("tm_x", "x", labels=["job", "status"])
+    unsorted.lines.append('tm_x{status="dead",job="a"} 1.0\n')
+    bare = Family("tm_y", "y", labels=["job"])
+    bare.lines.append('tm_y{job="a"} 1\n')
+    for family in (unsorted, bare):
+        body = render([family])
+        assert rewritten_by_prometheus_client(body) != body
 
 
 @pytest.mark.parametrize(

@@ -20,9 +20,14 @@ TYPES = ("counter", "gauge")
 class Family:
     """One metric family: a name, its help text, counter or gauge, its label names, and its
     samples as (label values in the order of `labels`, value). A counter's samples are written
-    as `<name>_total`, as prometheus_client does."""
+    as `<name>_total`, as prometheus_client does.
 
-    __slots__ = ("name", "documentation", "type", "labels", "samples")
+    A family of thousands of samples (one per job) may instead be given as `lines`: its sample
+    lines written by the caller, `name{label="value",...} number` with the labels sorted by name,
+    each value through `label_value` and each number through `number`: no tuple per sample, no
+    second pass over them."""
+
+    __slots__ = ("name", "documentation", "type", "labels", "samples", "lines")
 
     def __init__(
         self, name: str, documentation: str, labels: Sequence[str] = (), *, type: str = "gauge"
@@ -39,6 +44,7 @@ class Family:
         self.type = type
         self.labels = tuple(labels)
         self.samples: list[tuple[Sequence[str], float]] = []
+        self.lines: list[str] = []
 
     def add(self, values: Sequence[str], value: float) -> None:
         self.samples.append((values, value))
@@ -65,6 +71,35 @@ def written_by_prometheus_client(families: Iterable[Family]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Built())
     return generate_latest(registry)
+
+
+def rewritten_by_prometheus_client(text: bytes) -> bytes:
+    """`text` read by Prometheus's parser (prometheus_client.parser) and written again by
+    generate_latest: equal to `text` when every line of it is what prometheus_client writes for
+    what the parser read (the check of families given as `lines`)."""
+    return written_by_prometheus_client(parsed_families(text))
+
+
+def parsed_families(text: bytes) -> list[Family]:
+    """The families Prometheus's parser (prometheus_client.parser) reads in `text`, each with its
+    samples as Family.samples."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = []
+    for parsed in text_string_to_metric_families(text.decode("utf-8")):
+        labels = sorted({name for sample in parsed.samples for name in sample.labels})
+        family = Family(parsed.name, parsed.documentation, labels, type=parsed.type)
+        for sample in parsed.samples:
+            family.add([sample.labels[name] for name in labels], sample.value)
+        families.append(family)
+    return families
+
+
+def label_value(value: str) -> str:
+    """A label value as the text format writes it between its quotes."""
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value
 
 
 def number(value: float) -> str:
@@ -124,4 +159,5 @@ def render(families: Iterable[Family]) -> bytes:
                     template % (*[escape(values[i]) for i in positions], number(value))
                     for values, value in family.samples
                 )
+        out.extend(family.lines)
     return "".join(out).encode("utf-8")

@@ -54,6 +54,9 @@ facts AS (
     SELECT j.id, j.name, j.paused, j.schedule_seconds, j.lease_seconds, j.connector_id,
            c.name AS connector_name, c.state AS connector_state,
            w.position AS wm_position, w.updated_at AS wm_updated_at,
+           -- a datetime watermark's value (its time lag), for /metrics' rows without a second
+           -- join of the watermarks
+           CASE WHEN j.watermark_type = 'datetime' THEN w.value #>> '{}' END AS wm_datetime,
            coalesce(o.n_queued, 0) AS n_queued, coalesce(o.n_running, 0) AS n_running,
            coalesce(o.n_failed, 0) AS n_failed, coalesce(o.n_dead, 0) AS n_dead,
            o.by_kind AS open_by_kind,
@@ -174,7 +177,7 @@ ORDER BY part, ord, name;
 
 -- name: health_all
 -- Every job's row, by name, with its lag and the dead batch its watermark waits for, if any
--- (/metrics, at every scrape, so it reads no more than /metrics shows): the uncommitted
+-- (the graph page; /metrics reads health_metrics, leaner still): the uncommitted
 -- incremental batch starting at the watermark (batch_job_lower_idx, as in queries.sql:
 -- jobs_blockers), looked for in the jobs with dead batches only. The lag is the sums at the
 -- connector's last asset, read once per connector (tips), minus those before the watermark: one
@@ -235,3 +238,45 @@ ORDER BY c.name LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: waiting_connectors_count
 SELECT count(*) FROM inventory_connector WHERE state = 'waiting';
+
+-- name: health_metrics
+-- /metrics, at every scrape: one row per job, by name, with no more than its families write
+-- (inventory/api/metrics.py): the state, the failed and dead batches, whether the watermark is
+-- late, the lag (the sums at the connector's last asset, read once per connector in `tips`,
+-- minus those before the watermark: one probe per job behind, none for the others), a datetime
+-- watermark's value (the time lag), and when the watermark last moved as epoch seconds (a float
+-- is cheaper to hand over than a timestamp). The columns only TIDEMARK_METRICS_PER_JOB=full
+-- writes (%(full)s) are NULL otherwise, and their reads skipped: the position, whether the
+-- watermark waits for a dead batch (the uncommitted incremental batch starting at the watermark,
+-- batch_job_lower_idx, looked for in the jobs with dead batches only) and the job's open batches
+-- by kind and status (an array in the order of selectors_health.OPEN_BY_KIND, NULL: none).
+-- First, a row with no name: the open batches of all jobs by kind and status in the same order,
+-- summed from job_health's counts per job (open_batches, read once: a WITH query read twice is
+-- computed once), not from a second pass over the batches.
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       ARRAY[sum(by_kind[1]), sum(by_kind[2]), sum(by_kind[3]), sum(by_kind[4]),
+             sum(by_kind[5]), sum(by_kind[6]), sum(by_kind[7]), sum(by_kind[8])]::bigint[]
+FROM open_batches
+UNION ALL
+SELECT * FROM (
+    SELECT h.name, h.state, h.n_failed, h.n_dead, h.late IS NOT NULL,
+           CASE WHEN h.outside THEN h.ext_items
+                WHEN h.behind THEN h.tip_count - coalesce(done.cum_count, 0) ELSE 0 END,
+           CASE WHEN NOT %(full)s THEN NULL WHEN h.outside THEN h.ext_weight
+                WHEN h.behind THEN h.tip_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
+           h.wm_datetime, extract(epoch FROM h.wm_updated_at)::float8,
+           CASE WHEN %(full)s THEN h.wm_position END,
+           held.id IS NOT NULL,
+           CASE WHEN %(full)s THEN h.open_by_kind END
+    FROM health AS h
+    LEFT JOIN LATERAL tidemark_asset_before(
+        CASE WHEN h.behind AND NOT h.outside THEN h.connector_id END, h.wm_position
+    ) AS done ON true
+    LEFT JOIN LATERAL (
+        SELECT b.id FROM inventory_batch AS b
+        WHERE %(full)s AND h.n_dead > 0 AND b.job_id = h.id AND lower(b.span) = h.wm_position
+          AND b.backfill_id IS NULL AND b.status = 'dead'
+        LIMIT 1
+    ) AS held ON true
+    ORDER BY h.name
+) AS jobs;

@@ -852,7 +852,7 @@ def stalled_backfills(*, after) -> list[BackfillProgress]:
         return _read(cursor, BackfillProgress)
 
 
-HEALTH_READS = ("health_read", "health_all", "health_of")
+HEALTH_READS = ("health_read", "health_all", "health_of", "health_metrics")
 
 
 def health_rows(*, name: str, params: dict) -> list[tuple]:
@@ -946,3 +946,24 @@ def attempt_counts(*, rollup: str) -> list[tuple[int, str, int]]:
         for job, outcome, n in cursor.fetchall():
             counts[job, outcome] = counts.get((job, outcome), 0) + n
     return [(job, outcome, n) for (job, outcome), n in counts.items()]
+
+
+def attempt_totals(*, rollup: str) -> list[tuple[str, int]]:
+    """(outcome, attempts) of all jobs, as attempt_counts counts them per job (outcome "": every
+    attempt started), summed by the database: a row per outcome, not per job and outcome."""
+    boundaries, counted = query("rollup_boundaries"), query("attempt_totals_rollup")
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH boundary AS ({boundaries})\n{counted}", {"rollup": rollup})
+        rows = cursor.fetchall()
+        bounds = [row[3:] for row in rows if row[0]]
+        below_id, finished_before = bounds[0] if bounds else (0, None)
+        if finished_before is None:  # no rollup (or one of the old kind, which is not read)
+            below_id, finished_before = 0, "-infinity"
+        totals = {outcome or "": n for boundary, outcome, n, *_ in rows if not boundary}
+        cursor.execute(
+            query("attempt_totals_since"),
+            {"below_id": below_id, "finished_before": finished_before},
+        )
+        for outcome, n in cursor.fetchall():
+            totals[outcome or ""] = totals.get(outcome or "", 0) + n
+    return list(totals.items())

@@ -505,6 +505,28 @@ SELECT b.job_id, counted.outcome, count(*) FROM (
 ) AS counted JOIN inventory_batch AS b ON b.id = counted.batch_id
 GROUP BY b.job_id, counted.outcome;
 
+-- name: attempt_totals_rollup
+-- attempt_counts_rollup summed by outcome over all jobs (gateway.attempt_totals): the boundaries as
+-- a row of their own (first column true), then a row per outcome. Every rollup row is of a job
+-- that exists (its foreign key), so the jobs are not joined.
+SELECT true, NULL::text, NULL::bigint, m.below_id, m.finished_before
+FROM boundary AS m
+UNION ALL
+SELECT false, r.outcome, sum(r.count)::bigint, NULL, NULL
+FROM inventory_attemptrollup AS r
+WHERE EXISTS (SELECT 1 FROM boundary AS m WHERE m.finished_before IS NOT NULL)
+GROUP BY r.outcome;
+
+-- name: attempt_totals_since
+-- (outcome, attempts) of all jobs' attempts at or after the rollup's boundaries.
+SELECT counted.outcome, count(*) FROM (
+    SELECT batch_id, '' AS outcome FROM inventory_batchattempt WHERE id >= %(below_id)s
+    UNION ALL
+    SELECT batch_id, outcome FROM inventory_batchattempt
+    WHERE finished_at >= %(finished_before)s::timestamptz AND outcome <> ''
+) AS counted
+GROUP BY counted.outcome;
+
 -- name: jobs_oldest_waiting
 -- (job, age in seconds of its oldest item not committed, whether its connector has assets) of the
 -- given jobs: the first asset at or after the watermark, one probe of asset_connector_id_idx per job
