@@ -63,7 +63,7 @@ ACTIONS: dict[str, Action] = {
                api=("connectors", "pause")),
         Action("connector.resume", OPERATOR, _S + "connectors.connector_resume", "Resume",
                api=("connectors", "resume")),
-        Action("connector.discover", OPERATOR, "inventory.sources.discovery.connector_discover_now",
+        Action("connector.discover", OPERATOR, "inventory.services.discovery.connector_discover_now",
                "Discover now", api=("connectors", "discover")),
         Action("job.run", OPERATOR, _S + "scheduling.job_run_now", "Run now",
                api=("jobs", "run")),
