@@ -9,7 +9,7 @@ job serialize on the job's row lock; the exclusion constraint on Batch.span is t
 """
 
 from inventory.services.errors import InvalidInput
-from inventory.sources.items import ItemSource
+from inventory.sources.base import ItemSource
 from inventory.sql import gateway
 from inventory.sql.gateway import PlannedRange
 

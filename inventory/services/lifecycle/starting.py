@@ -12,7 +12,7 @@ from inventory.services.lifecycle.shared import (
     config_snapshot,
     job_blocked_reason,
 )
-from inventory.sources.items import ItemSource
+from inventory.sources.base import ItemSource
 from inventory.sources.registry import source_for_connector
 from inventory.sql import gateway
 
