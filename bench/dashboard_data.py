@@ -153,7 +153,7 @@ def metrics_breakdown(repeat: int) -> dict:
     """Where a rendered /metrics spends its time, median of `repeat` renders: collecting the
     metric families (their SQL apart) and writing them (inventory/api/exposition.py), the cyclic
     collector paused as in exposition(); and, alternating with it, prometheus_client's
-    generate_latest writing the same families (the same bytes: tests/test_metrics_exposition.py)."""
+    generate_latest writing the same families (the same bytes: tests/api/test_metrics_exposition.py)."""
     import statistics
 
     from django.db import connection

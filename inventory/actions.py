@@ -5,7 +5,7 @@ admin's actions and the dashboard's buttons all take the role from here, so an a
 one role in the API and another on a page. The fronts (API views, dashboard views, admin) take an
 action through `run(key, user, **arguments)`, which checks the role once more and calls the
 declared service with the declaration's `fixed` arguments (job.pause: paused=True): what the table
-says is what runs (tests/test_actions_dispatch.py). Services are named by dotted path: this module
+says is what runs (tests/repo/test_actions_dispatch.py). Services are named by dotted path: this module
 imports no service (the services do not depend on who may call them).
 
 `api` places an action in the REST API: (viewset, DRF action), where a DRF action shared by several
