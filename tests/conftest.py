@@ -225,3 +225,30 @@ def role_users(db):
         users[role] = user
     users["norole"] = User.objects.create_user(username="norole-user", password=None)
     return users
+
+
+@pytest.fixture
+def world(role_users):
+    """The one small inventory that names something for every path parameter of the URLconf and
+    every route of the API: a files connector with eight items of weight 40, its job (batches of
+    two items, one attempt each), a dead batch over the first two items, a running one over the
+    next two, and a backfill over the four items no batch covers (`first` to `last`: a backfill
+    over a running batch's items is refused); with the named users of `role_users`."""
+    from inventory.services import backfills, lifecycle
+    from tests.support.api_support import make_inventory
+
+    connector, job = make_inventory(weights=[40] * 8, max_attempts=1)
+    dead = lifecycle.batch_acquire(job=job, worker="w")
+    lifecycle.batch_fail(batch_id=dead.pk, attempt=dead.attempt, error={"message": "x"})
+    running = lifecycle.batch_acquire(job=job, worker="w")
+    ids = sorted(connector.assets.values_list("id", flat=True))
+    backfill = backfills.backfill_create(job=job, range_start=ids[4], range_end=ids[-1])
+    return {
+        "connector": connector,
+        "job": job,
+        "dead": dead,
+        "running": running,
+        "backfill": backfill,
+        "first": ids[4],
+        "last": ids[-1],
+    }

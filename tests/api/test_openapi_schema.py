@@ -22,8 +22,6 @@ from schemathesis.checks import not_a_server_error, response_schema_conformance
 from schemathesis.config import SchemathesisConfig
 
 from controlplane.wsgi import application
-from inventory.services import backfills, lifecycle
-from tests.support.api_support import make_inventory
 
 CHECKS = [not_a_server_error, response_schema_conformance]
 # Fuzzing only: the coverage phase enumerates every boundary case of every body field, which
@@ -43,19 +41,13 @@ def admin_headers(role_users, settings):
 
 
 @pytest.fixture
-def real_objects(db):
-    connector, job = make_inventory(name="schema-job", weights=[40] * 12, max_attempts=1)
-    dead = lifecycle.batch_acquire(job=job, worker="w")
-    lifecycle.batch_fail(batch_id=dead.pk, attempt=dead.attempt, error={"message": "x"})
-    running = lifecycle.batch_acquire(job=job, worker="w")
-    ids = sorted(connector.assets.values_list("id", flat=True))
-    # over items no batch covers yet: a backfill over a running batch's items is refused (409)
-    backfill = backfills.backfill_create(job=job, range_start=ids[4], range_end=ids[-1])
+def real_objects(world):
+    """The objects of `world` (tests/conftest.py) as the API names them."""
     return {
-        "connector": connector.name,
-        "job": job.name,
-        "batches": [dead.pk, running.pk],
-        "backfill": backfill.pk,
+        "connector": world["connector"].name,
+        "job": world["job"].name,
+        "batches": [world["dead"].pk, world["running"].pk],
+        "backfill": world["backfill"].pk,
     }
 
 

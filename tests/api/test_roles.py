@@ -9,8 +9,7 @@ from rest_framework.settings import api_settings
 from rest_framework.test import APIClient
 
 from inventory.models import Backfill, Batch
-from inventory.services import backfills, lifecycle
-from tests.support.api_support import make_inventory, session_client, token_client
+from tests.support.api_support import session_client, token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -18,23 +17,18 @@ ROLES = ["viewer", "operator", "admin"]
 
 
 @pytest.fixture
-def world():
-    connector, job = make_inventory(weights=[40] * 8, max_attempts=1)
-    dead = lifecycle.batch_acquire(job=job, worker="w")
-    lifecycle.batch_fail(batch_id=dead.pk, attempt=dead.attempt, error={"message": "x"})
-    running = lifecycle.batch_acquire(job=job, worker="w")
-    ids = sorted(connector.assets.values_list("id", flat=True))
-    # over items no batch covers yet: a backfill over a running batch's items is refused (409)
-    backfill = backfills.backfill_create(job=job, range_start=ids[4], range_end=ids[-1])
+def names(world):
+    """`world` (tests/conftest.py) as the API names it: connectors and jobs by name, batches and
+    backfills by id, the running batch's attempt, the backfill's first and last item ids."""
     return {
-        "connector": connector.name,
-        "job": job.name,
-        "dead": dead.pk,
-        "running": running.pk,
-        "attempt": running.attempt,
-        "backfill": backfill.pk,
-        "first": ids[4],
-        "last": ids[-1],
+        "connector": world["connector"].name,
+        "job": world["job"].name,
+        "dead": world["dead"].pk,
+        "running": world["running"].pk,
+        "attempt": world["running"].attempt,
+        "backfill": world["backfill"].pk,
+        "first": world["first"],
+        "last": world["last"],
     }
 
 
@@ -104,15 +98,15 @@ ENDPOINTS = [
 ]
 
 
-def _fill(value, world):
+def _fill(value, names):
     if isinstance(value, str):
-        if value.startswith("{") and value.endswith("}") and value[1:-1] in world:
-            return world[value[1:-1]]
-        return value.format(**world)
+        if value.startswith("{") and value.endswith("}") and value[1:-1] in names:
+            return names[value[1:-1]]
+        return value.format(**names)
     if isinstance(value, dict):
-        return {k: _fill(v, world) for k, v in value.items()}
+        return {k: _fill(v, names) for k, v in value.items()}
     if isinstance(value, list):
-        return [_fill(v, world) for v in value]
+        return [_fill(v, names) for v in value]
     return value
 
 
@@ -123,8 +117,8 @@ def _call(client, method, url, body):
 
 
 @pytest.mark.parametrize(("method", "template", "body", "lowest"), ENDPOINTS)
-def test_role_matrix(role_users, world, method, template, body, lowest):
-    url, body = _fill(template, world), _fill(body, world)
+def test_role_matrix(role_users, names, method, template, body, lowest):
+    url, body = _fill(template, names), _fill(body, names)
 
     anonymous = _call(APIClient(), method, url, body)
     assert anonymous.status_code == 401
@@ -151,30 +145,30 @@ def _snapshot():
     )
 
 
-def test_a_superuser_is_an_admin(world, django_user_model):
+def test_a_superuser_is_an_admin(names, django_user_model):
     root = django_user_model.objects.create_superuser("root", password=None)
     response = token_client(root).post(
-        f"/api/v1/batches/{world['dead']}/skip/", {"reason": "known bad file"}, format="json"
+        f"/api/v1/batches/{names['dead']}/skip/", {"reason": "known bad file"}, format="json"
     )
     assert response.status_code == 200
 
 
-def test_session_clients_need_a_csrf_token_for_writes(role_users, world):
+def test_session_clients_need_a_csrf_token_for_writes(role_users, names):
     browser = APIClient(enforce_csrf_checks=True)
     browser.force_login(role_users["operator"])
-    assert browser.get(f"/api/v1/jobs/{world['job']}/").status_code == 200
-    response = browser.post(f"/api/v1/connectors/{world['connector']}/pause/")
+    assert browser.get(f"/api/v1/jobs/{names['job']}/").status_code == 200
+    response = browser.post(f"/api/v1/connectors/{names['connector']}/pause/")
     assert response.status_code == 403
     assert "CSRF" in response.json()["detail"]
 
 
-def test_a_bad_token_is_a_401(world):
+def test_a_bad_token_is_a_401(names):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION="Token not-a-real-token")
     assert client.get("/api/v1/jobs/").status_code == 401
 
 
-def test_token_clients_are_throttled_per_scope_and_sessions_are_not(role_users, world):
+def test_token_clients_are_throttled_per_scope_and_sessions_are_not(role_users, names):
     rates = {**api_settings.DEFAULT_THROTTLE_RATES, "read": "3/min"}
     from django.core.cache import cache
 
@@ -196,7 +190,7 @@ def test_token_clients_are_throttled_per_scope_and_sessions_are_not(role_users, 
         # processing calls have their own, higher budget
         operator = token_client(role_users["operator"])
         assert (
-            operator.post(f"/api/v1/jobs/{world['job']}/acquire/", {}, format="json").status_code
+            operator.post(f"/api/v1/jobs/{names['job']}/acquire/", {}, format="json").status_code
             != 429
         )
         browser = session_client(role_users["viewer"])

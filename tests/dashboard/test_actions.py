@@ -40,7 +40,7 @@ def _actions_on(html: str) -> list[str]:
 
 
 @pytest.fixture
-def world():
+def actions_by_page():
     """A job with a committed, a failed (retry pending), a dead and a running batch; a paused job;
     an active files connector (with a path: discovery applies) and a paused one."""
     source = ConnectorFactory(name="acted-src", config={"path": "/tmp"})
@@ -83,12 +83,12 @@ def world():
 
 
 @pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
-def test_each_page_offers_exactly_the_actions_the_role_allows(world, role_users, role):
+def test_each_page_offers_exactly_the_actions_the_role_allows(actions_by_page, role_users, role):
     user = role_users[role]
     client = Client()
     client.force_login(user)
     may = allowed_keys(user)
-    for url, applicable in world.items():
+    for url, applicable in actions_by_page.items():
         response = client.get(url)
         assert response.status_code == 200, url
         shown = _actions_on(response.content.decode())
@@ -98,7 +98,7 @@ def test_each_page_offers_exactly_the_actions_the_role_allows(world, role_users,
 
 
 def test_the_connector_row_an_operator_gets_back_from_htmx_offers_the_next_action(
-    world, role_users
+    actions_by_page, role_users
 ):
     client = Client()
     client.force_login(role_users["operator"])

@@ -40,7 +40,7 @@ def _rows(keys, v="x"):
 
 
 @pytest.fixture
-def world(tmp_path):
+def table_and_outside(tmp_path):
     """A two-version table `t`, a Parquet file of the same columns beside it (`outside/x.parquet`)
     and a symlink inside the table to that folder."""
     table = tmp_path / "t"
@@ -98,9 +98,9 @@ def _escapes(outside: Path) -> list[str]:
 
 
 def test_an_add_action_naming_a_file_outside_the_table_fails_the_batch_naming_it(
-    world, tmp_path, role_users
+    table_and_outside, tmp_path, role_users
 ):
-    table, outside = world
+    table, outside = table_and_outside
     for index, escape in enumerate(_escapes(outside)):
         _repoint_add(table, 1, escape)
         job = _job(f"escape-{index}", table, tmp_path / f"out-{index}")
@@ -115,8 +115,8 @@ def test_an_add_action_naming_a_file_outside_the_table_fails_the_batch_naming_it
     assert "outside the table's directory" in shown.content.decode()
 
 
-def test_the_error_is_the_same_whether_the_outside_file_exists_or_not(world, tmp_path):
-    table, outside = world
+def test_the_error_is_the_same_whether_the_outside_file_exists_or_not(table_and_outside, tmp_path):
+    table, outside = table_and_outside
     messages = []
     for index, escape in enumerate(("../outside/x.parquet", "../outside/missing.parquet")):
         _repoint_add(table, 1, escape)
@@ -127,10 +127,10 @@ def test_the_error_is_the_same_whether_the_outside_file_exists_or_not(world, tmp
     assert "vacuumed" not in messages[0]
 
 
-def test_the_worker_confines_a_spec_before_looking_for_its_files(spark, world):
+def test_the_worker_confines_a_spec_before_looking_for_its_files(spark, table_and_outside):
     """A spec built elsewhere (or by an older control plane) is checked again on the Spark side:
     an outside file is never read, and whether it exists is never told."""
-    table, outside = world
+    table, outside = table_and_outside
     source = {
         "kind": "delta",
         "path": str(table),
@@ -199,8 +199,10 @@ def test_every_file_path_a_commit_names_is_confined(tmp_path, action):
     confine_actions(str(table), [{k: v} for k, v in inside.items()], version=4)
 
 
-def test_a_later_version_removing_an_outside_path_fails_the_batch_naming_it(world, tmp_path):
-    table, _ = world
+def test_a_later_version_removing_an_outside_path_fails_the_batch_naming_it(
+    table_and_outside, tmp_path
+):
+    table, _ = table_and_outside
     _log(table, 2).write_text(
         json.dumps({"remove": {"path": "../outside/x.parquet", "dataChange": True}})
         + "\n"
@@ -214,9 +216,11 @@ def test_a_later_version_removing_an_outside_path_fails_the_batch_naming_it(worl
     assert "its remove action names a file outside" in stored.error["message"]
 
 
-def test_an_added_file_with_a_deletion_vector_fails_its_batch_naming_the_version(world, tmp_path):
+def test_an_added_file_with_a_deletion_vector_fails_its_batch_naming_the_version(
+    table_and_outside, tmp_path
+):
     """Read as plain Parquet, the file's deleted rows would come back."""
-    table, _ = world
+    table, _ = table_and_outside
     entry = _log(table, 1)
     actions = [json.loads(line) for line in entry.read_text().splitlines() if line.strip()]
     for action in actions:

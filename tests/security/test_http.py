@@ -21,8 +21,7 @@ from rest_framework.settings import api_settings
 from rest_framework.test import APIClient
 
 from inventory.models import Connector, ConnectorState
-from inventory.services import backfills, lifecycle
-from tests.support.api_support import make_inventory, token_client
+from tests.support.api_support import token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -44,25 +43,6 @@ def _patterns(resolver=None, prefix=""):
             yield from _patterns(pattern, prefix + str(pattern.pattern))
         else:
             yield prefix + str(pattern.pattern), pattern
-
-
-@pytest.fixture
-def world(role_users):
-    connector, job = make_inventory(weights=[40] * 8, max_attempts=1)
-    dead = lifecycle.batch_acquire(job=job, worker="w")
-    lifecycle.batch_fail(batch_id=dead.pk, attempt=dead.attempt, error={"message": "x"})
-    running = lifecycle.batch_acquire(job=job, worker="w")
-    # over the dead batch only: a backfill may not cover items in flight
-    backfill = backfills.backfill_create(
-        job=job, range_start=dead.span.lower, range_end=dead.span.upper - 1
-    )
-    return {
-        "connector": connector,
-        "job": job,
-        "dead": dead,
-        "running": running,
-        "backfill": backfill,
-    }
 
 
 def _object_id(admin_path: str, world) -> str:

@@ -16,34 +16,12 @@ from django.db import connection
 
 from inventory.api.authentication import token_failures_reset
 from inventory.models import Backfill, Batch, Connector, Job, Watermark, WatermarkEvent
-from inventory.services import backfills, lifecycle
 from tests.security.test_http import PUBLIC, WRITE_ROLES, _all_urls, _api_methods, _template
-from tests.support.api_support import make_inventory
 from tests.support.listener import Listener
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TIMEOUT = 60
-
-
-@pytest.fixture
-def world(role_users):
-    """A connector, a job with a dead and a running batch, a backfill: every path parameter of
-    the URLconf names one of them (as in tests/security/test_http.py)."""
-    connector, job = make_inventory(weights=[40] * 8, max_attempts=1)
-    dead = lifecycle.batch_acquire(job=job, worker="w")
-    lifecycle.batch_fail(batch_id=dead.pk, attempt=dead.attempt, error={"message": "x"})
-    running = lifecycle.batch_acquire(job=job, worker="w")
-    backfill = backfills.backfill_create(
-        job=job, range_start=dead.span.lower, range_end=dead.span.upper - 1
-    )
-    return {
-        "connector": connector,
-        "job": job,
-        "dead": dead,
-        "running": running,
-        "backfill": backfill,
-    }
 
 
 def _session(server, user) -> requests.Session:
