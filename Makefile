@@ -55,8 +55,8 @@ soak: $(VENV)/.installed /usr/bin/faketime
 
 # the README's screenshots: the browser tests, saving their pages under docs/screenshots/
 screenshots: $(VENV)/.installed /usr/bin/chromium
-	TIDEMARK_SCREENSHOTS=docs/screenshots $(VENV)/bin/pytest tests/dashboard/test_flows_browser.py tests/dashboard/test_editing_browser.py \
-		tests/dashboard/test_looks_browser.py \
+	TIDEMARK_SCREENSHOTS=docs/screenshots $(VENV)/bin/pytest tests/dashboard/test_flows_browser.py \
+		tests/dashboard/test_editing_browser.py tests/dashboard/test_looks_browser.py \
 		tests/dashboard/test_delete_browser.py
 
 bench: $(VENV)/.installed
