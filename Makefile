@@ -51,13 +51,13 @@ chaos: $(VENV)/.installed
 # 32 of each fault kind: the redelivery kind may be given up before its count (it was at 18 of 30
 # in the run of 2026-11-27, 296 faults in all), and the issue asks for at least 300
 soak: $(VENV)/.installed /usr/bin/faketime
-	SOAK_FILES=$${SOAK_FILES:-2000} SOAK_FAULTS_PER_KIND=$${SOAK_FAULTS_PER_KIND:-32} SOAK_TIMEOUT=$${SOAK_TIMEOUT:-14400} $(VENV)/bin/pytest -m soak -s tests/test_soak.py
+	SOAK_FILES=$${SOAK_FILES:-2000} SOAK_FAULTS_PER_KIND=$${SOAK_FAULTS_PER_KIND:-32} SOAK_TIMEOUT=$${SOAK_TIMEOUT:-14400} $(VENV)/bin/pytest -m soak -s tests/soak/test_small_soak.py
 
 # the README's screenshots: the browser tests, saving their pages under docs/screenshots/
 screenshots: $(VENV)/.installed /usr/bin/chromium
-	TIDEMARK_SCREENSHOTS=docs/screenshots $(VENV)/bin/pytest tests/test_dashboard_flows.py tests/test_dashboard_editing.py \
-		tests/test_dashboard_looks.py \
-		tests/test_dashboard_delete_browser.py
+	TIDEMARK_SCREENSHOTS=docs/screenshots $(VENV)/bin/pytest tests/dashboard/test_flows_browser.py \
+		tests/dashboard/test_editing_browser.py tests/dashboard/test_looks_browser.py \
+		tests/dashboard/test_delete_browser.py
 
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py

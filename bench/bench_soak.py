@@ -1,7 +1,7 @@
 """Soak: the product under faults, then a checker that cannot pass a wrong run.
 
     make soak                                   # the large run (SOAK_FILES=2000: 10,000 batches)
-    .venv/bin/pytest -m soak tests/test_soak.py # the small one (SOAK_FILES=40: 200 batches)
+    .venv/bin/pytest -m soak tests/soak/test_small_soak.py # the small one (SOAK_FILES=40: 200 batches)
     python bench/bench_soak.py --files 2000     # the same as `make soak`
 
 Real parts, all of them: units land in each source while the real discovery of its kind
@@ -57,7 +57,7 @@ from bench.soak_web import Web, WebFaults, operator_token, role_token  # noqa: E
 
 MODES = ("files", "delta", "append", "upsert", "coalesce")
 __all__ = ["FAULT_KINDS", "Settings", "Run", "soak"]
-PROCESSOR_MODULES = "tests.worker_processors,tests.chaos.processors,bench.soak_processors"
+PROCESSOR_MODULES = "tests.support.worker_processors,tests.chaos.processors,bench.soak_processors"
 
 
 @dataclass
@@ -373,7 +373,7 @@ def main(argv=None) -> int:
         "SOAK_FILES": str(args.files),
         "SOAK_FAULTS_PER_KIND": str(args.faults_per_kind),
     }
-    command = [sys.executable, "-m", "pytest", "-m", "soak", "-s", "tests/test_soak.py"]
+    command = [sys.executable, "-m", "pytest", "-m", "soak", "-s", "tests/soak/test_small_soak.py"]
     return subprocess.call(command, cwd=ROOT, env=env)
 
 

@@ -155,7 +155,7 @@ def metrics_breakdown(repeat: int) -> dict:
     are read) and writing them (inventory/api/exposition.py), the cyclic collector paused as in
     exposition(); and, alternating with it, prometheus_client's generate_latest writing the same
     samples (read back by Prometheus's parser beforehand, untimed; the same bytes:
-    tests/test_metrics_exposition.py)."""
+    tests/api/test_metrics_exposition.py)."""
     import statistics
 
     from django.db import connection

@@ -29,7 +29,7 @@ DOC = common.ROOT / "docs" / "benchmarks.md"
 
 
 # not a benchmark: bench_soak.py is the soak's driver (hours at full size; `make soak` runs it
-# through tests/test_soak.py, and docs/reliability.md holds its figures)
+# through tests/soak/test_small_soak.py, and docs/reliability.md holds its figures)
 NOT_BENCHMARKS = {"soak"}
 
 

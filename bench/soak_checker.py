@@ -23,7 +23,7 @@ the items of that prefix. Any of these fails the run: `Report.ok` is False and t
 exits 1.
 
 No Django and no Spark: the inputs are plain data, so the checker's own tests plant each kind of
-error on purpose-built runs (tests/test_soak_checker.py). `read_json_lines_sink`,
+error on purpose-built runs (tests/soak/test_checker.py). `read_json_lines_sink`,
 `read_postgres_sink` and `read_delta_sink` read a files sink (JSON), a PostgreSQL sink and a Delta
 table as a reader would, and recompute each row's checksum from its content.
 

@@ -79,7 +79,7 @@ def _parent_pid(pid: int) -> int | None:
 
 class Pool:
     """The soak's workers. `start(name, env_extra=..., wait_for_spark=...)` is the caller's worker
-    factory (tests/worker_fixtures.py's WorkerProcess, started); `rotate` starts a new worker,
+    factory (tests/support/worker_fixtures.py's WorkerProcess, started); `rotate` starts a new worker,
     then retires the oldest one. With `work` and libfaketime, each worker has a clock file."""
 
     def __init__(self, start, count: int, *, work: Path | None = None):

@@ -185,7 +185,7 @@ class FilesSource(Source):
 
 
 class S3Source(Source):
-    """`server`: tests/s3_fixtures.py's S3Server; `key_env`/`secret_env` name its credentials."""
+    """`server`: tests/support/s3_fixtures.py's S3Server; `key_env`/`secret_env` name its credentials."""
 
     name, prefix = "s3", "s"
 
@@ -293,7 +293,7 @@ class TableSource(Source):
 
 
 class KafkaSource(Source):
-    """`broker`: tests/kafka_fixtures.py's KafkaBroker."""
+    """`broker`: tests/support/kafka_fixtures.py's KafkaBroker."""
 
     name, prefix = "kafka", "q"
     processor = "soak_kafka"

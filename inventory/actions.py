@@ -5,7 +5,7 @@ admin's actions and the dashboard's buttons all take the role from here, so an a
 one role in the API and another on a page. The fronts (API views, dashboard views, admin) take an
 action through `run(key, user, **arguments)`, which checks the role once more and calls the
 declared service with the declaration's `fixed` arguments (job.pause: paused=True): what the table
-says is what runs (tests/test_actions_dispatch.py). Each action holds its service function itself
+says is what runs (tests/repo/test_actions_dispatch.py). Each action holds its service function itself
 (go-to-definition leads to it); the services do not import this module (they do not depend on who
 may call them).
 

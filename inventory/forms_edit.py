@@ -90,7 +90,7 @@ class Datalist(forms.TextInput):
 
 
 # the sink kinds a job may write (workers/spark/sinks.py: SINK_KEYS), each with an example of its
-# settings that the job form accepts as it is (tests/test_dashboard_forms.py checks them)
+# settings that the job form accepts as it is (tests/dashboard/test_forms.py checks them)
 SINK_EXAMPLES = {
     "files": {"path": "/data/out/orders", "format": "parquet"},
     "postgres": {"table": "orders", "mode": "upsert", "key": ["id"], "dsn_env": "SINK_DSN"},

@@ -75,13 +75,13 @@ def _names_the_tests_may_use() -> None:
 
 _names_the_tests_may_use()
 
-# Real Celery worker processes (tests/worker_fixtures.py): one per test session, shared by every
+# Real Celery worker processes (tests/support/worker_fixtures.py): one per test session, shared by every
 # module that asks for `celery_worker` (a module that star-imports them gets its own instead).
 pytest_plugins = [
-    "tests.worker_fixtures",
-    "tests.server_fixtures",
-    "tests.s3_fixtures",
-    "tests.kafka_fixtures",
+    "tests.support.worker_fixtures",
+    "tests.support.server_fixtures",
+    "tests.support.s3_fixtures",
+    "tests.support.kafka_fixtures",
 ]
 
 
@@ -127,7 +127,7 @@ def _close_stray_test_connections(django_db_setup, django_db_blocker):
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
-        # the sinks' database of this run (tests/sink_database.py), if a test made one
+        # the sinks' database of this run (tests/support/sink_database.py), if a test made one
         cursor.execute(
             f'DROP DATABASE IF EXISTS "{connection.settings_dict["NAME"]}_sinks" WITH (FORCE)'
         )
@@ -199,7 +199,7 @@ def static_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def spark():
     """One SparkSession for the whole test session (local[2]), the same warm session workers use."""
-    from tests.worker_fixtures import TEST_JVM_OPTIONS
+    from tests.support.worker_fixtures import TEST_JVM_OPTIONS
     from workers.spark.session import get_session, stop_session
 
     session = get_session("local[2]", conf={"spark.driver.extraJavaOptions": TEST_JVM_OPTIONS})
@@ -225,3 +225,30 @@ def role_users(db):
         users[role] = user
     users["norole"] = User.objects.create_user(username="norole-user", password=None)
     return users
+
+
+@pytest.fixture
+def world(role_users):
+    """The one small inventory that names something for every path parameter of the URLconf and
+    every route of the API: a files connector with eight items of weight 40, its job (batches of
+    two items, one attempt each), a dead batch over the first two items, a running one over the
+    next two, and a backfill over the four items no batch covers (`first` to `last`: a backfill
+    over a running batch's items is refused); with the named users of `role_users`."""
+    from inventory.services import backfills, lifecycle
+    from tests.support.api_support import make_inventory
+
+    connector, job = make_inventory(weights=[40] * 8, max_attempts=1)
+    dead = lifecycle.batch_acquire(job=job, worker="w")
+    lifecycle.batch_fail(batch_id=dead.pk, attempt=dead.attempt, error={"message": "x"})
+    running = lifecycle.batch_acquire(job=job, worker="w")
+    ids = sorted(connector.assets.values_list("id", flat=True))
+    backfill = backfills.backfill_create(job=job, range_start=ids[4], range_end=ids[-1])
+    return {
+        "connector": connector,
+        "job": job,
+        "dead": dead,
+        "running": running,
+        "backfill": backfill,
+        "first": ids[4],
+        "last": ids[-1],
+    }

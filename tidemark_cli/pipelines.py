@@ -22,7 +22,7 @@ from tidemark_cli.config import UsageError
 from tidemark_cli.output import emit_json
 from tidemark_cli.pipeline_file import Pipelines, load
 
-# the API's inventory.sources.identity.IDENTITY_KEYS (tests/test_cli_pipelines.py keeps them equal)
+# the API's inventory.sources.identity.IDENTITY_KEYS (tests/cli/test_pipelines_files.py keeps them equal)
 IDENTITY_KEYS = ("path", "meta_table", "table", "topic", "dsn_env", "job")
 CONNECTOR_FIELDS = ("config", "labels", "start_after")
 FIXED_JOB_FIELDS = ("connector", "watermark_type", "start_position")

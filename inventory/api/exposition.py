@@ -4,7 +4,7 @@
 again: about 8 us a sample, a second for the 130,000 samples of 10,000 jobs. Here a family's
 names are checked once, when it is made, and a label value (a job's name is in ten families) is
 escaped once per render, so a sample costs one formatted line. The output is byte for byte what
-generate_latest writes for the same families (tests/test_metrics_exposition.py compares them).
+generate_latest writes for the same families (tests/api/test_metrics_exposition.py compares them).
 """
 
 import re

@@ -12,7 +12,7 @@ from inventory.sql.migrations_utils import RunSQLFile
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("inventory", "0043_hudi_connector_kind"),
+        ("inventory", "0046_retention_forecast"),
     ]
 
     operations = [

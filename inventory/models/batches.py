@@ -44,7 +44,7 @@ OPEN_STATUSES = (BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED)
 OUTPUT_STATUSES = (*COMMITTED_STATUSES, BatchStatus.SUPERSEDED)
 # A backfill is completed once every one of its batches is in one of these.
 BACKFILL_DONE_STATUSES = (BatchStatus.SUCCEEDED, BatchStatus.SKIPPED, BatchStatus.CANCELLED)
-# The SQL functions use the same lists (inventory/sql/schema/statuses.sql; tests/test_sql_schema.py).
+# The SQL functions use the same lists (inventory/sql/schema/statuses.sql; tests/sql/test_schema_home.py).
 
 
 def _point_range(expression):

@@ -1,6 +1,6 @@
 """The allowed moves of a batch's and of a backfill's status, as Python reads them: (from, to),
 where from NEW is a row's birth. SQL's definition is inventory/sql/schema/moves.sql (the tables
-the transition functions probe hold its rows); tests/test_status_transitions.py keeps the two
+the transition functions probe hold its rows); tests/sql/test_status_transitions.py keeps the two
 equal, and every status write goes through those functions (a move not listed is refused)."""
 
 from inventory.models.backfills import BackfillStatus

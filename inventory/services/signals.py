@@ -1,5 +1,5 @@
 """Signals the lifecycle sends, so that modules above it react without the lifecycle importing
-them (imports go one way: tests/test_module_layout.py)."""
+them (imports go one way: tests/repo/test_module_layout.py)."""
 
 from django.dispatch import Signal
 

@@ -5,7 +5,7 @@ registered under the connector's row lock, or a job's commit sequence), and batc
 weight-bounded id ranges over them, so backfills, gap reports, corrections and the dashboard
 work the same for all kinds. What differs from one kind to another is asked of its `SourceKind`
 object (`inventory.sources.registry.kind_of(connector)`), never decided by comparing kind names
-outside the kind's own folder (tests/test_source_kind_guard.py):
+outside the kind's own folder (tests/repo/test_source_kind_guard.py):
 
 - `validate(config, connector_kind=...)`: the config checked and normalized (InvalidInput
   naming `config.<key>`);

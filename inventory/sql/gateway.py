@@ -6,7 +6,7 @@ function has one function here, keyword-only, with named parameters (the stateme
 parameters). What PostgreSQL refuses with a SQLSTATE becomes a domain error by one table,
 `SQLSTATE_ERRORS`; rows become typed records (frozen dataclasses, `_read`) or `Batch` models
 (`_batches`, which works out the column-to-field mapping once) in one place. No other module runs
-SQL on Tidemark's connection: `tests/test_sql_gateway.py` scans for one.
+SQL on Tidemark's connection: `tests/sql/test_gateway.py` scans for one.
 
 The functions run in the caller's transaction, as the statements did when the services sent them:
 a refusable call runs in a savepoint (or, outside a transaction, is its own), so a refusal leaves

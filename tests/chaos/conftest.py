@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 import tests.chaos.processors  # noqa: F401 - registers the chaos processors in this process too
-import tests.worker_processors  # noqa: F401
-from tests.worker_fixtures import WorkerProcess, read_sink, wait_until, write_orders
+import tests.support.worker_processors  # noqa: F401
+from tests.support.worker_fixtures import WorkerProcess, read_sink, wait_until, write_orders
 
-CHAOS_MODULES = "tests.worker_processors,tests.chaos.processors"
+CHAOS_MODULES = "tests.support.worker_processors,tests.chaos.processors"
 
 # the workers of the running scenario: what they do is the progress its waits watch
 _STARTED: list[WorkerProcess] = []
@@ -188,7 +188,7 @@ def chaos_job(tmp_path: Path, name: str, *, files: int = 1, rows: int = 5, param
     file. Returns (job, expected order ids, sink path, gate folder)."""
     from inventory.services.connectors import connector_create
     from inventory.sources.files import directory_discover
-    from tests.factories import make_job
+    from tests.support.factories import make_job
 
     landing, sink, gates = tmp_path / "landing", tmp_path / "sink", tmp_path / "gates"
     gates.mkdir(parents=True, exist_ok=True)

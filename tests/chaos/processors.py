@@ -85,12 +85,12 @@ def _armed(batch_id: int, name: str) -> bool:
 
 
 def _install_hooks() -> None:
-    from inventory.services import lifecycle as batches
+    from inventory.services import lifecycle
     from workers import execution
 
-    if getattr(batches.batch_succeed, "_chaos", False):
+    if getattr(lifecycle.batch_succeed, "_chaos", False):
         return
-    real_succeed = batches.batch_succeed
+    real_succeed = lifecycle.batch_succeed
     real_heartbeat_start = execution.Heartbeat.start
 
     def batch_succeed(*, batch_id, **kwargs):
@@ -104,7 +104,7 @@ def _install_hooks() -> None:
         return real_heartbeat_start(self)
 
     batch_succeed._chaos = True
-    batches.batch_succeed = batch_succeed
+    lifecycle.batch_succeed = batch_succeed
     execution.Heartbeat.start = heartbeat_start
 
 

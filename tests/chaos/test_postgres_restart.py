@@ -24,7 +24,7 @@ from tests.chaos.conftest import (
     chaos_job,
     drive,
 )
-from tests.worker_fixtures import ROOT, wait_until
+from tests.support.worker_fixtures import ROOT, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 

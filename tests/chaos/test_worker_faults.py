@@ -22,7 +22,7 @@ from tests.chaos.conftest import (
     drive,
     worker_pid,
 )
-from tests.worker_fixtures import read_sink
+from tests.support.worker_fixtures import read_sink
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 

@@ -1,6 +1,6 @@
 """The example processor on a small DataFrame, with a local SparkSession and nothing else.
 
-The main suite runs this file too (tests/test_example_processors.py) with its one SparkSession.
+The main suite runs this file too (tests/spark/test_example_processors.py) with its one SparkSession.
 """
 
 import pytest

@@ -6,7 +6,7 @@ queued|running|failed -> cancelled; dead -> skipped (with a reason); committed -
 replay). The allowed moves are the rows of the tables tidemark_batch_move and
 tidemark_backfill_move; tidemark_batch_insert (a batch is born), tidemark_batch_transition (a
 batch moves) and tidemark_backfill_transition (a backfill moves) refuse any other, and write every
-status (tests/test_status_transitions.py checks nothing else does). `attempt` is the fencing
+status (tests/sql/test_status_transitions.py checks nothing else does). `attempt` is the fencing
 token: only the holder of the current attempt, with a live lease, may commit (invariant 8). Leases
 and retry times are written and judged with the database's clock, never this process's; "due" has
 one definition (`batch_due`, the SQL function tidemark_batch_due), "blocked" one

@@ -10,7 +10,7 @@ SQL as any other source, and a downstream watermark says "every upstream commit 
 Visibility (invariant 5): commit n+1 is numbered only after commit n's transaction ended (the
 lock is held to commit, and the number is read in a statement that starts after the lock is
 granted), so a reader that sees commit n+1 sees every commit before it: planning up to
-max(commit_seq) never passes a commit still in flight (tests/test_source_job_output.py).
+max(commit_seq) never passes a commit still in flight (tests/sources/test_job_output.py).
 
 Retention: commits more than `retention_commits` behind the newest one, or that finished more than
 `retention_days` ago, are expired. Planning over an expired commit, reading one, or correcting a

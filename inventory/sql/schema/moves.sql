@@ -1,6 +1,6 @@
 -- The allowed moves of a batch's and of a backfill's status: (from_status, to_status), where
 -- from_status 'new' is a row's birth. The one definition, beside the transitions that apply it
--- (transitions.sql) and mirrored by inventory/models/moves.py (tests/test_status_transitions.py
+-- (transitions.sql) and mirrored by inventory/models/moves.py (tests/sql/test_status_transitions.py
 -- keeps the two equal).
 --
 -- The transition functions probe the tables tidemark_batch_move and tidemark_backfill_move (their

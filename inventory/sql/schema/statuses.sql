@@ -1,6 +1,6 @@
 -- Status lists and the one definition of "due", shared by every function below.
 --
--- The lists mirror inventory/models.py (HOLDING_STATUSES and the others); tests/test_sql_schema.py
+-- The lists mirror inventory/models.py (HOLDING_STATUSES and the others); tests/sql/test_schema_home.py
 -- checks that they agree. Each is an IMMUTABLE SQL function with a constant body, so PostgreSQL
 -- inlines it: `status = ANY(tidemark_holding_statuses())` plans exactly like `status IN (...)`.
 

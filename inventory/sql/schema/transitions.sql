@@ -8,7 +8,7 @@
 -- not in its table, and a call that moves nothing because of one fails with SQLSTATE TM400. For a
 -- batch the check is part of the statement that moves it (a probe of the move table's primary key),
 -- so the hot paths (acquire, succeed) send no query of their own for it.
--- tests/test_status_transitions.py fails when a status is written anywhere else.
+-- tests/sql/test_status_transitions.py fails when a status is written anywhere else.
 
 -- Refuse (TM400) when a move from any of `p_from` to `p_to` is not in tidemark_batch_move.
 CREATE OR REPLACE FUNCTION tidemark_batch_check_moves(p_from text[], p_to text)

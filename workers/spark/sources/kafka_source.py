@@ -10,7 +10,7 @@ kept. An offset the broker no longer has is an error (`auto.offset.reset: error`
 pyarrow and confluent_kafka are imported where a range is read, not here: the driver's planner
 processes (`create_data_source`, `plan_data_source_read`) import this module to unpickle the data
 source and call only `schema()`, `reader()` and `partitions()`
-(tests/test_python_sources_imports.py).
+(tests/spark/test_python_sources_imports.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ class's `secrets` ({variable: value}), read on the driver.
 
 pyarrow is imported where an object is read, not here: the driver's planner processes
 (`create_data_source`, `plan_data_source_read`) import this module to unpickle the data source and
-call only `schema()`, `reader()` and `partitions()` (tests/test_python_sources_imports.py).
+call only `schema()`, `reader()` and `partitions()` (tests/spark/test_python_sources_imports.py).
 """
 
 from __future__ import annotations

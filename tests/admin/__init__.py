@@ -1,0 +1,1 @@
+"""The Django admin as the operations tool."""

@@ -1,0 +1,1 @@
+"""Settings, packaging, docker-compose, the demo and the development server."""

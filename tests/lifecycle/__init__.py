@@ -1,0 +1,1 @@
+"""A batch's life: acquire, commit, fail, reap; watermarks, exactly once, restatements."""

@@ -1,0 +1,341 @@
+"""Restatements go first (issue 43, item 1; docs/guarantees.md): a batch whose items restate
+outputs the job has not rebuilt yet waits for that rebuild, in the incremental planner and at the
+publish fence, so no sink ever holds a row twice at any version a reader can read.
+
+The race of production (discovery registers a version that removes rows, the restatement step
+runs a few milliseconds later, and a worker asks for the job's work in between) is reproduced
+exactly: the version is registered, a worker asks, then the restatement step runs. Batches run in
+this process through the real lifecycle and the real fence; after every publish the sink is read
+(every Delta version with delta-rs and DuckDB; the files and PostgreSQL sinks after each publish).
+"""
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from inventory.models import Asset, Batch, Connector
+from inventory.services import lifecycle, restatements
+from inventory.services.backfills import backfill_create
+from inventory.services.connectors import connector_create
+from inventory.services.corrections import watermark_correct
+from inventory.services.jobs import job_create
+from inventory.sources import delta as delta_source
+from tests.lifecycle.test_exactly_once import (  # noqa: F401 - a fixture
+    run_and_commit,
+    run_spark,
+    sink_dsn,
+)
+from tests.support import duckdb_delta
+from tests.support.sink_database import sink_cursor
+from workers.spark import fence
+from workers.spark.errors import BatchError
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+COLUMNS = ("key", "v", "p")
+# partition c is written once and never touched: its rows must be in every version once there
+STABLE = [(30, "x", "c"), (31, "x", "c")]
+
+
+def _write(table: str, rows: list[tuple], **options) -> None:
+    keys, values, parts = zip(*rows, strict=True)
+    write_deltalake(
+        table,
+        pa.table(
+            {
+                "key": pa.array(keys, pa.int64()),
+                "v": pa.array(values, pa.string()),
+                "p": pa.array(parts, pa.string()),
+            }
+        ),
+        partition_by=["p"],
+        **options,
+    )
+
+
+def _source_rows(table: str) -> list[tuple]:
+    return _delta_rows(table, None)
+
+
+def _delta_rows(path, version) -> list[tuple]:
+    data = DeltaTable(str(path), version=version).to_pyarrow_table()
+    return sorted(zip(*(data.column(c).to_pylist() for c in COLUMNS), strict=True))
+
+
+def _job(name: str, source: str, sink: dict) -> object:
+    connector = Connector.objects.filter(config__path=source, kind="delta").first()
+    if connector is None:
+        connector = connector_create(name=f"{name}-src", kind="delta", config={"path": source})
+    return job_create(
+        name=name,
+        connector=connector,
+        batch_weight=10**12,
+        max_items=1,
+        sink=sink,
+        retry_backoff_seconds=0,
+        max_attempts=5,
+    )
+
+
+class Sinks:
+    """Runs batches and reads every sink state a reader could see: after each publish."""
+
+    def __init__(self, spark, check):
+        self.spark = spark
+        self.check = check  # called after every commit
+
+    def run(self, batch: Batch) -> None:
+        run_and_commit(self.spark, batch)
+        self.check()
+
+    def drain(self, job) -> None:
+        while (batch := lifecycle.batch_acquire(job=job, worker="test")) is not None:
+            self.run(batch)
+
+    def race(self, job) -> None:
+        """Discovery registers the new versions; a worker asks for the job's work before the
+        restatement step runs; then the restatement step and the rest of the work."""
+        connector = Connector.objects.get(pk=job.connector_id)
+        delta_source.discover(connector)
+        batch = lifecycle.batch_acquire(job=job, worker="racer")
+        if batch is not None:
+            self.run(batch)
+        restatements.delta_restate(Connector.objects.get(pk=job.connector_id))
+        self.drain(job)
+
+
+def _assert_every_version(path, *, source: str | None = None, lossless: bool = True) -> None:
+    """Each version, read with delta-rs and with DuckDB: no row twice, and (`lossless`) once the
+    rows of the untouched partition arrived they are in every later version. With `source`: each
+    version holds exactly the rows of some version of the source (nothing missing, nothing
+    stale)."""
+    seen_stable = False
+    snapshots = []
+    if source is not None:
+        snapshots = [_delta_rows(source, v) for v in range(DeltaTable(source).version() + 1)]
+    for version in range(DeltaTable(str(path)).version() + 1):
+        rows = _delta_rows(path, version)
+        assert len(rows) == len(set(rows)), f"{path} holds a row twice at version {version}"
+        assert duckdb_delta.rows_at(path, list(COLUMNS), version) == rows, f"version {version}"
+        has_stable = all(row in rows for row in STABLE)
+        assert has_stable or not seen_stable or not lossless, (
+            f"{path} lost committed rows at version {version}"
+        )
+        seen_stable = seen_stable or has_stable
+        if snapshots:
+            assert rows in snapshots, f"{path} at version {version} is no version of the source"
+
+
+def _changes(table: str, step) -> None:
+    """The source's own writer: a delete, an update, a partition overwrite, a compaction, a
+    delete of compacted rows; `step()` after each."""
+    DeltaTable(table).delete("key = 2")
+    step()
+    DeltaTable(table).update(updates={"v": "'u'"}, predicate="key = 10")
+    step()
+    _write(
+        table, [(5, "x", "b"), (6, "y", "b"), (20, "x", "b")], mode="overwrite", predicate="p = 'b'"
+    )
+    step()
+    DeltaTable(table).optimize.compact()
+    step()
+    DeltaTable(table).delete("key = 3")
+    step()
+
+
+def _seed(table: str) -> None:
+    _write(table, [(1, "x", "a"), (2, "x", "a"), (3, "x", "a"), (5, "x", "b"), (7, "x", "b")])
+    _write(table, [(10, "x", "a"), (11, "x", "a"), *STABLE], mode="append")
+
+
+def test_a_delta_chain_never_holds_a_row_twice_at_any_version(spark, tmp_path):
+    """source -> A (Delta sink) -> B (a delta connector on A, Delta sink). While the source
+    deletes, updates, overwrites a partition, compacts and deletes again, and then A is replayed
+    and backfilled, every version of A and of B holds each row at most once and never loses the
+    rows of the untouched partition; at the end both hold the source's rows exactly once."""
+    source, a, b = str(tmp_path / "s"), tmp_path / "a", tmp_path / "b"
+    _seed(source)
+    up = _job("order-a", source, {"kind": "delta", "path": str(a)})
+    sinks = Sinks(spark, lambda: None)
+    sinks.race(up)
+    down = _job("order-b", str(a), {"kind": "delta", "path": str(b)})
+    sinks.race(down)
+    assert _delta_rows(b, None) == _source_rows(source)
+
+    def step():
+        sinks.race(up)
+        sinks.race(down)
+
+    _changes(source, step)
+    assert _delta_rows(a, None) == _delta_rows(b, None) == _source_rows(source)
+
+    # an upstream replay of A's last output, then a backfill over all of A's items
+    live = Batch.objects.filter(job=up, published_attempt__isnull=False, replaced_by=None)
+    boundary = max(span.lower for span in live.values_list("span", flat=True))
+    watermark_correct(job=up, value=boundary - 1, actor="a", reason="fix", replay=True)
+    sinks.drain(up)
+    sinks.race(down)
+    ids = sorted(Asset.objects.filter(connector=up.connector).values_list("id", flat=True))
+    backfill_create(job=up, range_start=ids[0], range_end=ids[-1], reason="rewrite")
+    sinks.drain(up)
+    sinks.race(down)
+
+    for table in (a, b):
+        _assert_every_version(table, source=source)
+    assert _delta_rows(a, None) == _delta_rows(b, None) == _source_rows(source)
+    # the restatements happened (the chain was really exercised at both hops)
+    assert Batch.objects.filter(job=down, backfill__created_by="tidemark").count() >= 4
+
+
+def _files_rows(spark, path: Path) -> list[tuple]:
+    if not list(path.glob("batch_id=*")):
+        return []
+    return sorted(tuple(r) for r in spark.read.parquet(str(path)).select(*COLUMNS).collect())
+
+
+def _table_rows(table: str) -> list[tuple]:
+    with sink_cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s)", [f'"{table}"'])
+        if cursor.fetchone()[0] is None:
+            return []
+        cursor.execute(f'SELECT key, v, p FROM "{table}" ORDER BY key')
+        return sorted(cursor.fetchall())
+
+
+def test_a_files_sink_and_an_upsert_sink_never_hold_a_row_twice_after_any_publish(
+    spark,
+    tmp_path,
+    sink_dsn,  # noqa: F811 - the fixture
+):
+    """The same changes with a files sink and a PostgreSQL upsert sink on one Delta source: after
+    every publish of either job the files sink holds exactly the rows of some source version,
+    the upsert table each key once with a value the source had, and neither loses the untouched
+    partition."""
+    source, out = str(tmp_path / "s"), tmp_path / "files"
+    _seed(source)
+    files = _job("order-files", source, {"kind": "files", "path": str(out), "format": "parquet"})
+    upsert = _job(
+        "order-upsert",
+        source,
+        {"kind": "postgres", "dsn_env": sink_dsn, "table": "order_upsert", "key": ["key"]},
+    )
+    ever = set(_source_rows(source))
+    snapshots = [_delta_rows(source, v) for v in range(DeltaTable(source).version() + 1)]
+    seen = {"files": False, "upsert": False}
+
+    def check():
+        for name, rows in (
+            ("files", _files_rows(spark, out)),
+            ("upsert", _table_rows("order_upsert")),
+        ):
+            assert len(rows) == len(set(rows)), f"the {name} sink holds a row twice: {rows}"
+            keys = [row[0] for row in rows]
+            assert len(keys) == len(set(keys)), f"the {name} sink holds a key twice: {rows}"
+            assert set(rows) <= ever, f"the {name} sink holds a row the source never had"
+            has_stable = all(row in rows for row in STABLE)
+            assert has_stable or not seen[name], f"the {name} sink lost committed rows"
+            seen[name] = seen[name] or has_stable
+        files_rows = _files_rows(spark, out)
+        assert not files_rows or files_rows in snapshots, "the files sink is no source version"
+
+    sinks = Sinks(spark, check)
+
+    def step():
+        ever.update(_source_rows(source))
+        snapshots.append(_source_rows(source))
+        sinks.race(files)
+        sinks.race(upsert)
+
+    step()
+    _changes(source, step)
+    assert _files_rows(spark, out) == _source_rows(source)
+    # upsert keeps keys the source deleted (no per-row owner); every live row is there, newest
+    live = _source_rows(source)
+    assert [r for r in _table_rows("order_upsert") if r[0] in {k for k, _, _ in live}] == live
+
+
+def test_the_fence_makes_a_batch_over_a_restating_version_wait_for_the_restatement(
+    spark, tmp_path, monkeypatch
+):
+    """A batch planned over a version that restates outputs (here an operator's backfill over it)
+    may not publish while those outputs are not rebuilt: the fence answers TM425 and asks again,
+    and past its wait the attempt fails naming them; once the restatement has published it lets
+    the batch through."""
+    source, out = str(tmp_path / "s"), tmp_path / "out"
+    _seed(source)
+    job = _job("order-fence", source, {"kind": "delta", "path": str(out)})
+    sinks = Sinks(spark, lambda: None)
+    sinks.race(job)
+    DeltaTable(source).delete("key = 2")
+    connector = Connector.objects.get(pk=job.connector_id)
+    delta_source.discover(connector)
+    restating = Asset.objects.get(connector=connector, extra__version=2)
+    version_0 = Asset.objects.get(connector=connector, extra__version=0)
+    assert restating.extra["restates"] == [version_0.pk]
+    # the incremental planner waits: nothing to take before the restatement step
+    assert lifecycle.batch_acquire(job=job, worker="racer") is None
+
+    backfill_create(job=job, range_start=restating.pk, range_end=restating.pk, reason="early")
+    early = lifecycle.batch_acquire(job=job, worker="racer")
+    assert (early.span.lower, early.span.upper) == (restating.pk, restating.pk + 1)
+    # the fence answers TM425 and asks again; past its wait the attempt fails, naming the output
+    monkeypatch.setattr(fence, "RESTATEMENT_WAIT_SECONDS", 0.5)
+    stale = Batch.objects.get(job=job, span__contains=version_0.pk, backfill=None)
+    with pytest.raises(BatchError) as waits:
+        run_spark(spark, early)
+    assert waits.value.type == "WaitsForRestatement"
+    assert f"its item {restating.pk} restates items whose output (batch {stale.pk})" in str(
+        waits.value
+    )
+    assert DeltaTable(str(out)).version() == 1  # nothing published
+    restatements.delta_restate(connector)
+    rebuild = lifecycle.batch_acquire(job=job, worker="test")
+    assert rebuild.backfill.created_by == "tidemark"
+    sinks.run(rebuild)
+    sinks.run(early)  # the fence lets it through now
+    sinks.drain(job)
+    _assert_every_version(out)
+    assert _delta_rows(out, None) == _source_rows(source)
+
+
+def test_a_job_output_chain_never_holds_an_upstream_row_twice_after_any_publish(spark, tmp_path):
+    """files -> up (files sink) -> middle (job_output, files sink). An upstream backfill replaces
+    two commits; a worker asks for middle's work before the restatement step has run (the
+    after-commit step of the upstream commit, here held back): middle takes nothing over the
+    replacing commits until its rebuild published, and after every publish its sink holds each
+    upstream row exactly once."""
+    from inventory.services.signals import batch_committed
+    from tests.sources.test_job_output import downstream_job, expected, file_rows, upstream_job
+
+    up = upstream_job(tmp_path, "order-up", items=4)
+    out = tmp_path / "middle"
+    middle = downstream_job("order-middle", up, {"kind": "files", "path": str(out)}, max_items=2)
+
+    def check():
+        rows = file_rows(spark, out)
+        assert rows in ([], *(expected(range(n)) for n in range(1, 5))), rows
+
+    sinks = Sinks(spark, check)
+    sinks.drain(up)
+    sinks.drain(middle)
+    assert file_rows(spark, out) == expected(range(4))
+
+    first = Asset.objects.filter(connector=up.connector).order_by("pk")[1].pk
+    backfill_create(job=up, range_start=first, range_end=first + 1, reason="fix", actor="a")
+    batch_committed.disconnect(dispatch_uid="tidemark-upstream-restate")
+    try:
+        sinks.drain(up)
+    finally:
+        batch_committed.connect(
+            restatements._after_commit, dispatch_uid="tidemark-upstream-restate"
+        )
+    replacing = list(Batch.objects.filter(job=up, backfill__isnull=False).order_by("commit_seq"))
+    assert len(replacing) == 2
+    assert lifecycle.batch_acquire(job=middle, worker="racer") is None  # it waits
+    for batch in replacing:
+        restatements.upstream_restate(batch.pk)
+    sinks.drain(middle)
+    assert file_rows(spark, out) == expected(range(4))
+    assert Batch.objects.filter(job=middle, backfill__created_by="tidemark").count() == 1

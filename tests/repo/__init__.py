@@ -1,0 +1,1 @@
+"""Rules about the repository itself: module layout, action declarations, references in docs."""

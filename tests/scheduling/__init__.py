@@ -1,0 +1,1 @@
+"""celery beat and the periodic work it runs; cron schedules."""

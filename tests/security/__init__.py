@@ -1,0 +1,1 @@
+"""Issue 17 and its followers: what a hostile user may name, reach or read, by any route."""

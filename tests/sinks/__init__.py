@@ -1,0 +1,1 @@
+"""What a batch writes: the files, PostgreSQL and Delta sinks, once per row across reruns."""

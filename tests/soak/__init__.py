@@ -1,0 +1,1 @@
+"""The soak (marker `soak`) and its checker and fault rules."""

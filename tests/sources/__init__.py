@@ -1,0 +1,1 @@
+"""Connectors and discovery: each source kind, asset registration, start-after and orchestration."""

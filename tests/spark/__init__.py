@@ -1,0 +1,1 @@
+"""The executor side (workers/spark/): readers, processors, sessions, slots, runs; no Celery."""

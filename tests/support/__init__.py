@@ -1,0 +1,1 @@
+"""Shared helpers and fixture plugins (loaded by tests/conftest.py); no tests here."""
