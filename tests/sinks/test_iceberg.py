@@ -20,7 +20,6 @@ from inventory.services.backfills import backfill_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import InvalidInput
 from inventory.services.job_config import job_validate_runtime
-from tests import duckdb_iceberg
 from tests.lifecycle.test_exactly_once import (
     drain,
     expected_rows,
@@ -29,6 +28,7 @@ from tests.lifecycle.test_exactly_once import (
     run_and_commit,
     run_spark,
 )
+from tests.support import duckdb_iceberg
 from tests.support.sink_database import sink_database_dsn
 from tests.support.worker_fixtures import wait_until
 from workers.spark.errors import BatchError, SinkError
