@@ -18,6 +18,7 @@ from inventory.services.secrets import credential_value, env_names_check
 from inventory.services.urls import url_parse
 from inventory.sources import kafka as source_kafka
 from inventory.sources.object_store.access import OBJECT_STORE_SCHEMES
+from workers.spark.iceberg_files import local_path
 
 
 def sink_confine(sink: dict | None, *, field: str = "sink") -> None:
@@ -65,6 +66,8 @@ def source_confine(source: dict | None, *, field: str = "connector.config") -> N
         source_kafka.confine(source)
     elif kind in ("delta", "hudi"):  # a table's files are read from under its (confined) directory
         path_confined(source.get("path"), f"{field}.path")
+    elif kind == "iceberg":  # every file is read from under the table's (confined) location
+        path_confined(local_path(source.get("location")), f"{field}.table")
     elif kind == "job_output":
         # an upstream commit's location comes from its result, which an external processor
         # reports through succeed/: read only where a sink may write
