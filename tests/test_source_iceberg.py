@@ -276,7 +276,6 @@ def test_a_compaction_restates_nothing_and_a_replay_still_reads_each_row_once(
     assert batch_rows(out, _own_batch(job, replace)) == []  # moved rows, none new
     assert sink_state(out) == duckdb_rows(lake) == [(1, "a"), (2, "a"), (3, "a")]
     # replayed, the appends read their files the compaction replaced (still on disk)
-    first = Asset.objects.filter(connector=job.connector).order_by("id").first()
     watermark_correct(job=job, value=_start(job), actor="a", reason="fix", replay=True)
     drain(spark, job)
     assert sink_state(out) == [(1, "a"), (2, "a"), (3, "a")]

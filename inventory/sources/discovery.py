@@ -50,8 +50,8 @@ def discover(connector: Connector) -> int:
             restatements.delta_restate(connector)
         elif connector.kind == ConnectorKind.HUDI:
             restatements.hudi_restate(connector)
-        elif hasattr(module, "restate"):
-            module.restate(connector)  # the kind's own restatements of what its new items changed
+        elif connector.kind == ConnectorKind.ICEBERG:
+            restatements.iceberg_restate(connector)
         elif source_name(connector.kind, connector.config) == "object_store":
             restatements.changed_files_restate(connector)  # objects rewritten under their key
     else:

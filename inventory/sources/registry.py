@@ -24,7 +24,16 @@ A local directory and a meta table in Tidemark's database are served by `files.p
 from typing import Any, Protocol, runtime_checkable
 
 from inventory.models import Connector, ConnectorKind
-from inventory.sources import delta, hudi, iceberg, job_output, kafka, meta_table, object_store, table
+from inventory.sources import (
+    delta,
+    hudi,
+    iceberg,
+    job_output,
+    kafka,
+    meta_table,
+    object_store,
+    table,
+)
 from inventory.sources.config import is_object_store_path
 from inventory.sources.identity import source_table_check
 from inventory.sources.items import ItemSource, assets_source, meta_table_source, unique_uids

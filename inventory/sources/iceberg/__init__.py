@@ -20,7 +20,7 @@ to the table's location (workers/spark/iceberg_files.py).
 
 An overwrite or delete snapshot that removes files (or deletes positions in files) that
 registered snapshots added restates those snapshots, traced through compactions
-(delta_lineage.origins); `restate` then gives every job that committed them one backfill through
+(delta_lineage.origins); `restatements.iceberg_restate` then gives every job that committed them one backfill through
 the restating snapshot (invariant 12), as for Delta versions.
 
 A snapshot the table no longer holds (expired) is a batch error naming it and the way out: with
@@ -31,6 +31,5 @@ A snapshot the table no longer holds (expired) is a batch error naming it and th
 from inventory.sources.iceberg.config import validate
 from inventory.sources.iceberg.discovery import discover
 from inventory.sources.iceberg.read import read_spec
-from inventory.sources.iceberg.restate import restate
 
-__all__ = ["discover", "read_spec", "restate", "validate"]
+__all__ = ["discover", "read_spec", "validate"]
