@@ -4,6 +4,7 @@ catalog on a SQLite file; DuckDB's own Iceberg reader (its `iceberg` extension f
 second reader that says what the table holds."""
 
 import functools
+import json
 import os
 import uuid
 
@@ -24,7 +25,9 @@ from inventory.services.jobs import job_create
 from inventory.sources import discovery
 from tests.factories import execute_refused_before_spark
 from tests.test_exactly_once import drain, run_and_commit
+from tests.test_python_sources_imports import CREATE, OBJECT_PLAN, PLAN, _planner_imports
 from workers import specs
+from workers.spark import iceberg_catalog
 from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
 
@@ -157,6 +160,51 @@ def test_snapshots_are_registered_in_commit_order_with_what_each_added(tmp_path)
     assert all(a.weight > 0 for a in assets)
     assert [a.location for a in assets] == [f"ns.t@{i}" for i in ids]
     assert connector.cursor["snapshot"] == ids[2]
+
+
+def test_a_look_after_the_cursors_snapshot_expired_registers_the_later_ones(tmp_path):
+    lake = Lake(tmp_path / "lake")
+    connector = connector_create(name="after", kind="iceberg", config=dict(lake.config))
+    lake.table.append(_rows([1]))
+    lake.table.append(_rows([2]))
+    assert discovery.discover(connector) == 2
+    lake.table.append(_rows([3]))
+    lake.table.maintenance.expire_snapshots().by_id(lake.snapshot_ids()[1]).commit()
+    assert discovery.discover(connector) == 1
+    last = Asset.objects.filter(connector=connector).order_by("id").last()
+    assert last.extra["snapshot"] == lake.snapshot_ids()[-1]
+
+
+def test_a_catalog_in_a_postgresql_database_the_deployment_names(
+    spark, tmp_path, monkeypatch, settings
+):
+    """The catalog's DSN comes from the variable catalog_dsn_env names; another database of
+    the embedded server is not Tidemark's own."""
+    import psycopg2
+    from psycopg2.extensions import make_dsn
+
+    admin = psycopg2.connect(settings.DATABASE_URL)
+    admin.autocommit = True
+    with admin.cursor() as cursor:
+        cursor.execute("DROP DATABASE IF EXISTS tm_iceberg_catalog")
+        cursor.execute("CREATE DATABASE tm_iceberg_catalog")
+    admin.close()
+    monkeypatch.setenv("TM_ICEBERG", make_dsn(settings.DATABASE_URL, dbname="tm_iceberg_catalog"))
+    config = {"catalog_dsn_env": "TM_ICEBERG", "warehouse": str(tmp_path / "wh"), "table": "ns.t"}
+    catalog = iceberg_catalog.catalog_from(config)
+    catalog.create_namespace("ns")
+    catalog.create_table("ns.t", schema=_rows([1]).schema).append(_rows([1, 2]))
+    out = tmp_path / "out"
+    connector = connector_create(name="pg-src", kind="iceberg", config=config)
+    job = job_create(
+        name="pg",
+        connector=connector,
+        batch_weight=10**12,
+        sink={"kind": "delta", "path": str(out)},
+    )
+    assert discovery.discover(connector) == 1
+    drain(spark, job)
+    assert sink_state(out) == [(1, "a"), (2, "a")]
 
 
 # ---- batch by batch, with restatements ------------------------------------------------------
@@ -458,3 +506,20 @@ def test_a_pipelines_file_declares_an_iceberg_connector(tmp_path):
     file.write_text("version: 1\nconnectors:\n  - {name: orders, kind: icebergs}\n")
     with pytest.raises(UsageError, match=r"connectors\[0\]\.kind"):
         load(str(file))
+
+
+@pytest.mark.parametrize("worker", [CREATE, PLAN])
+def test_a_planner_process_plans_an_iceberg_batch_without_pyarrow(worker):
+    """Spark's planner processes unpickle the data source and list its partitions, one a data
+    file, without importing pyarrow (only the executors' read needs it)."""
+    from workers.spark.sources.iceberg import IcebergSource
+
+    files = [
+        {"path": f"/data/t/data/{n}.parquet", "named": f"/data/t/data/{n}.parquet", "snapshot": 1}
+        for n in range(3)
+    ]
+    plan = {"table": "ns.t", "files": files, "schema": json.dumps(OBJECT_PLAN["schema"])}
+    found = _planner_imports(IcebergSource, plan, worker)
+    assert found["before"] == ([] if worker == CREATE else ["pyarrow"])
+    assert found["added"] == [], f"the planner process imported {found['added']}"
+    assert found["partitions"] == 3

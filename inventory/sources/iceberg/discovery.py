@@ -26,9 +26,17 @@ def new_snapshots(chain: list, cursor: dict) -> int:
     ids = [s.snapshot_id for s in chain]
     if after in ids:
         return ids.index(after) + 1
-    # the cursor's snapshot expired since: the later ones come after it in sequence
-    sequence = cursor.get("sequence") or 0
-    return next((i for i, s in enumerate(chain) if (s.sequence_number or 0) > sequence), len(chain))
+    # the cursor's snapshot expired since: the later ones come after it in sequence (a format
+    # version 1 table numbers none: its commit times order them)
+    sequence, stamp = cursor.get("sequence") or 0, cursor.get("timestamp_ms") or 0
+    return next(
+        (
+            i
+            for i, s in enumerate(chain)
+            if (s.sequence_number or 0, s.timestamp_ms) > (sequence, stamp)
+        ),
+        len(chain),
+    )
 
 
 def item(name: str, snapshot) -> tuple[str, int, dict]:
@@ -75,7 +83,7 @@ def _discover(connector: Connector) -> int:
             items[index - start][2]["untraceable"] = (
                 "it has equality delete files, which Tidemark cannot read or trace"
             )
-        acts = history.actions(table, snapshot, name=name, with_deletes=True)
+        acts = history.actions(table, snapshot, name=name, with_deletes=True, found=found)
         for gone in lineage.data_removed(acts) - added_here:  # added in this look: never read
             removed.setdefault(gone, index)
         for add in lineage.data_added(acts):
@@ -103,6 +111,7 @@ def _discover(connector: Connector) -> int:
             **(locked.cursor or {}),
             "snapshot": last.snapshot_id,
             "sequence": last.sequence_number or 0,
+            "timestamp_ms": last.timestamp_ms,
         }
         restates = {i for _, _, extra in items for i in extra.get("restates", [])}
         if restates:

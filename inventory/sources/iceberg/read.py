@@ -125,7 +125,7 @@ def _added_and_live(table, chain: list, indexes: list[int], *, name: str) -> lis
         found = history.changes(table, snapshot, name=name)
         if i in wanted and history.operation(snapshot) not in history.NO_DATA_CHANGE:
             files += [(snapshot.snapshot_id, f) for f in found.added]
-        later.append(history.actions(table, snapshot, name=name, with_deletes=False))
+        later.append(history.actions(table, snapshot, name=name, with_deletes=False, found=found))
     try:
         dead = lineage.dead_files([f.file_path for _, f in files], later)
     except lineage.Untraceable as exc:

@@ -103,9 +103,12 @@ def deleted_from(table, delete_file, *, name: str, snapshot: int) -> set[str]:
     return set(column.unique().to_pylist())
 
 
-def actions(table, snapshot, *, name: str, with_deletes: bool) -> list[dict]:
-    """The snapshot's changes as Delta actions (see the module's docstring)."""
-    found = changes(table, snapshot, name=name)
+def actions(
+    table, snapshot, *, name: str, with_deletes: bool, found: Changes | None = None
+) -> list[dict]:
+    """The snapshot's changes (`found` when the caller read them already) as Delta actions (see
+    the module's docstring)."""
+    found = found or changes(table, snapshot, name=name)
     data_change = operation(snapshot) not in NO_DATA_CHANGE
     result = []
     for kind, files in (("add", found.added), ("remove", found.removed)):
