@@ -416,6 +416,73 @@ def test_a_manifest_naming_a_data_file_outside_the_table_is_refused(spark, tmp_p
     assert Asset.objects.filter(connector=job.connector).count() == 1
 
 
+def _delete_positions(lake: Lake, positions: list[int]) -> None:
+    """A merge-on-read delete, as another writer commits it: a position delete file naming rows
+    of the table's one data file, in a delete manifest of a `delete` snapshot (pyiceberg reads
+    them but writes copy-on-write deletes only, so its writer is told to write a delete
+    manifest)."""
+    from pyiceberg.manifest import (
+        DataFile,
+        DataFileContent,
+        FileFormat,
+        ManifestContent,
+        ManifestWriterV2,
+    )
+    from pyiceberg.table.snapshots import Operation
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+    from pyiceberg.typedef import Record
+
+    table = lake.table
+    [task] = table.scan().plan_files()
+    path = f"{table.location().removeprefix('file://')}/data/deletes-{uuid.uuid4()}.parquet"
+    target = task.file.file_path
+    pq.write_table(
+        pa.table({"file_path": [target] * len(positions), "pos": pa.array(positions, pa.int64())}),
+        path,
+    )
+    delete_file = DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path=f"file://{path}",
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=len(positions),
+        file_size_in_bytes=os.path.getsize(path),
+        spec_id=0,
+    )
+    meta = ManifestWriterV2._meta
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ManifestWriterV2, "content", lambda self: ManifestContent.DELETES)
+        patch.setattr(
+            ManifestWriterV2,
+            "_meta",
+            property(lambda self: {**meta.fget(self), "content": "deletes"}),
+        )
+        with table.transaction() as tx:
+            delete = _OverwriteFiles(
+                operation=Operation.DELETE, transaction=tx, io=table.io, commit_uuid=uuid.uuid4()
+            )
+            delete.append_data_file(delete_file)
+            delete.commit()
+
+
+def test_a_position_delete_restates_the_snapshot_whose_rows_it_deleted(spark, tmp_path):
+    lake = Lake(tmp_path / "lake")
+    out = tmp_path / "out"
+    job = iceberg_job("positions-restate", lake, out)
+    lake.table.append(_rows([1, 2, 3, 4]))
+    discovery.discover(job.connector)
+    drain(spark, job)
+    _delete_positions(lake, [1, 3])
+    assert discovery.discover(job.connector) == 1
+    first, deleting = Asset.objects.filter(connector=job.connector).order_by("id")
+    assert (deleting.extra["operation"], deleting.extra["restates"]) == ("delete", [first.pk])
+    drain(spark, job)
+    [backfill] = _restatements(job)
+    # the rebuild reads the first snapshot's file without the deleted positions
+    assert batch_rows(out, backfill.batches.get()) == [(1, "a"), (3, "a")]
+    assert sink_state(out) == duckdb_rows(lake) == [(1, "a"), (3, "a")]
+
+
 def test_position_deletes_are_honoured_on_the_executors(spark, tmp_path):
     """A data file's rows at the positions a position delete file names for it are dropped
     (pyiceberg writes copy-on-write deletes only: the delete file is written here)."""
