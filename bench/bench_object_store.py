@@ -122,9 +122,8 @@ def measure(endpoint: str) -> dict:
     from moto.s3.models import s3_backends
 
     from inventory.models import Connector
-    from inventory.services import assets
+    from inventory.services import assets, discovery
     from inventory.services.connectors import connector_create
-    from inventory.sources import discovery
     from inventory.sources import object_store as source_object_store
     from inventory.sources.files import known as files_known
 

@@ -118,8 +118,8 @@ def main() -> int:
 def measure(source, load_s: dict) -> dict:
     from inventory.services import lifecycle
     from inventory.services.connectors import connector_create
+    from inventory.services.discovery import discover
     from inventory.services.jobs import job_create
-    from inventory.sources.discovery import discover
 
     rows = {"big": BIG, "small": SMALL}
     jobs, connectors, initial = {}, {}, {}

@@ -93,7 +93,7 @@ class Source:
         raise NotImplementedError
 
     def discover(self) -> None:
-        from inventory.sources.discovery import discover
+        from inventory.services.discovery import discover
 
         discover(self.connector)
 

@@ -24,6 +24,7 @@ from inventory.services import (
     backfills,
     connectors,
     corrections,
+    discovery,
     freshness,
     gaps,
     jobs,
@@ -32,7 +33,6 @@ from inventory.services import (
     scheduling,
     throttle,
 )
-from inventory.sources import discovery
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from inventory.models import (
 )
 from inventory.services.errors import InvalidInput
 from inventory.sources.items import fetch_items
-from inventory.sources.registry import source_for_connector
+from inventory.sources.registry import kind_of, source_for_connector
 from inventory.sql import query
 
 log = logging.getLogger(__name__)
@@ -56,11 +56,9 @@ def job_lag(*, job: Job) -> Lag | None:
     has no prefix sums, and a commit's weight changes when a later commit replaces its output; so
     these cost their own lag (in rows of their table, in commits), and only on the page showing
     them."""
-    config = job.connector.config or {}
-    # the rule of SQL's tidemark_lag_outside (schema/prefix_sums.sql), for the one job in hand
-    local_meta_table = "meta_table" in config and "dsn_env" not in config
-    # a job_output job's items are its upstream's commits, not assets: counted below
-    if not local_meta_table and job.connector.kind != "job_output":
+    # the rule of SQL's tidemark_lag_outside (schema/prefix_sums.sql), for the one job in hand:
+    # a local meta table's rows and a job_output job's upstream commits are counted below
+    if kind_of(job.connector).items_are_assets(job.connector):
         return jobs_lag([job])[job.pk]
     position = job.watermark.position
     try:

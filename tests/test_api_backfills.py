@@ -9,8 +9,8 @@ import pytest
 from inventory.models import Asset, Backfill, BackfillStatus, Batch, BatchStatus
 from inventory.services import lifecycle as batches
 from inventory.services.connectors import connector_create
+from inventory.services.discovery import discover
 from inventory.services.jobs import job_create
-from inventory.sources.discovery import discover
 from tests.api_support import make_inventory, token_client
 from tests.factories import ConnectorFactory, make_job
 from tests.test_source_table import (

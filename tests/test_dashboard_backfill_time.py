@@ -8,8 +8,8 @@ import pytest
 
 from inventory.models import Backfill
 from inventory.services import dispatch
+from inventory.services.discovery import discover
 from inventory.services.jobs import job_create
-from inventory.sources.discovery import discover
 from tests.test_dashboard_browser import _log_in, browser  # noqa: F401 - the fixture
 from tests.test_source_table import (
     SOURCE_ENV,

@@ -8,8 +8,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from inventory.models import Asset, Batch, BatchStatus
-from inventory.services import lifecycle
-from inventory.sources import discovery
+from inventory.services import discovery, lifecycle
 from inventory.sources.delta import lineage as delta_lineage
 from tests.test_delta_sink import assert_each_row_at_most_once_at_every_version, rows_at
 from tests.test_exactly_once import drain, run_spark

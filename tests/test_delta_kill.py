@@ -24,7 +24,7 @@ from inventory.services import dispatch, outputs
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from inventory.services.corrections import watermark_correct
-from inventory.sources.discovery import discover
+from inventory.services.discovery import discover
 from tests.chaos.conftest import drive, worker_pid
 from tests.factories import make_job
 from tests.test_delta_sink import assert_each_row_at_most_once_at_every_version, rows_at

@@ -15,8 +15,8 @@ import pytest
 from inventory.models import ConnectorEvent, ConnectorState
 from inventory.services import lifecycle, scheduling
 from inventory.services.connectors import connector_create
+from inventory.services.discovery import discover
 from inventory.services.jobs import job_create
-from inventory.sources.discovery import discover
 from tests.sink_database import sink_cursor
 from tests.test_source_table import (  # noqa: F401 - fixture
     SINK_ENV,

@@ -153,6 +153,42 @@ def test_an_import_against_the_layers_is_caught(importer, imported):
     assert layer_breaks(graph) == [(importer, imported)]
 
 
+# ---- services see the sources through a kind's object only ------------------------------------
+#
+# inventory.services asks `kind_of(connector)` (inventory/sources/registry.py) and names the
+# hooks' types (inventory/sources/base.py); it imports no kind and no other sources module, so a
+# kind's folder can change without a service changing, and services and sources never import
+# each other in a circle.
+
+SOURCES_FOR_SERVICES = ("inventory.sources.base", "inventory.sources.registry")
+
+
+def services_source_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(service module, sources module) pairs other than the two above."""
+    return sorted(
+        (name, target)
+        for name, targets in graph.items()
+        if name == "inventory.services" or name.startswith("inventory.services.")
+        for target in targets
+        if (target == "inventory.sources" or target.startswith("inventory.sources."))
+        and target not in SOURCES_FOR_SERVICES
+    )
+
+
+def test_services_import_only_the_base_and_the_registry_of_the_sources():
+    assert services_source_imports(_imports()) == []
+
+
+@pytest.mark.parametrize(
+    "imported",
+    ["inventory.sources.kafka", "inventory.sources.items", "inventory.sources.config"],
+)
+def test_a_services_import_of_another_sources_module_is_caught(imported):
+    graph = _imports()
+    graph["inventory.services.capabilities"] |= {imported}
+    assert services_source_imports(graph) == [("inventory.services.capabilities", imported)]
+
+
 def _string_imports(path: Path) -> list[str]:
     """Tidemark modules a file imports by a name in a string (import_module, __import__, import_string)."""
     found = []

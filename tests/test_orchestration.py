@@ -6,8 +6,8 @@ import pytest
 from inventory.models import ConnectorEvent, ConnectorState
 from inventory.services import lifecycle, scheduling
 from inventory.services.connectors import connector_create
+from inventory.services.discovery import discover
 from inventory.services.jobs import job_create
-from inventory.sources.discovery import discover
 from tests.api_support import token_client
 from tests.test_source_table import SOURCE_ENV, insert, source_dsn  # noqa: F401 - fixture
 

@@ -21,9 +21,9 @@ from inventory.models import (
 )
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
+from inventory.services.discovery import discover
 from inventory.services.jobs import job_create, job_update
 from inventory.services.restatement_records import restatement_apply
-from inventory.sources.discovery import discover
 from tests.api_support import token_client
 from tests.test_exactly_once import drain, sink_rows
 

@@ -17,10 +17,9 @@ import pytest
 from deltalake import write_deltalake
 
 from inventory.models import BatchStatus
-from inventory.services import lifecycle
+from inventory.services import discovery, lifecycle
 from inventory.services.connectors import connector_create
 from inventory.services.jobs import job_create
-from inventory.sources import discovery
 from tests.api_support import token_client
 from tests.factories import execute_refused_before_spark
 from workers import specs

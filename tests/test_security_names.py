@@ -238,7 +238,7 @@ def test_a_stored_config_cannot_reach_a_host_or_variable_at_run_time(
         assert stored.status in (BatchStatus.FAILED, BatchStatus.DEAD), outcome
         assert setting in stored.error["message"]
     # discovery of the stored object store is refused before it lists anything
-    from inventory.sources.discovery import discover
+    from inventory.services.discovery import discover
 
     with pytest.raises(Exception, match="TIDEMARK_ALLOWED_ENDPOINTS"):
         discover(Connector.objects.get(name="stored-s3"))

@@ -10,8 +10,8 @@ import pytest
 from inventory.models import Batch
 from inventory.services import lifecycle
 from inventory.services.connectors import connector_create
+from inventory.services.discovery import discover
 from inventory.services.jobs import job_create
-from inventory.sources.discovery import discover
 from tests.test_source_table import (  # noqa: F401 - fixture
     SINK_ENV,
     SOURCE_ENV,

@@ -6,13 +6,12 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from inventory.models import Asset, Backfill, Batch, BatchStatus
-from inventory.services import lifecycle
+from inventory.services import discovery, lifecycle
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
-from inventory.sources import discovery
 from tests.test_delta_sink import assert_each_row_at_most_once_at_every_version, rows_at
 from tests.test_exactly_once import drain, expected_rows, make_files_job
 from workers import specs

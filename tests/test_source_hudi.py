@@ -13,12 +13,11 @@ import pytest
 from deltalake import DeltaTable
 
 from inventory.models import Asset, Backfill, Batch, BatchStatus
-from inventory.services import lifecycle
+from inventory.services import discovery, lifecycle
 from inventory.services.connectors import connector_create, connector_update
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
-from inventory.sources import discovery
 from inventory.sources import hudi as hudi_source
 from tests.factories import execute_refused_before_spark
 from tests.test_exactly_once import drain, run_and_commit

@@ -17,12 +17,11 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import EqualTo, In
 
 from inventory.models import Asset, Backfill, Batch, BatchStatus
-from inventory.services import lifecycle
+from inventory.services import discovery, lifecycle
 from inventory.services.connectors import connector_create, connector_update
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
-from inventory.sources import discovery
 from tests.factories import execute_refused_before_spark
 from tests.test_exactly_once import drain, run_and_commit
 from tests.test_python_sources_imports import CREATE, OBJECT_PLAN, PLAN, _planner_imports
@@ -551,6 +550,62 @@ def test_the_api_creates_an_iceberg_connector_and_refuses_a_bad_one_naming_the_f
     assert made.status_code == 201, made.content
     assert (made.json()["kind"], made.json()["weight_unit"]) == ("iceberg", "bytes")
     assert admin.post("/api/v1/connectors/ice/discover/").json()["registered"] == 1
+
+
+def test_catalog_name_reads_a_table_another_writer_registered_and_re_points_the_connector(
+    tmp_path,
+):
+    # a table registered under another catalog name in the same SQLite catalog (Spark's JDBC
+    # catalog, say): the default name `tidemark` does not see it, `catalog_name` does
+    root = tmp_path / "lake"
+    root.mkdir()
+    config = {"catalog_uri": f"sqlite:///{root}/catalog.db", "table": "ns.other"}
+    other = SqlCatalog("lakehouse", uri=config["catalog_uri"], warehouse=f"file://{root}/w")
+    other.create_namespace("ns")
+    other.create_table("ns.other", schema=_rows([1]).schema).append(_rows([1, 2]))
+    with pytest.raises(InvalidInput) as unseen:
+        connector_create(name="other", kind="iceberg", config=dict(config))
+    assert unseen.value.field == "config.table"
+    for bad in ("", "no-dash", 7):
+        with pytest.raises(InvalidInput) as refused:
+            connector_create(name="other", kind="iceberg", config={**config, "catalog_name": bad})
+        assert refused.value.field == "config.catalog_name"
+    connector = connector_create(
+        name="other", kind="iceberg", config={**config, "catalog_name": "lakehouse"}
+    )
+    assert discovery.discover(connector) == 1
+    # another catalog's table of the same name is other data: a job's watermark would not hold
+    job_create(
+        name="other-job",
+        connector=connector,
+        batch_weight=10**12,
+        max_items=1,
+        sink={"kind": "delta", "path": str(tmp_path / "out")},
+    )
+    second = tmp_path / "second"
+    second.mkdir()
+    for name, uri in (
+        ("tidemark", config["catalog_uri"]),
+        ("lakehouse", f"sqlite:///{second}/c.db"),
+    ):
+        catalog = SqlCatalog(name, uri=uri, warehouse=f"file://{second}/w-{name}")
+        catalog.create_namespace("ns")
+        catalog.create_table("ns.other", schema=_rows([1]).schema)
+    moved = [
+        ({**config, "catalog_name": "tidemark"}, "config.catalog_name"),
+        (
+            {**config, "catalog_uri": f"sqlite:///{second}/c.db", "catalog_name": "lakehouse"},
+            "config.catalog_uri",
+        ),
+    ]
+    for config_now, field in moved:
+        with pytest.raises(InvalidInput) as repointed:
+            connector_update(connector=connector, config=config_now)
+        assert repointed.value.field == field and "reset the connector" in repointed.value.message
+    # a change that keeps the table where it is is taken
+    connector_update(
+        connector=connector, config={**config, "catalog_name": "lakehouse", "expired": "snapshot"}
+    )
 
 
 def test_the_dashboard_connector_form_offers_the_iceberg_kind(client, role_users):

@@ -14,8 +14,8 @@ import pytest
 from inventory.models import Asset, Batch, BatchStatus, Connector, Watermark
 from inventory.services import dispatch
 from inventory.services.connectors import connector_create
+from inventory.services.discovery import discover
 from inventory.services.errors import InvalidInput
-from inventory.sources.discovery import discover
 from inventory.sources.kafka import handover_set, next_offsets, plan_slices
 from tests.api_support import token_client
 from tests.factories import ConnectorFactory, make_job

@@ -10,10 +10,10 @@ import pytest
 from inventory.models import Asset, Connector
 from inventory.services import lifecycle
 from inventory.services.connectors import connector_create
+from inventory.services.discovery import discover
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
 from inventory.services.outputs import control_plane_dsn
-from inventory.sources.discovery import discover
 from tests.test_exactly_once import run_spark
 from tests.test_source_table import SOURCE_ENV, source_dsn  # noqa: F401 - fixture
 from tests.worker_fixtures import write_orders

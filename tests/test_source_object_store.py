@@ -21,10 +21,9 @@ from inventory.models import (
     RestatementCause,
     Watermark,
 )
-from inventory.services import dispatch
+from inventory.services import discovery, dispatch
 from inventory.services.connectors import connector_create
 from inventory.services.errors import InvalidInput
-from inventory.sources import discovery
 from inventory.sources import object_store as source_object_store
 from tests.api_support import token_client
 from tests.factories import make_job

@@ -15,10 +15,10 @@ from django.db import connection
 from inventory.models import Asset, Backfill, Batch, BatchStatus, Watermark
 from inventory.services import lifecycle
 from inventory.services.connectors import connector_create
+from inventory.services.discovery import discover
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
 from inventory.services.outputs import control_plane_dsn
-from inventory.sources.discovery import discover
 from tests.api_support import token_client
 from tests.sink_database import sink_cursor, sink_database_dsn
 from tests.test_exactly_once import run_spark

@@ -14,6 +14,7 @@ from inventory.models import (
     WatermarkSource,
 )
 from inventory.services import lifecycle, watermarks
+from inventory.services.config_keys import check_discover_seconds
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.job_config import sink_outside_own_source
 from inventory.services.orchestration import (
@@ -23,8 +24,6 @@ from inventory.services.orchestration import (
     predecessors_completed,
 )
 from inventory.services.secrets import check_no_secrets
-from inventory.sources.config import check_discover_seconds
-from inventory.sources.identity import identity_changes
 from inventory.sources.registry import kind_for
 
 
@@ -109,10 +108,9 @@ def connector_update(
     fields = []
     if config is not _UNSET:
         config = validate_config(connector.kind, config or {})
-        kind_for(connector.kind, config).check_config_change(
-            connector=connector, config=config, reset=False
-        )
-        changed = identity_changes(connector.config, config)
+        kind = kind_for(connector.kind, config)
+        kind.check_config_change(connector=connector, config=config, reset=False)
+        changed = kind.identity_changes(connector.config, config)
         jobs = list(connector.jobs.order_by("name").values_list("name", flat=True)[:5])
         if changed and jobs:
             raise InvalidInput(
@@ -188,10 +186,9 @@ def connector_reset(
         raise InvalidInput("reason", "resetting a connector needs a reason")
     connector = Connector.objects.select_for_update().get(pk=connector.pk)
     config = validate_config(connector.kind, config or {})
-    kind_for(connector.kind, config).check_config_change(
-        connector=connector, config=config, reset=True
-    )
-    changed = identity_changes(connector.config, config)
+    kind = kind_for(connector.kind, config)
+    kind.check_config_change(connector=connector, config=config, reset=True)
+    changed = kind.identity_changes(connector.config, config)
     jobs = list(Job.objects.select_for_update().filter(connector=connector).order_by("pk"))
     for job in jobs:
         try:
@@ -236,7 +233,7 @@ def connector_reset(
             replay=True,
         )
     fields = ["config", "updated_at"]
-    if kind_for(connector.kind, config).cursor_restarts and connector.cursor:
+    if kind.cursor_restarts and connector.cursor:
         # a source read from a cursor (table values, topic offsets, listed keys, uids) is looked
         # at again from its configured start: the items registered from the old cursor go
         connector.assets.all().delete()

@@ -11,11 +11,12 @@ from django.conf import settings
 
 from inventory.models import RestatementPolicy
 from inventory.services.capabilities import sink_confine
+from inventory.services.config_keys import check_known_keys
 from inventory.services.confinement import sink_outside_source
 from inventory.services.cron import parse_cron
 from inventory.services.errors import InvalidInput
 from inventory.services.own_database import sink_refuse_own_database
-from inventory.sources.config import check_known_keys
+from inventory.sources.registry import kind_for
 
 EXECUTORS = ("warm", "submit")
 
@@ -131,8 +132,7 @@ def sink_outside_own_source(sink: dict, connector, *, config: dict | None = None
     config = config or {}
     if not isinstance(sink, dict) or sink.get("kind") not in ("files", "delta"):
         return
-    if connector.kind != "files" or "meta_table" in config:
-        return  # a meta table's items are listed by the table, not by a walk of `path`
-    sink_outside_source(
-        sink.get("path"), config.get("path"), source=connector.name, field="sink.path"
-    )
+    walked = kind_for(connector.kind, config).walked_path(config)
+    if not walked:
+        return  # e.g. a meta table's items are listed by the table, not by a walk of `path`
+    sink_outside_source(sink.get("path"), walked, source=connector.name, field="sink.path")

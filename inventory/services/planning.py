@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, DataError, connection, transaction
 
 from inventory.services.errors import InvalidInput
-from inventory.sources.items import ItemSource
+from inventory.sources.base import ItemSource
 from inventory.sql import query
 
 # undefined_table, undefined_column: an item source that no longer matches its config

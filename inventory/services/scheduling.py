@@ -30,7 +30,9 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 
 from inventory.models import Connector, ConnectorState, Job, MaintenanceRun
 from inventory.services import restatements
+from inventory.services.config_keys import discover_seconds
 from inventory.services.cron import parse_cron
+from inventory.services.discovery import discover, discovers
 from inventory.services.dispatch import (
     DISCOVER_ASSETS,
     RUN_JOB,
@@ -43,8 +45,6 @@ from inventory.services.errors import InvalidInput
 from inventory.services.lifecycle import batches_reap_expired
 from inventory.services.metrics_rollup import attempt_rollup_advance
 from inventory.services.orchestration import orchestrate
-from inventory.sources.config import discover_seconds
-from inventory.sources.discovery import discover, discovers
 from inventory.sql import query
 
 PREFIX = "tidemark:"

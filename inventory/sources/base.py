@@ -36,6 +36,7 @@ from django.db.models import Max, Min
 
 from inventory.services.errors import InvalidInput
 from inventory.services.instants import instant_checked
+from inventory.sources.identity import identity_changes
 from inventory.sources.items import ItemSource, assets_source, fetch_items
 
 __all__ = ["ItemSource", "SourceKind", "TimeBasis", "instant_parsed"]
@@ -106,9 +107,21 @@ class SourceKind:
         so a pipelines file that leaves them out is not a change."""
         return {}
 
+    def identity_changes(self, old: dict | None, new: dict | None) -> list[str]:
+        """Config fields (`config.<key>`) whose change re-points the connector at other data."""
+        return identity_changes(old, new)
+
     def upstream_job(self, config: dict) -> str:
         """The job whose commits are this connector's items ("" when none)."""
         return ""
+
+    def walked_path(self, config: dict) -> str | None:
+        """The directory or prefix whose listing gives the items (a sink may not write there)."""
+        return None
+
+    def items_are_assets(self, connector) -> bool:
+        """Its items are the connector's registered assets (counted from their prefix sums)."""
+        return True
 
     def reads_files(self, connector) -> bool:
         """The batch's items are files in a format (`config.format`, else their suffixes)."""

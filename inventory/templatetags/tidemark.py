@@ -79,7 +79,7 @@ def watermark_short(watermark):
 @register.filter
 def discovers(connector) -> bool:
     """Whether the connector finds its items itself (the dashboard's "Discover now")."""
-    from inventory.sources.discovery import discovers as connector_discovers
+    from inventory.services.discovery import discovers as connector_discovers
 
     return connector_discovers(connector)
 

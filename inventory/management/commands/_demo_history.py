@@ -21,9 +21,9 @@ from controlplane.loopback import free_port, listening
 from inventory.models import Batch, BatchStatus, Connector, ConnectorState, Job
 from inventory.services import dispatch, lifecycle, scheduling
 from inventory.services.connectors import connector_delete
+from inventory.services.discovery import discover
 from inventory.services.jobs import job_delete
 from inventory.services.outputs import control_plane_dsn
-from inventory.sources.discovery import discover
 
 SOURCE_DB = "tidemark_demo_source"
 SOURCE_DSN_ENV = "DEMO_SOURCE_DSN"

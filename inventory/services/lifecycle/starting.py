@@ -17,7 +17,7 @@ from inventory.services.lifecycle.shared import (
 )
 from inventory.services.planning import BAD_WEIGHT_CODE, SOURCE_UNREADABLE_CODES
 from inventory.services.transactions import single_call
-from inventory.sources.items import ItemSource
+from inventory.sources.base import ItemSource
 from inventory.sources.registry import source_for_connector
 from inventory.sql import query
 

@@ -1,5 +1,5 @@
 """What a files connector has registered, as this process knows it, and the recheck of the files
-registered lately (sources/files.py scans; sources/object_store shares the registered locations).
+registered lately (sources/files/ scans; sources/object_store shares the registered locations).
 
 A discovery recognises registered files by name against this copy, so the walk neither stats
 them nor sends them to the database again. The copy is kept current by two queries: the

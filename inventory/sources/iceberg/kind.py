@@ -5,12 +5,23 @@ from inventory.sources import iceberg
 from inventory.sources.base import SourceKind
 from workers.spark.iceberg_files import local_path
 
+# besides `table`: the catalog that resolves it (another catalog's table of the same name is
+# other data, its snapshot ids unrelated)
+CATALOG_IDENTITY = ("catalog_uri", "catalog_dsn_env", "catalog_name")
+
 
 class IcebergKind(SourceKind):
     name = "iceberg"
 
     def validate(self, config: dict, *, connector_kind: str) -> dict:
         return iceberg.validate(config)
+
+    def identity_changes(self, old: dict | None, new: dict | None) -> list[str]:
+        changed = super().identity_changes(old, new)
+        old, new = old or {}, new or {}
+        return changed + [
+            f"config.{key}" for key in CATALOG_IDENTITY if old.get(key) != new.get(key)
+        ]
 
     def discover(self, connector) -> int:
         return iceberg.discover(connector)

@@ -16,6 +16,9 @@ class JobOutputKind(SourceKind):
     def validate(self, config: dict, *, connector_kind: str) -> dict:
         return job_output.validate(config)
 
+    def items_are_assets(self, connector) -> bool:
+        return False  # its upstream's commits
+
     def upstream_job(self, config: dict) -> str:
         return (config or {}).get("job") or ""
 

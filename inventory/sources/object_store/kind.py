@@ -25,6 +25,9 @@ class ObjectStoreKind(SourceKind):
     def snapshot_by_look(self, connector) -> bool:
         return bool((connector.config or {}).get("snapshot"))
 
+    def walked_path(self, config: dict) -> str | None:
+        return config.get("path")
+
     def reads_files(self, connector) -> bool:
         return True
 

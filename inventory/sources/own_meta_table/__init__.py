@@ -55,6 +55,9 @@ class OwnMetaTableKind(SourceKind):
         source_table_check(source.relation, field="config.meta_table.table")
         return unique_uids(source)
 
+    def items_are_assets(self, connector) -> bool:
+        return "meta_table" not in (connector.config or {})  # else rows of a table in place
+
     def reads_files(self, connector) -> bool:
         return connector.kind == ConnectorKind.FILES
 

@@ -91,3 +91,8 @@ def _empty(spark: SparkSession, schema_from) -> DataFrame:
         except Exception:  # noqa: BLE001 - a schema hint only: no columns is still no rows
             pass
     return spark.createDataFrame([], T.StructType([]))
+
+
+def covered_watermark(spec: dict) -> None:
+    """None: the data's watermark column decides what the batch covered."""
+    return None

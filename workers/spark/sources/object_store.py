@@ -187,3 +187,8 @@ def _with_schema(spark: SparkSession, df: DataFrame, schema) -> DataFrame:
         *[F.col(field.name).cast(field.dataType).alias(field.name) for field in fields],
         *[column for column in df.columns if column not in named],
     )
+
+
+def covered_watermark(spec: dict) -> None:
+    """None: the data's watermark column decides what the batch covered."""
+    return None

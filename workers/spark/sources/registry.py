@@ -2,8 +2,8 @@
 
 A batch spec with a `source` object ({"kind": ..., plus what that kind's reader needs}) is read by
 the module registered here, whose `read(spark, spec) -> DataFrame` returns the batch's rows. A
-reader may also say what the batch covered as the job's watermark: `covered_watermark(spec)` (a
-Kafka batch's next offset per partition). Secrets reach a reader only as environment-variable
+reader also says what the batch covered as the job's watermark: `covered_watermark(spec)` (a
+Kafka batch's next offset per partition; None when the data's watermark column decides). Secrets reach a reader only as environment-variable
 names. The control side of each kind (`inventory/sources/registry.py`) names the same kinds.
 """
 
@@ -17,9 +17,11 @@ from workers.spark.sources import delta, hudi, iceberg, job_output, kafka, objec
 
 @runtime_checkable
 class SourceReader(Protocol):
-    """A kind's reader; `covered_watermark(spec)` is optional (see above)."""
+    """A kind's reader (see above)."""
 
     def read(self, spark: SparkSession, spec: dict) -> DataFrame: ...
+
+    def covered_watermark(self, spec: dict): ...
 
 
 READERS: dict[str, SourceReader] = {
@@ -49,5 +51,4 @@ def read_source(spark: SparkSession, spec: dict) -> DataFrame:
 
 def covered_watermark(spec: dict):
     """The watermark value a batch's planned coverage gives (None: the data's column decides)."""
-    reader = _reader(spec)
-    return reader.covered_watermark(spec) if hasattr(reader, "covered_watermark") else None
+    return _reader(spec).covered_watermark(spec)

@@ -151,3 +151,8 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
 
     rdd = spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(fetch)
     return spark.createDataFrame(rdd, schema)
+
+
+def covered_watermark(spec: dict) -> None:
+    """None: the data's watermark column decides what the batch covered."""
+    return None
