@@ -3,7 +3,8 @@
     {"catalog_uri": "sqlite:////data/lake/catalog.db", "table": "sales.orders"}
     {"catalog_dsn_env": "LAKE_CATALOG_DSN", "warehouse": "/data/lake", "table": "sales.orders"}
 
-The table is found through pyiceberg's SQL catalog (workers/spark/iceberg_catalog.py; config.py
+Its `SourceKind` object is `kind.py` (the hooks: discover, after_discover, read_spec, confine,
+identity_changes). The table is found through pyiceberg's SQL catalog (workers/spark/iceberg_catalog.py; config.py
 checks where it may lie). Discovery (discovery.py) registers each snapshot of the current branch
 after the connector's cursor (the last registered snapshot) as an asset, under the connector's
 row lock with the cursor in the same transaction: location `<namespace.name>@<snapshot id>`,
@@ -20,8 +21,9 @@ to the table's location (workers/spark/iceberg_files.py).
 
 An overwrite or delete snapshot that removes files (or deletes positions in files) that
 registered snapshots added restates those snapshots, traced through compactions
-(inventory/sources/delta/lineage.py, origins); `restatements.iceberg_restate` then gives every job that committed them one backfill through
-the restating snapshot (invariant 12), as for Delta versions.
+(inventory/sources/delta/lineage.py, origins); `restatements.iceberg_restate`, run by the
+kind's after_discover, then gives every job that committed them one backfill through the
+restating snapshot (invariant 12), as for Delta versions.
 
 A snapshot the table no longer holds (expired) is a batch error naming it and the way out: with
 `"expired": "snapshot"` the batch reads the rows of its snapshots the table still holds
