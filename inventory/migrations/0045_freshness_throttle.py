@@ -8,7 +8,7 @@ from inventory.sql.migrations_utils import RunSQLFile
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("inventory", "0043_hudi_connector_kind"),
+        ("inventory", "0044_iceberg_connector_kind"),
     ]
 
     operations = [

@@ -11,6 +11,7 @@ class ConnectorKind(models.TextChoices):
     JOB_OUTPUT = "job_output", "job output"
     DELTA = "delta", "delta"
     HUDI = "hudi", "hudi"
+    ICEBERG = "iceberg", "iceberg"
 
 
 class ConnectorState(models.TextChoices):
@@ -22,7 +23,7 @@ class ConnectorState(models.TextChoices):
 
 def weight_unit(kind: str, config: dict | None) -> str:
     """What one unit of a connector's item weight is, so it can be shown as such: "bytes" for
-    files (local or object store), Delta versions, Hudi instants and job outputs (docs/sources/), "rows" for a
+    files (local or object store), Delta versions, Hudi instants, Iceberg snapshots and job outputs (docs/sources/), "rows" for a
     table read in slices, "messages" for Kafka, "" for a meta table, whose weight column means
     whatever its writer chose. The dashboard, the admin and the API all take it from here."""
     config = config or {}
@@ -32,6 +33,7 @@ def weight_unit(kind: str, config: dict | None) -> str:
         ConnectorKind.FILES,
         ConnectorKind.DELTA,
         ConnectorKind.HUDI,
+        ConnectorKind.ICEBERG,
         ConnectorKind.JOB_OUTPUT,
     ):
         return "bytes"

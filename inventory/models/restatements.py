@@ -14,6 +14,7 @@ class RestatementCause(models.TextChoices):
     UPSTREAM = "upstream", "upstream commits replaced"
     DELTA_VERSIONS = "delta_versions", "Delta versions whose files a later version removed"
     HUDI_INSTANTS = "hudi_instants", "Hudi instants whose rows a later instant changed"
+    ICEBERG_SNAPSHOTS = "iceberg_snapshots", "Iceberg snapshots whose rows a later one replaced"
 
 
 class RestatementStatus(models.TextChoices):

@@ -16,6 +16,7 @@ from inventory.sources.base import ItemSource, SourceKind
 from inventory.sources.delta.kind import KIND as delta
 from inventory.sources.files.kind import KIND as files
 from inventory.sources.hudi.kind import KIND as hudi
+from inventory.sources.iceberg.kind import KIND as iceberg
 from inventory.sources.job_output.kind import KIND as job_output
 from inventory.sources.kafka.kind import KIND as kafka
 from inventory.sources.meta_table.kind import KIND as meta_table
@@ -35,6 +36,7 @@ KINDS: dict[str, SourceKind] = {
         job_output,
         delta,
         hudi,
+        iceberg,
     )
 }
 

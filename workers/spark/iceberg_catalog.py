@@ -1,6 +1,7 @@
 """An Iceberg table's catalog, from a sink's or a connector's config (no Django here).
 
     {"catalog_uri": "sqlite:////data/iceberg/catalog.db",   # or "catalog_dsn_env": "ICEBERG_DSN"
+     "catalog_name": "tidemark",                           # optional, the default
      "warehouse": "/data/iceberg/warehouse",
      "table": "sales.orders"}
 
@@ -9,7 +10,10 @@ SQLite file under the allowed roots (the demo, the tests, one machine), or a Pos
 the deployment names through an environment variable holding its DSN, never Tidemark's own
 (checked when the config is saved, and again here on the catalog's own connection when the
 worker is given the control plane's identity, as the PostgreSQL sink does). A commit is the
-catalog's compare-and-swap of that row, so two writers never both win.
+catalog's compare-and-swap of that row, so two writers never both win. The SQL catalog keeps the
+tables of several catalogs apart by name: `catalog_name` (default `tidemark`) reads a table
+another writer registered under its own (Spark's JDBC catalog, say). A sink creates tables in its
+`warehouse`, which it needs; a connector reads a table that exists, so its warehouse is optional.
 
 `check_catalog` reads the config without touching anything (the control plane calls it when a
 job or connector is saved); `catalog_from` opens the catalog. Where the paths may lie (under
@@ -23,8 +27,10 @@ from dataclasses import dataclass
 
 from workers.spark.errors import SinkError, scrub_dsn
 
-# one catalog name for every config: the SQL catalog keys its rows by it, so a table written by a
-# sink and read by a source with the same catalog database is the same table
+# the keys a catalog config may hold (a sink's or a connector's config adds its own)
+KEYS = ("catalog_uri", "catalog_dsn_env", "catalog_name", "warehouse", "table")
+# the catalog name when the config gives none: the SQL catalog keys its rows by it, so a table
+# written by a sink and read by a source with the same catalog database is the same table
 CATALOG_NAME = "tidemark"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _SQLITE = "sqlite:///"
@@ -42,17 +48,19 @@ class CatalogError(SinkError):
 class CatalogConfig:
     sqlite_path: str | None  # the SQLite file, or None for PostgreSQL
     dsn_env: str | None  # the variable holding the PostgreSQL DSN
-    warehouse: str  # an absolute local directory
+    warehouse: str | None  # an absolute local directory (None: a connector that gave none)
     namespace: str
     name: str
+    catalog_name: str = CATALOG_NAME
 
     @property
     def identifier(self) -> tuple[str, str]:
         return (self.namespace, self.name)
 
 
-def check_catalog(config: dict) -> CatalogConfig:
-    """The catalog part of `config`, checked; CatalogError naming the key otherwise."""
+def check_catalog(config: dict, *, need_warehouse: bool = True) -> CatalogConfig:
+    """The catalog part of `config`, checked; CatalogError naming the key otherwise.
+    `need_warehouse`: a sink creates its table there; a connector only reads one."""
     uri, dsn_env = config.get("catalog_uri"), config.get("catalog_dsn_env")
     if (uri is None) == (dsn_env is None):
         raise CatalogError(
@@ -65,9 +73,16 @@ def check_catalog(config: dict) -> CatalogConfig:
         sqlite_path = sqlite_file(uri)
     elif not isinstance(dsn_env, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", dsn_env):
         raise CatalogError("catalog_dsn_env", "must name an environment variable")
-    warehouse = local_directory(config.get("warehouse"), "warehouse")
+    warehouse = None
+    if need_warehouse or config.get("warehouse") is not None:
+        warehouse = local_directory(config.get("warehouse"), "warehouse")
     namespace, name = table_identifier(config.get("table"))
-    return CatalogConfig(sqlite_path, dsn_env, warehouse, namespace, name)
+    name_given = config.get("catalog_name", CATALOG_NAME)
+    if not isinstance(name_given, str) or not _IDENTIFIER.match(name_given):
+        raise CatalogError(
+            "catalog_name", "must be an identifier (letters, digits, _; at most 63 chars)"
+        )
+    return CatalogConfig(sqlite_path, dsn_env, warehouse, namespace, name, name_given)
 
 
 def sqlite_file(uri) -> str:
@@ -178,11 +193,16 @@ def catalog_from(config: dict, *, own_database: list[str] | None = None):
     """The pyiceberg SQL catalog `config` names (its tables created on first use).
 
     `own_database` is the control plane's [server start, database]: a PostgreSQL catalog that
-    lands there is refused before anything is created in it."""
+    lands there is refused before anything is created in it. A config dict is checked without
+    needing a warehouse (a sink checked its own with `check_catalog` before)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    checked = check_catalog(config) if not isinstance(config, CatalogConfig) else config
-    properties = {"warehouse": "file://" + checked.warehouse}
+    checked = config
+    if not isinstance(config, CatalogConfig):
+        checked = check_catalog(config, need_warehouse=False)
+    properties = {}
+    if checked.warehouse is not None:
+        properties["warehouse"] = "file://" + checked.warehouse
     if checked.sqlite_path is not None:
         os.makedirs(os.path.dirname(checked.sqlite_path), exist_ok=True)
         uri = _SQLITE + checked.sqlite_path
@@ -191,7 +211,7 @@ def catalog_from(config: dict, *, own_database: list[str] | None = None):
         refuse_own_catalog_database(dsn, own_database)
         uri = sqlalchemy_url(dsn).render_as_string(hide_password=False)
     try:
-        return SqlCatalog(CATALOG_NAME, uri=uri, **properties)
+        return SqlCatalog(checked.catalog_name, uri=uri, **properties)
     except Exception as exc:  # noqa: BLE001 - a database the catalog cannot use
         where = checked.sqlite_path or f"${checked.dsn_env}"
         text = scrub_dsn(exc, uri)

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 from pyspark.sql import DataFrame, SparkSession
 
 from workers.spark.errors import ReadError
-from workers.spark.sources import delta, hudi, job_output, kafka, object_store, table
+from workers.spark.sources import delta, hudi, iceberg, job_output, kafka, object_store, table
 
 
 @runtime_checkable
@@ -31,6 +31,7 @@ READERS: dict[str, SourceReader] = {
     "job_output": job_output,
     "delta": delta,
     "hudi": hudi,
+    "iceberg": iceberg,
 }
 
 
