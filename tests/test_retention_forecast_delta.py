@@ -18,10 +18,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from inventory.models import Asset
-from inventory.services import lifecycle
+from inventory.services import discovery, lifecycle
 from inventory.services.connectors import connector_create
 from inventory.services.retention_forecast import retention_forecast_refresh
-from inventory.sources import discovery
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,9 +6,10 @@ being written. On a sample table written by Spark with Hudi (tests/test_source_h
 import pytest
 
 from inventory.models import Asset
+from inventory.services import discovery
 from inventory.services.connectors import connector_create
 from inventory.services.retention_forecast import retention_forecast_refresh
-from inventory.sources import discovery, hudi_retention
+from inventory.sources.hudi import retention as hudi_retention
 from tests.factories import make_job
 from tests.test_source_hudi import sample
 
