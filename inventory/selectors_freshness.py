@@ -9,13 +9,12 @@ target that cannot be read now is not counted as missed: the controller acts on 
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import connection
 from django.db.models import Q
 
 from inventory import selectors
 from inventory.models import FreshnessThrottle, Job, ThrottleDecision
 from inventory.selectors_health import time_lag
-from inventory.sql import query
+from inventory.sql import gateway
 
 
 @dataclass(frozen=True)
@@ -85,9 +84,7 @@ def _oldest_waiting(jobs: list[Job]) -> dict[int, int | None]:
     ids = [job.pk for job in jobs if job.freshness_target_seconds is not None]
     if not ids:
         return {}
-    with connection.cursor() as cursor:
-        cursor.execute(query("jobs_oldest_waiting"), [ids])
-        rows = {pk: (age, has_assets) for pk, age, has_assets in cursor.fetchall()}
+    rows = gateway.jobs_oldest_waiting(job_ids=ids)
     ages = {}
     for job in jobs:
         if job.pk not in rows:

@@ -13,7 +13,7 @@ The observation is read before the row is locked: acquire takes that row while i
 reads (a lag probe per targeted job) must not hold it up.
 """
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Max, Sum
 from django.utils import timezone
 
@@ -29,6 +29,7 @@ from inventory.services.freshness_control import (
     decide,
 )
 from inventory.services.throttle import throttle_usage
+from inventory.sql import gateway
 
 
 def _effective(row: FreshnessThrottle) -> ControlState:
@@ -81,13 +82,7 @@ def freshness_observe(*, pinned_rate: int | None = None) -> Observation:
 
 def _due(interval_seconds: int) -> bool:
     """Whether the last step is `interval_seconds` old by the database's clock."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT stepped_at IS NULL OR stepped_at <= statement_timestamp() "
-            "- make_interval(secs => %s) FROM inventory_freshnessthrottle WHERE id = 1",
-            [interval_seconds],
-        )
-        return bool(cursor.fetchone()[0])
+    return gateway.freshness_step_due(interval_seconds=interval_seconds)
 
 
 def _record(old: ControlState, new: ControlState, reason: str, missing) -> ThrottleDecision:
@@ -137,9 +132,7 @@ def backfills_pace_step() -> dict[int, list[int]]:
 
 
 def _db_now():
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement_timestamp()")
-        return cursor.fetchone()[0]
+    return gateway.statement_time()
 
 
 def _positive_rate(value, field: str) -> None:

@@ -1,7 +1,7 @@
 """The retention-breach forecast: per job whose source forgets data, when at the current rates it
 starts losing data, or that it is safe, with the inputs the forecast used.
 
-The kind's probe (`sources/<kind>_retention.py`) reads the source's metadata only (retention
+The kind's probe (its `retention_probe()`, `sources/<kind>/retention.py`) reads the source's metadata only (retention
 settings, oldest and newest positions, when positions were written) in bounded time; the job's
 side is read here (the oldest item it or an open backfill still needs, its recent read rate from
 its watermark events); the arithmetic is `retention_model` (pure, tested by simulation). Beat
@@ -14,7 +14,6 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from inventory.models import (
@@ -28,14 +27,11 @@ from inventory.models import (
 )
 from inventory.services import retention_model as model
 from inventory.services.errors import TidemarkError
-from inventory.sources import delta_retention, hudi_retention, kafka_retention
+from inventory.sources.registry import kind_of, retention_kinds
+from inventory.sql import gateway
 
 log = logging.getLogger(__name__)
 
-# the kinds whose sources forget data, each with its probe (sources/<kind>_retention.py)
-PROBES = {
-    module.KIND: module.probe for module in (kafka_retention, delta_retention, hudi_retention)
-}
 RATE_WINDOW = timedelta(minutes=15)  # a job's read rate: its watermark's moves over this window
 RATE_EVENTS = 500  # at most this many watermark events read for it (bounded time per job)
 
@@ -43,12 +39,7 @@ RATE_EVENTS = 500  # at most this many watermark events read for it (bounded tim
 def needed_item(*, job: Job) -> int:
     """The lowest item id the job still needs: its watermark, or an open batch below it (a
     backfill, a restatement, a retry)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT min(lower(span)) FROM inventory_batch WHERE job_id = %s AND status = ANY(%s)",
-            [job.pk, [str(status) for status in OPEN_STATUSES]],
-        )
-        (below,) = cursor.fetchone()
+    below = gateway.job_lowest_open_batch(job_id=job.pk, statuses=OPEN_STATUSES)
     # read now, not from the job object's cached watermark: it moves while a job is read
     lowest = Watermark.objects.values_list("position", flat=True).get(job=job)
     return lowest if below is None else min(lowest, below)
@@ -90,7 +81,9 @@ def read_rates(*, job: Job, now: datetime) -> dict[str, float]:
 def job_forecast(*, job: Job, now: float | None = None) -> dict:
     """The forecast for one job as stored (verdict, margin_seconds, loss_at, message, inputs),
     computed now. Raises what the probe raises when the source cannot be read."""
-    probe = PROBES[job.connector.kind]
+    probe = kind_of(job.connector).retention_probe()
+    if probe is None:
+        raise KeyError(f"job {job.name}'s source keeps its data: it has no retention forecast")
     now = time.time() if now is None else now
     when = datetime.fromtimestamp(now, tz=UTC)
     streams = probe(
@@ -167,7 +160,7 @@ def retention_forecasts_refresh() -> dict:
     """Beat's step: every job on a source that forgets data, one at a time, each bounded by its
     probe's timeouts. Returns {job name: verdict}."""
     done = {}
-    jobs = Job.objects.filter(connector__kind__in=list(PROBES)).select_related(
+    jobs = Job.objects.filter(connector__kind__in=retention_kinds()).select_related(
         "connector", "watermark"
     )
     for job in jobs.order_by("pk"):

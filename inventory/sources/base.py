@@ -27,8 +27,11 @@ outside the kind's own folder (tests/repo/test_source_kind_guard.py):
   `reads_files(connector)` (the batch's items are files in a format), `snapshot_by_look`,
   `upstream_job(config)`, and the checks `check_watermark_type`, `check_announce`,
   `check_new_job`, `check_config_change`, `check_replay`, `check_job_delete`.
+- `retention_probe()`: for a source that forgets data, the probe of its retention (the kind's
+  `retention.py`) the retention forecast asks; None for one that keeps its data.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -221,3 +224,12 @@ class SourceKind:
     def synced_offsets(self, connector, partition_column: str, offset_column: str) -> dict:
         """{partition: next offset} its data was synced to (kinds with `syncs_offsets`)."""
         raise InvalidInput("config.handover", f"connector {connector.name} holds no offsets")
+
+    # ---- retention ------------------------------------------------------------------------
+
+    def retention_probe(self) -> Callable[..., list] | None:
+        """How its source's retention deletes what a job still needs, for a source that forgets
+        data (a topic's retention, a table's vacuum or cleaner): a function
+        `probe(*, connector, needed_id, rates, now)` returning the streams the forecast weighs
+        (services/retention_forecast.py); None for a source that keeps its data."""
+        return None

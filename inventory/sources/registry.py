@@ -81,3 +81,9 @@ def job_delete_check(job) -> None:
     """Every kind may refuse deleting a job (Conflict): a job whose commits a connector reads."""
     for kind in KINDS.values():
         kind.check_job_delete(job=job)
+
+
+def retention_kinds() -> list[str]:
+    """The names of the kinds whose sources forget data (their `retention_probe` answers), in
+    name order: the connector kinds whose jobs get a retention forecast."""
+    return sorted(name for name, kind in KINDS.items() if kind.retention_probe() is not None)

@@ -967,3 +967,39 @@ def attempt_totals(*, rollup: str) -> list[tuple[str, int]]:
         for outcome, n in cursor.fetchall():
             totals[outcome or ""] = totals.get(outcome or "", 0) + n
     return list(totals.items())
+
+
+# ---- the freshness throttle and the retention forecast ----------------------------------------
+
+
+def jobs_oldest_waiting(*, job_ids: Sequence[int]) -> dict[int, tuple[int | None, bool]]:
+    """Job id -> (seconds its oldest item not committed has waited, None when none waits; whether
+    its connector has assets at all), for those of `job_ids` that exist."""
+    with connection.cursor() as cursor:
+        cursor.execute(query("jobs_oldest_waiting"), {"jobs": list(job_ids)})
+        return {job: (age, has_assets) for job, age, has_assets in cursor.fetchall()}
+
+
+def freshness_step_due(*, interval_seconds: int) -> bool:
+    """Whether the throttle's last step is `interval_seconds` old by the database's clock (False
+    while the throttle has no row)."""
+    with connection.cursor() as cursor:
+        cursor.execute(query("freshness_step_due"), {"interval_seconds": interval_seconds})
+        return bool(_scalar(cursor))
+
+
+def statement_time():
+    """The database's clock now (statement_timestamp())."""
+    with connection.cursor() as cursor:
+        cursor.execute(query("statement_time"))
+        return _scalar(cursor)
+
+
+def job_lowest_open_batch(*, job_id: int, statuses: Sequence[str]) -> int | None:
+    """The lowest item id of the job's batches in `statuses`, None when it has none."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            query("job_lowest_open_batch"),
+            {"job": job_id, "statuses": [str(status) for status in statuses]},
+        )
+        return _scalar(cursor)

@@ -540,3 +540,20 @@ SELECT j.id,
 FROM inventory_job AS j
 JOIN inventory_watermark AS w ON w.job_id = j.id
 WHERE j.id = ANY(%(jobs)s);
+
+-- name: freshness_step_due
+-- Whether the freshness throttle's last step is at least the interval old, by the database's
+-- clock (services/freshness.py); no row yet: no answer (the step makes the row).
+SELECT stepped_at IS NULL
+       OR stepped_at <= statement_timestamp() - make_interval(secs => %(interval_seconds)s)
+FROM inventory_freshnessthrottle WHERE id = 1;
+
+-- name: statement_time
+-- The database's clock at this statement: the one clock the throttle's interval is measured by.
+SELECT statement_timestamp();
+
+-- name: job_lowest_open_batch
+-- The lowest item id an open batch of the job still reads (a backfill, a restatement, a retry),
+-- NULL when none (services/retention_forecast.py).
+SELECT min(lower(span)) FROM inventory_batch
+WHERE job_id = %(job)s AND status = ANY(%(statuses)s);

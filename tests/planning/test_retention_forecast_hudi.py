@@ -9,7 +9,7 @@ from inventory.models import Asset
 from inventory.services import discovery
 from inventory.services.connectors import connector_create
 from inventory.services.retention_forecast import retention_forecast_refresh
-from inventory.sources import hudi_retention
+from inventory.sources.hudi import retention as hudi_retention
 from tests.sources.test_hudi import sample
 from tests.support.factories import make_job
 

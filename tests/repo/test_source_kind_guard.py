@@ -40,6 +40,7 @@ HOOKS = {
     "handover_set",
     "synced_offsets",
     "time_range_to_ids",
+    "retention_probe",
 }
 
 

@@ -20,8 +20,8 @@ GATEWAY = "inventory/sql/gateway.py"
 # modules that run SQL of their own, and why that is not Tidemark's database's business
 OTHER_DATABASES = {
     "inventory/sources/remote_database.py": "opens a connection to a connector's own database",
-    "inventory/sources/meta_table.py": "reads a meta table in a connector's own database",
-    "inventory/sources/table.py": "reads a table connector's own database",
+    "inventory/sources/meta_table/__init__.py": "reads a meta table in a connector's own database",
+    "inventory/sources/table/__init__.py": "reads a table connector's own database",
     "inventory/services/own_database.py": "asks a sink's or source's connection who it is",
     "inventory/management/commands/demo.py": "the demo creates its source and sink databases",
     "inventory/management/commands/_demo_history.py": "the demo creates and fills its source",

@@ -3,6 +3,7 @@
 from inventory.services.confinement import path_confined
 from inventory.sources import delta
 from inventory.sources.base import SourceKind
+from inventory.sources.delta import retention
 
 
 class DeltaKind(SourceKind):
@@ -27,6 +28,9 @@ class DeltaKind(SourceKind):
 
     def no_time_reason(self) -> str:
         return "its items are table versions, selected by id"
+
+    def retention_probe(self):
+        return retention.probe
 
 
 KIND = DeltaKind()

@@ -259,7 +259,7 @@ def discover(connector: Connector) -> int:
 # ---- a batch's read ----------------------------------------------------------------------------
 
 
-def retention(path: str) -> str:
+def retention_settings(path: str) -> str:
     """The table's cleaner and archival retention as its hoodie.properties names it (Hudi's
     defaults when it does not)."""
     settings = dict(RETENTION_DEFAULTS)
@@ -310,7 +310,7 @@ def read_spec(*, connector: Connector, batch: Batch) -> dict:
         raise InvalidInput(
             "config.path",
             f"instant {archived[0]} of the Hudi table {path} is no longer on its active "
-            f"timeline (archived, its files cleaned, under {retention(path)}): its changes "
+            f"timeline (archived, its files cleaned, under {retention_settings(path)}): its changes "
             "cannot be read incrementally. The way out is a snapshot backfill: set the "
             'connector\'s config.archived to "snapshot" and retry, and the batch reads the rows '
             "its instants last wrote from every partition's latest file slices",

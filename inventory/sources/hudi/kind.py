@@ -3,6 +3,7 @@
 from inventory.services.confinement import path_confined
 from inventory.sources import hudi
 from inventory.sources.base import SourceKind
+from inventory.sources.hudi import retention
 
 
 class HudiKind(SourceKind):
@@ -27,6 +28,9 @@ class HudiKind(SourceKind):
 
     def no_time_reason(self) -> str:
         return "its items are table instants, selected by id"
+
+    def retention_probe(self):
+        return retention.probe
 
 
 KIND = HudiKind()

@@ -2,6 +2,7 @@
 
 from inventory.sources import kafka
 from inventory.sources.base import SourceKind
+from inventory.sources.kafka import retention
 
 
 class KafkaKind(SourceKind):
@@ -41,6 +42,9 @@ class KafkaKind(SourceKind):
         kafka.handover_set(connector, offsets)
         shown = ", ".join(f"{p}: {o}" for p, o in sorted(offsets.items()))
         return f"starts after the offsets {table.name} was synced to ({shown or 'none'})"
+
+    def retention_probe(self):
+        return retention.probe
 
 
 KIND = KafkaKind()

@@ -20,7 +20,6 @@ from inventory.services import retention_model as model
 from inventory.services.errors import InvalidInput
 from inventory.sources.delta import _table, commit_actions
 
-KIND = "delta"
 VERSIONS_READ = 500
 HISTORY_READ = 1000
 LOG_RETENTION_DEFAULT = 30 * 86_400

@@ -25,7 +25,6 @@ from workers.spark.sources.kafka_client import (
     topic_partitions,
 )
 
-KIND = "kafka"
 TIMELINE_POINTS = 48  # times asked across the retention window, per partition
 RATE_WINDOW_SECONDS = 300.0  # the write rate is the last five minutes' (or the retention's)
 KAFKA_DEFAULT_RETENTION_MS = 7 * 86_400 * 1000  # the broker's default when the topic sets none

@@ -8,7 +8,6 @@ from inventory.models import Asset, Connector
 from inventory.services import retention_model as model
 from inventory.sources.hudi import _table, completed_instants
 
-KIND = "hudi"
 CLEANER_DEFAULT = 10  # Hudi's default hoodie.cleaner.commits.retained
 
 
