@@ -645,3 +645,28 @@ def test_a_planner_process_plans_an_iceberg_batch_without_pyarrow(worker):
     assert found["before"] == ([] if worker == CREATE else ["pyarrow"])
     assert found["added"] == [], f"the planner process imported {found['added']}"
     assert found["partitions"] == 3
+
+
+def test_a_table_partitioned_by_a_column_value_is_read_once_per_row(spark, tmp_path):
+    """An identity partition puts each data file under a folder such as `v=a/`; the executors read
+    the file itself (the folder is not a second `v` column), so a partitioned table reads as DuckDB
+    reads it."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
+
+    lake = Lake(tmp_path / "lake")
+    lake.catalog.drop_table("ns.t")
+    schema = lake.catalog.create_table("ns.probe", schema=_rows([1]).schema).schema()
+    lake.catalog.drop_table("ns.probe")
+    v = schema.find_field("v")
+    spec = PartitionSpec(PartitionField(v.field_id, 1000, IdentityTransform(), "v"))
+    lake.catalog.create_table("ns.t", schema=schema, partition_spec=spec)
+    lake.table.append(pa.concat_tables([_rows([1, 2], "a"), _rows([3], "b")]))
+    assert any("v=a" in task.file.file_path for task in lake.table.scan().plan_files())
+    out = tmp_path / "out"
+    job = iceberg_job("parted", lake, out)
+
+    discovery.discover(job.connector)
+    drain(spark, job)
+
+    assert sink_state(out) == duckdb_rows(lake) == [(1, "a"), (2, "a"), (3, "b")]

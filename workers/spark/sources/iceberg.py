@@ -99,7 +99,7 @@ def positions_deleted(delete_files: list[str], data_file: str, named: str):
 
     positions = []
     for path in delete_files:
-        deletes = pq.read_table(path, columns=["file_path", "pos"])
+        deletes = pq.read_table(path, columns=["file_path", "pos"], partitioning=None)
         mask = pc.is_in(deletes.column("file_path"), value_set=_names(named, data_file))
         positions.append(deletes.filter(mask).column("pos"))
     return positions
@@ -131,7 +131,9 @@ class IcebergFileReader(DataSourceReader):
             return
         table_name = self.plan["table"]
         try:
-            data = pq.read_table(file["path"])
+            # partitioning=None: a folder such as `day=2026-01-01/` is not a column (Iceberg keeps
+            # every column in its data files)
+            data = pq.read_table(file["path"], partitioning=None)
             deleted = positions_deleted(file["deletes"], file["path"], file["named"])
         except FileNotFoundError:
             raise ReadError(_gone(table_name, file["snapshot"], file["path"])) from None
