@@ -61,19 +61,28 @@ def _consumer(bootstrap: str, ranges: dict) -> Consumer:
     return consumer
 
 
+def _wanted(pending: dict, positions: dict) -> int:
+    """At most the offsets still to read: consume() waits for as many messages as it is asked
+    for until its timeout, which would otherwise add the timeout to every run."""
+    return max(1, min(10_000, sum(end - positions[p] for p, end in pending.items())))
+
+
 def plain_consumer(bootstrap: str, ranges: dict) -> int:
     consumer = _consumer(bootstrap, ranges)
     pending = {p: end for p, (_start, end) in ranges.items()}
+    positions = {p: start for p, (start, _end) in ranges.items()}
     rows = 0
     try:
         while pending:
-            for message in consumer.consume(10_000, 0.5):
+            for message in consumer.consume(_wanted(pending, positions), 0.5):
                 partition = message.partition()
                 if message.error() is not None or partition not in pending:
                     continue
-                if message.offset() < pending[partition]:
+                offset = message.offset()
+                if offset < pending[partition]:
                     rows += len(message.value()) > 0
-                if message.offset() >= pending[partition] - 1:
+                    positions[partition] = offset + 1
+                if offset >= pending[partition] - 1:
                     del pending[partition]
     finally:
         consumer.close()
@@ -103,13 +112,12 @@ def arrow_baseline(bootstrap: str, ranges: dict) -> int:
     """The same offsets into the same Arrow columns, written plainly in one process."""
     consumer = _consumer(bootstrap, ranges)
     pending = {p: end for p, (_start, end) in ranges.items()}
+    positions = {p: start for p, (start, _end) in ranges.items()}
     gathered = {p: ([], [], [], []) for p in ranges}
     rows = 0
     try:
         while pending:
-            messages = consumer.consume(10_000, 0.5)
-            if not messages:
-                continue
+            messages = consumer.consume(_wanted(pending, positions), 0.5)
             by_partition = {}
             for message in messages:
                 if message.error() is None:
@@ -124,7 +132,9 @@ def arrow_baseline(bootstrap: str, ranges: dict) -> int:
                 values += map(Message.value, chunk)
                 offsets += map(Message.offset, chunk)
                 stamps += map(Message.timestamp, chunk)
-                finished = bool(offsets) and offsets[-1] >= end - 1
+                if offsets:
+                    positions[partition] = offsets[-1] + 1
+                finished = positions[partition] >= end
                 if len(offsets) >= ARROW_ROWS or (finished and offsets):
                     rows += _batch(partition, keys, values, offsets, stamps).num_rows
                     gathered[partition] = ([], [], [], [])

@@ -66,8 +66,10 @@ def arrow_schema() -> pa.Schema:
     )
 
 
-# messages asked of librdkafka per consume() call
+# messages asked of librdkafka per consume() call, and its longest wait (a range whose last
+# offsets hold no message waits this long once for the broker's end-of-partition event)
 _POLL_MESSAGES = 10_000
+_POLL_SECONDS = 0.2
 # an Arrow record batch handed to Spark: this many rows, or fewer once its values reach
 # _BATCH_BYTES (large messages; the poll that reaches it is kept whole), or the range's last rows
 _BATCH_ROWS = 32_768
@@ -75,7 +77,13 @@ _BATCH_BYTES = 16 * 1024 * 1024
 # the executors' consumers: an offset the broker no longer has is an error, never a jump to
 # another offset; the partition's end is reported (a range ending in a compacted or
 # transactional gap has no message at end - 1)
-_READ_SETTINGS = {"auto.offset.reset": "error", "enable.partition.eof": True}
+_READ_SETTINGS = {
+    "auto.offset.reset": "error",
+    "enable.partition.eof": True,
+    # a task reads one partition: librdkafka's default of 1 MB per partition and fetch request
+    # makes that a broker round trip per ~1 MB
+    "fetch.message.max.bytes": 16 * 1024 * 1024,
+}
 
 
 class OffsetRange(InputPartition):
@@ -146,8 +154,11 @@ def _consume(consumer, topic: str, piece: OffsetRange, timeout: float):
                 f"(partition {piece.partition} at offset {position} of {end}); the partition may "
                 "have been truncated or the broker is unreachable"
             )
-        # never more than the record batch still has room for
-        messages = consumer.consume(min(_POLL_MESSAGES, _BATCH_ROWS - columns.rows), 0.5)
+        # never more than the record batch has room for, nor than the offsets left in the range:
+        # consume() waits for as many messages as it is asked for until its timeout, so asking
+        # for more than the range holds would cost every task the whole timeout at its end
+        wanted = min(_POLL_MESSAGES, _BATCH_ROWS - columns.rows, end - position)
+        messages = consumer.consume(wanted, _POLL_SECONDS)
         done = False
         if messages and any(map(Message.error, messages)):
             kept = []
