@@ -13,17 +13,20 @@ to its end, alternating in one run, ROUNDS times each (medians reported):
   another (its pooled consumer, its Arrow batches), no Spark: the Python side of a task;
 - Tidemark, on executors: `read_kafka.read` written to Spark's `noop` sink in a local[2]
   SparkSession (`spark.driver.memory` 2g): the executors' Python workers, their Arrow batches into
-  the JVM and every row materialised.
+  the JVM and every row materialised; the stages' task metrics (Spark's REST API) profile the JVM
+  side: task time, the JVM's CPU time within it, GC and peak heap.
 
 Reported: seconds, MB/s, MB/s per core (the baselines use one core; local[2] has two) and the
 ratios. Target: executors >= 0.8x the arrow baseline (wall clock).
 """
 
+import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -51,6 +54,7 @@ TOPIC = "bench-exec"  # bench_executor_reads.fill_topic's topic
 SPARK_CORES = 2
 TARGET = 0.8
 ARROW_ROWS = 32_768
+HEAP = "2g"
 
 
 def _consumer(bootstrap: str, ranges: dict) -> Consumer:
@@ -164,7 +168,11 @@ def timed(call) -> tuple[float, object]:
 def main() -> None:
     from workers.spark.session import get_session, stop_session
 
-    spark = get_session(f"local[{SPARK_CORES}]", conf={"spark.driver.memory": "2g"})
+    # the UI only for its REST API: the stages' task metrics are the JVM side's profile
+    spark = get_session(
+        f"local[{SPARK_CORES}]",
+        conf={"spark.driver.memory": HEAP, "spark.ui.enabled": "true", "spark.ui.port": "0"},
+    )
     with tempfile.TemporaryDirectory(prefix="bench-kafka-exec-") as scratch:
         proc, bootstrap = start_broker(Path(scratch) / "tansu.log")
         try:
@@ -193,6 +201,7 @@ def main() -> None:
                 "executors": executors,
             }
             executors()  # warm-up: the JVM's first Arrow conversion, the Python workers' start
+            warm = stage_totals(spark)
             times = {name: [] for name in arms}
             for _ in range(ROUNDS):
                 for name, call in arms.items():
@@ -200,14 +209,50 @@ def main() -> None:
                     assert rows == total, (name, rows, total)
                     times[name].append(seconds)
             opened_here = kafka_consumers.opened()
+            jvm = jvm_profile(spark, warm, runs=ROUNDS)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
     stop_session()
-    report(total, times, len(pieces), opened_here)
+    report(total, times, len(pieces), opened_here, jvm)
 
 
-def report(total: int, times: dict, pieces: int, opened_here: int) -> None:
+def _get(spark, what: str):
+    context = spark.sparkContext
+    url = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/{what}"
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        return json.load(answer)
+
+
+def stage_totals(spark) -> dict:
+    """Task metrics summed over every completed stage so far."""
+    stages = _get(spark, "stages?status=complete")
+    return {
+        key: sum(stage.get(key, 0) for stage in stages)
+        for key in ("executorRunTime", "executorCpuTime", "jvmGcTime", "numCompleteTasks")
+    }
+
+
+def jvm_profile(spark, warm: dict, *, runs: int) -> dict:
+    """Per timed read (the warm-up left out): the tasks' wall time, the JVM's CPU time in them (the
+    Python workers' CPU is not in it), its GC time; and the peak JVM heap the executor reported."""
+    now = stage_totals(spark)
+    spent = {key: now[key] - warm[key] for key in now}
+    executors = _get(spark, "executors")
+    heap_peak = max(
+        (e.get("peakMemoryMetrics", {}).get("JVMHeapMemory", 0) for e in executors), default=0
+    )
+    return {
+        "tasks_per_read": spent["numCompleteTasks"] / runs,
+        "task_seconds_per_read": spent["executorRunTime"] / 1000 / runs,
+        "jvm_cpu_seconds_per_read": spent["executorCpuTime"] / 1e9 / runs,
+        "gc_seconds_per_read": spent["jvmGcTime"] / 1000 / runs,
+        "heap_peak_mb": heap_peak / 1024 / 1024,
+        "max_heap_mb": max((e.get("maxMemory", 0) for e in executors), default=0) / 1024 / 1024,
+    }
+
+
+def report(total: int, times: dict, pieces: int, opened_here: int, jvm: dict) -> None:
     megabytes = total * VALUE_BYTES / 1024 / 1024
     median = {name: statistics.median(values) for name, values in times.items()}
     cores = {"arrow": 1, "plain": 1, "in_process": 1, "executors": SPARK_CORES}
@@ -249,6 +294,12 @@ partitions; every arm reads all of them by offset ranges, the four arms alternat
 
 {common.table(["reader", "seconds", "messages/s", "MB/s", "cores", "MB/s per core", "ratio to arrow baseline", "ratio to plain consumer"], rows)}
 
+The JVM side (task metrics from Spark's REST API, per timed read, with
+`spark.driver.memory` {HEAP}): {jvm["tasks_per_read"]:.0f} tasks, {jvm["task_seconds_per_read"]:.2f} s of task
+time, of which the JVM's own CPU {jvm["jvm_cpu_seconds_per_read"]:.2f} s (the rest is the tasks
+waiting for their Python workers' record batches) and GC {jvm["gc_seconds_per_read"]:.2f} s; peak
+JVM heap {jvm["heap_peak_mb"]:,.0f} MB (storage memory {jvm["max_heap_mb"]:,.0f} MB).
+
 Consumers opened by the in-process arm over all its rounds: {opened_here} for
 {pieces * ROUNDS} ranges (one per Python worker process and configuration, reused by every task).
 The executors' figure includes Spark's planning of the batch (the driver's offset check), the
@@ -258,7 +309,13 @@ arm may use (the 2 machine cores are shared with other work). Samples (s): {samp
     common.write_section(
         "kafka_executors",
         markdown,
-        {"messages": total, "megabytes": megabytes, "median_seconds": median, "samples": times},
+        {
+            "messages": total,
+            "megabytes": megabytes,
+            "median_seconds": median,
+            "samples": times,
+            "jvm": jvm,
+        },
     )
     print(markdown)
 
