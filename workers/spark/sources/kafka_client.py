@@ -53,18 +53,21 @@ def client_config(source: dict, *, environ=None) -> dict:
     return config
 
 
+def consumer_config(source: dict, *, environ=None, **settings) -> dict:
+    """A consumer's librdkafka settings for the source; `environ` maps the credential variables'
+    names to their values (default: this process's environment)."""
+    return {
+        **client_config(source, environ=environ),
+        "group.id": "tidemark",  # never joined: partitions are assigned, offsets never committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        **settings,
+    }
+
+
 def open_consumer(source: dict, *, environ=None, **settings) -> Consumer:
-    """A consumer for the source; `environ` maps the credential variables' names to their values
-    (default: this process's environment)."""
-    return Consumer(
-        {
-            **client_config(source, environ=environ),
-            "group.id": "tidemark",  # never joined: partitions are assigned, offsets never committed
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            **settings,
-        }
-    )
+    """A consumer for the source (see `consumer_config`)."""
+    return Consumer(consumer_config(source, environ=environ, **settings))
 
 
 def topic_partitions(consumer: Consumer, topic: str, *, timeout: float) -> list[int]:

@@ -7,6 +7,12 @@ range `[start, end)` is consumed from `start` until the message at `end - 1` or 
 past `end` (a compacted or transactional tail has no message at `end - 1`); nothing past `end` is
 kept. An offset the broker no longer has is an error (`auto.offset.reset: error`), never a jump.
 
+A task borrows its consumer from the Python worker's pool (`kafka_consumers`: one per client
+configuration, reused by the worker's later tasks, assigned afresh to each range, never committing)
+and gathers each field of the messages with one C-level pass per poll (`map` over the Message
+accessors), turning them into Arrow arrays once per record batch of `_BATCH_ROWS` rows (fewer once
+the values reach `_BATCH_BYTES`).
+
 pyarrow and confluent_kafka are imported where a range is read, not here: the driver's planner
 processes (`create_data_source`, `plan_data_source_read`) import this module to unpickle the data
 source and call only `schema()`, `reader()` and `partitions()`
@@ -60,10 +66,24 @@ def arrow_schema() -> pa.Schema:
     )
 
 
-# librdkafka's timestamp types -> Spark's timestampType (0 CreateTime, 1 LogAppendTime)
-_TIMESTAMP_TYPES = {1: 0, 2: 1}
+# messages asked of librdkafka per consume() call, and its longest wait (a range whose last
+# offsets hold no message waits this long once for the broker's end-of-partition event)
 _POLL_MESSAGES = 10_000
-_BATCH_ROWS = 10_000
+_POLL_SECONDS = 0.2
+# an Arrow record batch handed to Spark: this many rows, or fewer once its values reach
+# _BATCH_BYTES (large messages; the poll that reaches it is kept whole), or the range's last rows
+_BATCH_ROWS = 32_768
+_BATCH_BYTES = 16 * 1024 * 1024
+# the executors' consumers: an offset the broker no longer has is an error, never a jump to
+# another offset; the partition's end is reported (a range ending in a compacted or
+# transactional gap has no message at end - 1)
+_READ_SETTINGS = {
+    "auto.offset.reset": "error",
+    "enable.partition.eof": True,
+    # a task reads one partition: librdkafka's default of 1 MB per partition and fetch request
+    # makes that a broker round trip per ~1 MB
+    "fetch.message.max.bytes": 16 * 1024 * 1024,
+}
 
 
 class OffsetRange(InputPartition):
@@ -97,25 +117,20 @@ class KafkaRangeReader(DataSourceReader):
         return [OffsetRange(*piece) for piece in self.plan["ranges"]]
 
     def read(self, partition: OffsetRange):
-        from workers.spark.sources.kafka_client import KafkaSourceError, open_consumer
+        from workers.spark.sources import kafka_consumers
+        from workers.spark.sources.kafka_client import KafkaSourceError, consumer_config
 
         source = self.plan["source"]
         try:
-            consumer = open_consumer(
-                source,
-                environ=self.secrets,
-                # an offset the broker no longer has is an error, never a jump to another offset
-                **{"auto.offset.reset": "error", "enable.partition.eof": True},
-            )
+            config = consumer_config(source, environ=self.secrets, **_READ_SETTINGS)
         except KafkaSourceError as exc:
             raise ReadError(f"{exc.field}: {exc.message}") from None
         rows = 0
-        try:
+        # reused across the tasks of this Python worker; closed if this read fails or stops early
+        with kafka_consumers.lend(config) as consumer:
             for batch in _consume(consumer, source["topic"], partition, self.plan["timeout"]):
                 rows += batch.num_rows
                 yield batch
-        finally:
-            consumer.close()
         note_read(
             f"kafka {source['topic']}/{partition.partition} [{partition.start}, {partition.end})",
             rows,
@@ -123,14 +138,15 @@ class KafkaRangeReader(DataSourceReader):
 
 
 def _consume(consumer, topic: str, piece: OffsetRange, timeout: float):
-    """Record batches of exactly the messages of `piece`."""
-    from confluent_kafka import KafkaError, TopicPartition
+    """Record batches of exactly the messages of `piece`: each offset of `[start, end)` the broker
+    holds, once, in order; nothing at or past `end`."""
+    from confluent_kafka import KafkaError, Message, TopicPartition
 
     end = piece.end
-    position = piece.start
+    position = piece.start  # the next offset wanted
     consumer.assign([TopicPartition(topic, piece.partition, piece.start)])
     deadline = time.monotonic() + timeout
-    kept: list = []
+    columns = _Columns(topic, piece.partition)
     while True:
         if time.monotonic() > deadline:
             raise ReadError(
@@ -138,47 +154,110 @@ def _consume(consumer, topic: str, piece: OffsetRange, timeout: float):
                 f"(partition {piece.partition} at offset {position} of {end}); the partition may "
                 "have been truncated or the broker is unreachable"
             )
+        # never more than the record batch has room for, nor than the offsets left in the range:
+        # consume() waits for as many messages as it is asked for until its timeout, so asking
+        # for more than the range holds would cost every task the whole timeout at its end
+        wanted = min(_POLL_MESSAGES, _BATCH_ROWS - columns.rows, end - position)
+        messages = consumer.consume(wanted, _POLL_SECONDS)
         done = False
-        for message in consumer.consume(_POLL_MESSAGES, 0.5):
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
+        if messages and any(map(Message.error, messages)):
+            kept = []
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    kept.append(message)
+                elif error.code() == KafkaError._PARTITION_EOF:
                     # the broker's end: enough only if it is at or past the range's end
                     done = done or message.offset() >= end
-                    continue
-                raise ReadError(f"topic {topic}, partition {piece.partition}: {error.str()}")
-            offset = message.offset()
-            if offset >= end:
-                done = True
-                break
-            kept.append(message)
-            position = offset + 1
-            if offset >= end - 1:
-                done = True
-                break
-        if len(kept) >= _BATCH_ROWS or (done and kept):
-            yield _record_batch(topic, kept)
-            kept = []
+                else:
+                    raise ReadError(f"topic {topic}, partition {piece.partition}: {error.str()}")
+            messages = kept
+        if messages:
+            offsets = list(map(Message.offset, messages))
+            if (
+                offsets[0] < position
+                or offsets[-1] >= end
+                or any(p != piece.partition for p in set(map(Message.partition, messages)))
+            ):
+                # the range's end inside this poll (or, defensively, anything not of this range)
+                done = done or offsets[-1] >= end
+                pairs = [
+                    (message, offset)
+                    for message, offset in zip(messages, offsets, strict=True)
+                    if position <= offset < end and message.partition() == piece.partition
+                ]
+                messages = [message for message, _offset in pairs]
+                offsets = [offset for _message, offset in pairs]
+            if messages:
+                columns.add(messages, offsets)
+                position = offsets[-1] + 1
+                done = done or position >= end
+        if columns.rows >= _BATCH_ROWS or columns.bytes >= _BATCH_BYTES or (done and columns.rows):
+            yield columns.flush()
         if done:
             return
 
 
-def _record_batch(topic: str, messages: list) -> pa.RecordBatch:
-    import pyarrow as pa
+class _Columns:
+    """The messages of one partition gathered as Python lists, one C-level pass per field
+    (`map` over the Message accessors), turned into Arrow arrays once per record batch."""
 
-    stamps = [message.timestamp() for message in messages]
+    def __init__(self, topic: str, partition: int):
+        self.topic, self.partition = topic, partition
+        self._clear()
+
+    def _clear(self):
+        self.keys: list = []
+        self.values: list = []
+        self.offsets: list = []
+        self.stamps: list = []
+        self.rows = 0
+        self.bytes = 0
+
+    def add(self, messages: list, offsets: list) -> None:
+        from confluent_kafka import Message
+
+        values = list(map(Message.value, messages))
+        self.values += values
+        self.keys += map(Message.key, messages)
+        self.offsets += offsets
+        self.stamps += map(Message.timestamp, messages)
+        self.rows += len(messages)
+        self.bytes += sum(map(len, filter(None, values)))
+
+    def flush(self) -> pa.RecordBatch:
+        batch = _record_batch(
+            self.topic, self.partition, self.keys, self.values, self.offsets, self.stamps
+        )
+        self._clear()
+        return batch
+
+
+def _record_batch(
+    topic: str, partition: int, keys: list, values: list, offsets: list, stamps: list
+) -> pa.RecordBatch:
+    """One record batch in `arrow_schema()`; `stamps` are librdkafka's (type, milliseconds)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = len(offsets)
+    kinds, millis = zip(*stamps, strict=True) if rows else ((), ())
+    kinds = pa.array(kinds, pa.int32())
+    # librdkafka: 0 not available, 1 CreateTime, 2 LogAppendTime -> Spark's 0 / 1, null if none
+    missing = pc.equal(kinds, 0)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([message.key() for message in messages], pa.binary()),
-            pa.array([message.value() for message in messages], pa.binary()),
-            pa.array([topic] * len(messages), pa.string()),
-            pa.array([message.partition() for message in messages], pa.int32()),
-            pa.array([message.offset() for message in messages], pa.int64()),
-            pa.array(
-                [stamp * 1000 if kind in _TIMESTAMP_TYPES else None for kind, stamp in stamps],
-                pa.int64(),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.repeat(pa.scalar(topic, pa.string()), rows),
+            pa.repeat(pa.scalar(partition, pa.int32()), rows),
+            pa.array(offsets, pa.int64()),
+            pc.if_else(
+                missing,
+                pa.scalar(None, pa.int64()),
+                pc.multiply(pa.array(millis, pa.int64()), 1000),
             ).cast(pa.timestamp("us", tz="UTC")),
-            pa.array([_TIMESTAMP_TYPES.get(kind) for kind, _stamp in stamps], pa.int32()),
+            pc.if_else(missing, pa.scalar(None, pa.int32()), pc.subtract(kinds, 1)),
         ],
         schema=arrow_schema(),
     )
