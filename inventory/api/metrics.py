@@ -39,6 +39,7 @@ PER_JOB_FAMILIES = (
     "tidemark_lag_seconds",
     "tidemark_watermark_updated_timestamp_seconds",
     "tidemark_job_open_batches",
+    "tidemark_retention_margin_seconds",
 )
 # the families that `full` adds, one sample (or one per kind and status) a job each, and one per
 # alerting job, connector or backfill (the default counts the alerts by kind in tidemark_alerts)

@@ -239,6 +239,7 @@ DEFAULT_FAMILIES = {
     "tidemark_lag_seconds",
     "tidemark_watermark_updated_timestamp_seconds",
     "tidemark_job_open_batches",
+    "tidemark_retention_margin_seconds",
     "tidemark_reaper_last_run_timestamp_seconds",
     "tidemark_reaper_overdue",
     "tidemark_alerts",
