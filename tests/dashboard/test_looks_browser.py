@@ -103,7 +103,9 @@ def test_the_graph_job_batch_form_and_preview_pages_fit_a_phone_and_a_desktop(
     _fits(page, "batch-result")
 
     page.goto(f"{web_server.url}/new/job/?connector=orders")
-    assert page.locator("select[name=sink_kind] option").count() == 4
+    assert (
+        page.locator("select[name=sink_kind] option").count() == 5
+    )  # none, then files, postgres, delta, iceberg
     _fits(page, "job-new")
 
     # the backfill preview with its histogram of batches against the budget
