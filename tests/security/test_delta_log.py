@@ -198,7 +198,9 @@ def test_every_file_path_a_commit_names_is_confined(tmp_path, action):
     confine_actions(str(table), [{k: v} for k, v in inside.items()], version=4)
 
 
-def test_a_later_version_removing_an_outside_path_fails_the_batch_naming_it(table_and_outside, tmp_path):
+def test_a_later_version_removing_an_outside_path_fails_the_batch_naming_it(
+    table_and_outside, tmp_path
+):
     table, _ = table_and_outside
     _log(table, 2).write_text(
         json.dumps({"remove": {"path": "../outside/x.parquet", "dataChange": True}})
@@ -213,7 +215,9 @@ def test_a_later_version_removing_an_outside_path_fails_the_batch_naming_it(tabl
     assert "its remove action names a file outside" in stored.error["message"]
 
 
-def test_an_added_file_with_a_deletion_vector_fails_its_batch_naming_the_version(table_and_outside, tmp_path):
+def test_an_added_file_with_a_deletion_vector_fails_its_batch_naming_the_version(
+    table_and_outside, tmp_path
+):
     """Read as plain Parquet, the file's deleted rows would come back."""
     table, _ = table_and_outside
     entry = _log(table, 1)
