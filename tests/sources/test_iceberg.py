@@ -670,3 +670,29 @@ def test_a_table_partitioned_by_a_column_value_is_read_once_per_row(spark, tmp_p
     drain(spark, job)
 
     assert sink_state(out) == duckdb_rows(lake) == [(1, "a"), (2, "a"), (3, "b")]
+
+
+def test_a_batch_over_a_replacing_snapshot_waits_for_the_restatement_of_what_it_replaced(
+    spark, tmp_path
+):
+    """Restatements go first for Iceberg as for Delta: once a delete rewrote the first snapshot's
+    file, the incremental planner takes nothing past it until the job's restatement has rebuilt
+    the first snapshot's output (tidemark_stale_outputs), so the sink never holds key 1 twice."""
+    from inventory.sources.registry import kind_of
+
+    lake = Lake(tmp_path / "lake")
+    out = tmp_path / "out"
+    job = iceberg_job("waits", lake, out)
+    lake.table.append(_rows([1, 2, 3]))
+    discovery.discover(job.connector)
+    drain(spark, job)
+    lake.table.delete(EqualTo("key", 2))  # rewrites the first snapshot's file without key 2
+    kind_of(job.connector).discover(job.connector)  # the look alone: no restatement yet
+    first, replacing = Asset.objects.filter(connector=job.connector).order_by("id")
+    assert replacing.extra["restates"] == [first.pk]
+
+    assert lifecycle.batch_acquire(job=job, worker="racer") is None
+
+    discovery.discover(job.connector)  # the look's restatement step
+    drain(spark, job)
+    assert sink_state(out) == duckdb_rows(lake) == [(1, "a"), (3, "a")]

@@ -61,8 +61,9 @@ $$;
 -- they still hold the rows the item brings again. A batch over `p_range` publishes only once none
 -- is left (tidemark_publish_begin) and the incremental planner stops in front of such an item:
 -- the job's restatement (a backfill, priority 1) rebuilds them first. An item restates
---   - in a `delta` connector: the versions whose files it removed (`extra.restates`, asset ids,
---     recorded by discovery in the transaction that registers it);
+--   - in a connector of a table format (`delta`, `iceberg`): the versions or snapshots whose
+--     files it removed (`extra.restates`, asset ids, recorded by discovery in the transaction that
+--     registers it);
 --   - in a `job_output` connector: the upstream commits whose output its upstream batch replaced.
 -- Outputs inside `p_range` are not counted (the batch replaces them itself), nor are those of a
 -- job whose restatements an operator applies (`proposed`: its sink keeps the rows until then).
@@ -76,7 +77,7 @@ RETURNS TABLE(item bigint, output bigint) LANGUAGE sql STABLE AS $$
         SELECT a.id AS item, a.discovered_at AS since, r.restated::bigint AS restated
         FROM job JOIN inventory_asset AS a ON a.connector_id = job.connector_id
         CROSS JOIN LATERAL jsonb_array_elements_text(a.extra -> 'restates') AS r(restated)
-        WHERE job.kind = 'delta' AND a.id >= lower(p_range) AND a.id < upper(p_range)
+        WHERE job.kind <> 'job_output' AND a.id >= lower(p_range) AND a.id < upper(p_range)
           AND a.extra ? 'restates'
         UNION ALL
         SELECT u.commit_seq, u.finished_at, r.commit_seq
