@@ -139,6 +139,15 @@ class Asset(models.Model):
                 fields=["connector", "cum_weight", "id"], name="asset_connector_cum_weight_idx"
             ),
             models.Index(fields=["connector", "cum_count"], name="asset_connector_cum_count_idx"),
+            # discovery's every look: the files flagged as changed after registration and not yet
+            # restated (restatements.changed_files_restate). Partial, so it holds only those rows
+            # (none, most of the time) and the look reads nothing of the connector's other assets
+            models.Index(
+                fields=["connector", "id"],
+                condition=Q(extra__has_key="changed_after_registration")
+                & ~Q(extra__has_key="restated"),
+                name="asset_changed_unrestated_idx",
+            ),
         ]
 
     def __str__(self) -> str:

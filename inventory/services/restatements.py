@@ -119,15 +119,25 @@ def late_rows_restate(connector: Connector, *, late: list, jobs: list) -> list[B
     return created
 
 
-def changed_files_restate(connector: Connector) -> list[Backfill]:
-    """Files rewritten after registration (flagged by discovery's recheck) are read again by
-    every job that committed them; each is marked `restated` once every job has its backfill."""
-    changed = list(
+def changed_unrestated(connector: Connector):
+    """(id, location, extra) of the connector's assets flagged as changed after registration and
+    not yet restated, in id order. Discovery asks this at every look: the partial index
+    `asset_changed_unrestated_idx` (models/connectors.py) holds exactly these rows, so the
+    question costs one probe of a nearly empty index however many assets the connector has. Its
+    condition and this filter are the same lookups (the planner uses a partial index only for a
+    query whose filter implies the index's condition)."""
+    return (
         connector.assets.filter(extra__has_key="changed_after_registration")
         .filter(~Q(extra__has_key=RESTATED))
         .order_by("id")
         .values_list("id", "location", "extra")
     )
+
+
+def changed_files_restate(connector: Connector) -> list[Backfill]:
+    """Files rewritten after registration (flagged by discovery's recheck) are read again by
+    every job that committed them; each is marked `restated` once every job has its backfill."""
+    changed = list(changed_unrestated(connector))
     if not changed:
         return []
     names = ", ".join(location for _, location, _ in changed[:5]) + (
