@@ -43,7 +43,7 @@ _NO_VALUE_OPERATORS = {"is_null", "not_null"}
 
 
 def quote_identifier(name: str, *, field_name: str) -> str:
-    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
         raise InvalidInput(
             field_name, f"{name!r} is not a valid SQL identifier (letters, digits, underscore)"
         )

@@ -78,7 +78,7 @@ def check_catalog(config: dict, *, need_warehouse: bool = True) -> CatalogConfig
         warehouse = local_directory(config.get("warehouse"), "warehouse")
     namespace, name = table_identifier(config.get("table"))
     name_given = config.get("catalog_name", CATALOG_NAME)
-    if not isinstance(name_given, str) or not _IDENTIFIER.match(name_given):
+    if not isinstance(name_given, str) or not _IDENTIFIER.fullmatch(name_given):
         raise CatalogError(
             "catalog_name", "must be an identifier (letters, digits, _; at most 63 chars)"
         )
@@ -124,7 +124,7 @@ def table_identifier(value) -> tuple[str, str]:
         raise CatalogError("table", f"must be 'namespace.name', got {value!r}")
     namespace, name = value.split(".")
     for part in (namespace, name):
-        if not _IDENTIFIER.match(part):
+        if not _IDENTIFIER.fullmatch(part):
             raise CatalogError(
                 "table",
                 f"part {part!r} is not a valid identifier (letters, digits, _; at most 63 chars)",

@@ -69,7 +69,7 @@ def check_iceberg(sink: dict) -> tuple[CatalogConfig, str, list[str], str | None
         if (
             not isinstance(key, list)
             or not key
-            or not all(isinstance(c, str) and _IDENT.match(c) for c in key)
+            or not all(isinstance(c, str) and _IDENT.fullmatch(c) for c in key)
         ):
             raise _field("key", "sink 'key' must list the key columns an upsert merges on")
         if version_column is not None and (

@@ -94,7 +94,7 @@ def _check_offline(config: dict) -> None:
             "config.bootstrap_servers", "a kafka connector needs host:port[,host:port...]"
         )
     topic = config.get("topic")
-    if not isinstance(topic, str) or not _TOPIC.match(topic):
+    if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
         raise InvalidInput(
             "config.topic", "a kafka topic name: 1-249 letters, digits, '.', '_' or '-'"
         )
@@ -131,7 +131,7 @@ def _check_offline(config: dict) -> None:
         raise InvalidInput("config.sasl_mechanism", f"must be one of {', '.join(SASL_MECHANISMS)}")
     for key in ("sasl_username_env", "sasl_password_env"):
         name = config.get(key)
-        if name is not None and not (isinstance(name, str) and _ENV_NAME.match(name)):
+        if name is not None and not (isinstance(name, str) and _ENV_NAME.fullmatch(name)):
             raise InvalidInput(f"config.{key}", "must be the name of an environment variable")
     handover = config.get("handover")
     if handover is not None and not (

@@ -55,7 +55,7 @@ _TIME_TYPES = {"timestamp": "timestamp", "timestamptz": "timestamptz"}
 def validate(config: dict) -> dict:
     check_known_keys(config, ALLOWED_KEYS, kind="table")
     name = config.get("dsn_env")
-    if not isinstance(name, str) or not _ENV_NAME.match(name):
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
         raise InvalidInput(
             "config.dsn_env", "must name the environment variable that holds the source's DSN"
         )

@@ -13,7 +13,7 @@ BOOKKEEPING_SCHEMA = "tidemark_sink"
 
 
 def valid_identifier(name, what: str) -> str:
-    if not isinstance(name, str) or not IDENTIFIER.match(name):
+    if not isinstance(name, str) or not IDENTIFIER.fullmatch(name):
         raise SinkError(
             f"{what} {name!r} is not a valid identifier (letters, digits, _; at most 63 chars)"
         )
