@@ -13,13 +13,16 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from inventory.models import (
+    OPEN_STATUSES,
     Backfill,
+    Batch,
+    BatchKind,
     Job,
     Restatement,
     RestatementPolicy,
     RestatementStatus,
 )
-from inventory.services import backfills
+from inventory.services import backfills, lifecycle
 from inventory.services.backfills import BackfillRange
 from inventory.services.errors import Conflict, InvalidInput
 
@@ -73,8 +76,10 @@ def restatement_open(
     `through`: the last item that restates them (a Delta version that removed their files, an
     upstream commit that replaced their output), not committed by the job yet. The automatic
     backfill then runs as one batch up to it, so the sink goes from the old rows to the new ones
-    in one publish (docs/guarantees.md); when another batch holds items of that stretch, the
-    backfill covers the restated range alone and the restating item waits for it."""
+    in one publish (docs/guarantees.md). Incremental batches over that stretch that have not
+    written their output are cancelled and their items carried by it; when one already wrote its
+    output (or a batch of another backfill holds items of the stretch), the backfill covers the
+    restated range alone and the restating item waits for it."""
     with transaction.atomic():
         record = (
             Restatement.objects.select_for_update()
@@ -118,19 +123,26 @@ def _restatement_backfill(
     *, job: Job, range_start: int, range_end: int, reason: str, priority: int, through
 ):
     if through is not None and through > range_end:
+        whole = dict(
+            job=job,
+            range_start=range_start,
+            range_end=through,
+            reason=reason,
+            actor=ACTOR,
+            priority=priority,
+            whole=True,
+        )
         try:
             with transaction.atomic():
-                return backfills.backfill_create(
-                    job=job,
-                    range_start=range_start,
-                    range_end=through,
-                    reason=reason,
-                    actor=ACTOR,
-                    priority=priority,
-                    whole=True,
-                )
+                return backfills.backfill_create(**whole)
         except Conflict:
-            pass  # a batch holds items up to `through`: the restated range alone
+            pass  # a batch holds items up to `through`
+        try:
+            with transaction.atomic():
+                _take_over(job=job, after=range_end, through=through, reason=reason)
+                return backfills.backfill_create(**whole)
+        except Conflict:
+            pass  # one of them already wrote its output: the restated range alone
     return backfills.backfill_create(
         job=job,
         range_start=range_start,
@@ -139,6 +151,29 @@ def _restatement_backfill(
         actor=ACTOR,
         priority=priority,
     )
+
+
+def _take_over(*, job: Job, after: int, through: int, reason: str) -> None:
+    """Cancel the job's incremental batches over (after, through] that have not written their
+    output, so the restatement's one batch carries their items: otherwise it would rebuild the
+    restated outputs alone and the rows the restating item brings would be missing from the sink
+    until that batch publishes. A batch that already wrote its output refuses (Conflict): the
+    caller then falls back to the restated range alone. A running worker's attempt then fails
+    its fence, as after any cancel."""
+    held = Batch.objects.filter(
+        job=job,
+        kind=BatchKind.INCREMENTAL,
+        status__in=OPEN_STATUSES,
+        span__overlap=(after + 1, through + 1),
+    ).values_list("pk", flat=True)
+    if not held:
+        raise Conflict("no incremental batch to take over: another kind holds the items")
+    for batch_id in held:
+        lifecycle.batch_cancel(
+            batch_id=batch_id,
+            actor=ACTOR,
+            reason=f"taken over by the restatement that carries item {through}: {reason}",
+        )
 
 
 def pending_drop(*, job: Job, cause: str) -> None:
