@@ -7,6 +7,8 @@ runs a few milliseconds later, and a worker asks for the job's work in between) 
 exactly: the version is registered, a worker asks, then the restatement step runs. Batches run in
 this process through the real lifecycle and the real fence; after every publish the sink is read
 (every Delta version with delta-rs and DuckDB; the files and PostgreSQL sinks after each publish).
+The same race is run over a real Hudi table's instants (the sample tables of
+tests/sources/test_hudi.py).
 """
 
 from pathlib import Path
@@ -344,17 +346,30 @@ def test_a_job_output_chain_never_holds_an_upstream_row_twice_after_any_publish(
     assert Batch.objects.filter(job=middle, backfill__created_by="tidemark").count() == 1
 
 
-def test_a_delta_sink_fed_by_a_hudi_source_never_holds_a_key_twice_at_any_version(spark, tmp_path):
-    """A real Hudi table (copy-on-write, partitioned) replayed instant by instant into a job with
-    a Delta sink, with the race of production at every instant: its updates, deletes and insert
-    overwrite restate earlier instants and record them (`extra.restates`), so the worker asking
-    before the restatement step gets nothing, and the restatement publishes the old rows' removal
-    and the new rows together. Every version of the sink, read with delta-rs and DuckDB, holds
-    each key once and is exactly the table as it was after one of its instants."""
-    from tests.sources.test_hudi import TXNS_SIMPLE_META, Timeline, _apply, sample
+@pytest.mark.parametrize(
+    "name", ["sample_table/cow/v9_txns_simple_meta", "sample_table/mor/avro/v9_txns_simple_meta"]
+)
+def test_a_delta_sink_fed_by_a_hudi_source_never_holds_a_key_twice_at_any_version(
+    spark, tmp_path, name
+):
+    """A real Hudi table (partitioned; copy-on-write, and merge-on-read with a compaction)
+    replayed instant by instant into a job with a Delta sink, with the race of production at
+    every instant: its updates, deletes and insert overwrite restate earlier instants and record
+    them (`extra.restates`), so the worker asking before the restatement step gets nothing, and
+    the restatement publishes the old rows' removal and the new rows together. Every version of
+    the sink, read with delta-rs and DuckDB, holds each key once and is exactly the table as it
+    was after one of its instants."""
+    from tests.sources.test_hudi import (
+        TXNS_SIMPLE_META,
+        TXNS_SIMPLE_META_MOR,
+        Timeline,
+        _apply,
+        sample,
+    )
 
     columns = ["txn_id", "txn_ts"]
-    table = sample(tmp_path, "sample_table/cow/v9_txns_simple_meta")
+    table = sample(tmp_path, name)
+    steps = TXNS_SIMPLE_META_MOR if "/mor/" in name else TXNS_SIMPLE_META
     timeline = Timeline(table)
     out = tmp_path / "out"
     connector = connector_create(name="order-hudi-src", kind="hudi", config={"path": str(table)})
@@ -370,7 +385,7 @@ def test_a_delta_sink_fed_by_a_hudi_source_never_holds_a_key_twice_at_any_versio
     sinks = Sinks(spark, lambda: None)
     state: dict = {}
     states = [[]]  # the table after each instant, as the SQL that wrote it says
-    for number, step in enumerate(TXNS_SIMPLE_META, start=1):
+    for number, step in enumerate(steps, start=1):
         stamp = timeline.advance()
         state = _apply(state, step)
         states.append(sorted(state.items()))
