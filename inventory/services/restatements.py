@@ -13,8 +13,9 @@ arriving with the replacing commit. A downstream rebuild is itself a commit that
 so the next job down the chain follows the same way. A job with a batch running over the items is
 left for later: discovery's next look, or the orchestration step for chains.
 
-For the two kinds whose restated items are restated by a *later* item (a Delta version that
-removed their files, an upstream commit that replaced their output) the backfill runs as one batch
+For the kinds whose restated items are restated by a *later* item (a Delta version that removed
+their files, an Iceberg snapshot or a Hudi instant that replaced their rows, an upstream commit
+that replaced their output) the backfill runs as one batch
 through that item (`through`), so the old rows leave and the new ones arrive in one publish; until
 then no batch over that item publishes (tidemark_stale_outputs, docs/guarantees.md).
 """
@@ -277,9 +278,9 @@ def hudi_restate(connector: Connector) -> list[Backfill]:
     """Instants of a `hudi` connector's table whose rows a later instant changed (an update, a
     delete, an insert overwrite, an overwrite of the table), recorded by discovery in
     `cursor.restate`, are rebuilt by every job that committed them, before its incremental work
-    (priority 1). A restated instant reads only its rows still live, the later instant bringing
-    the rest, so each key reaches the sink once. What waits for a running batch stays for the
-    next look."""
+    (priority 1), in one batch through the last instant restating them (`restate_through`). A
+    restated instant reads only its rows still live, the later instant bringing the rest, so each
+    key reaches the sink once. What waits for a running batch stays for the next look."""
     with transaction.atomic():
         locked = Connector.objects.select_for_update().get(pk=connector.pk)
         ids = sorted((locked.cursor or {}).get("restate", []))
@@ -295,9 +296,12 @@ def hudi_restate(connector: Connector) -> list[Backfill]:
             cause=RestatementCause.HUDI_INSTANTS,
             detail={"instants": instants[:100]},
             priority=1,
+            through=(locked.cursor or {}).get("restate_through"),
         )
         if done:
-            locked.cursor = {k: v for k, v in locked.cursor.items() if k != "restate"}
+            locked.cursor = {
+                k: v for k, v in locked.cursor.items() if k not in ("restate", "restate_through")
+            }
             locked.save(update_fields=["cursor", "updated_at"])
     connector.cursor = locked.cursor
     return created

@@ -7,6 +7,8 @@ runs a few milliseconds later, and a worker asks for the job's work in between) 
 exactly: the version is registered, a worker asks, then the restatement step runs. Batches run in
 this process through the real lifecycle and the real fence; after every publish the sink is read
 (every Delta version with delta-rs and DuckDB; the files and PostgreSQL sinks after each publish).
+The same race is run over a real Hudi table's instants (the sample tables of
+tests/sources/test_hudi.py).
 """
 
 from pathlib import Path
@@ -15,13 +17,14 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from inventory.models import Asset, Batch, Connector
+from inventory.models import Asset, Batch, BatchStatus, Connector
 from inventory.services import lifecycle, restatements
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.jobs import job_create
 from inventory.sources import delta as delta_source
+from inventory.sources import hudi as hudi_source
 from tests.lifecycle.test_exactly_once import (  # noqa: F401 - a fixture
     run_and_commit,
     run_spark,
@@ -94,15 +97,17 @@ class Sinks:
         while (batch := lifecycle.batch_acquire(job=job, worker="test")) is not None:
             self.run(batch)
 
-    def race(self, job) -> None:
+    def race(
+        self, job, *, discover=delta_source.discover, restate=restatements.delta_restate
+    ) -> None:
         """Discovery registers the new versions; a worker asks for the job's work before the
         restatement step runs; then the restatement step and the rest of the work."""
         connector = Connector.objects.get(pk=job.connector_id)
-        delta_source.discover(connector)
+        discover(connector)
         batch = lifecycle.batch_acquire(job=job, worker="racer")
         if batch is not None:
             self.run(batch)
-        restatements.delta_restate(Connector.objects.get(pk=job.connector_id))
+        restate(Connector.objects.get(pk=job.connector_id))
         self.drain(job)
 
 
@@ -339,3 +344,89 @@ def test_a_job_output_chain_never_holds_an_upstream_row_twice_after_any_publish(
     sinks.drain(middle)
     assert file_rows(spark, out) == expected(range(4))
     assert Batch.objects.filter(job=middle, backfill__created_by="tidemark").count() == 1
+
+
+@pytest.mark.parametrize(
+    "name", ["sample_table/cow/v9_txns_simple_meta", "sample_table/mor/avro/v9_txns_simple_meta"]
+)
+def test_a_delta_sink_fed_by_a_hudi_source_never_holds_a_key_twice_at_any_version(
+    spark, tmp_path, name
+):
+    """A real Hudi table (partitioned; copy-on-write, and merge-on-read with a compaction)
+    replayed instant by instant into a job with a Delta sink, with the race of production at
+    every instant: its updates, deletes and insert overwrite restate earlier instants and record
+    them (`extra.restates`), so the worker asking before the restatement step gets nothing, and
+    the restatement publishes the old rows' removal and the new rows together. Every version of
+    the sink, read with delta-rs and DuckDB, holds each key once and is exactly the table as it
+    was after one of its instants."""
+    from tests.sources.test_hudi import (
+        TXNS_SIMPLE_META,
+        TXNS_SIMPLE_META_MOR,
+        Timeline,
+        _apply,
+        sample,
+    )
+
+    columns = ["txn_id", "txn_ts"]
+    table = sample(tmp_path, name)
+    steps = TXNS_SIMPLE_META_MOR if "/mor/" in name else TXNS_SIMPLE_META
+    timeline = Timeline(table)
+    out = tmp_path / "out"
+    connector = connector_create(name="order-hudi-src", kind="hudi", config={"path": str(table)})
+    job = job_create(
+        name="order-hudi",
+        connector=connector,
+        batch_weight=10**12,
+        max_items=1,
+        sink={"kind": "delta", "path": str(out)},
+        retry_backoff_seconds=0,
+        max_attempts=5,
+    )
+    sinks = Sinks(spark, lambda: None)
+    state: dict = {}
+    states = [[]]  # the table after each instant, as the SQL that wrote it says
+    for number, step in enumerate(steps, start=1):
+        stamp = timeline.advance()
+        state = _apply(state, step)
+        states.append(sorted(state.items()))
+        sinks.race(job, discover=hudi_source.discover, restate=restatements.hudi_restate)
+        assert _sink_rows(out, columns, None) == states[-1], f"after instant {number}"
+        item = Asset.objects.get(connector=connector, extra__instant=stamp)
+        [published] = Batch.objects.filter(
+            job=job, span__contains=item.pk, status=BatchStatus.SUCCEEDED, replaced_by=None
+        )
+        # a restating instant reaches the sink with its restatement, in one publish
+        by_restatement = (
+            published.backfill is not None and published.backfill.created_by == "tidemark"
+        )
+        assert by_restatement == ("restates" in item.extra), f"instant {number}"
+
+    for version in range(DeltaTable(str(out)).version() + 1):
+        rows = _sink_rows(out, columns, version)
+        keys = [key for key, _ in rows]
+        assert len(keys) == len(set(keys)), f"a key twice at version {version}: {rows}"
+        assert duckdb_delta.rows_at(out, columns, version) == rows, f"version {version}"
+        assert rows in states, f"version {version} is no state of the table: {rows}"
+
+    w = timeline.writes
+    restating = {
+        a.extra["instant"]: sorted(
+            Asset.objects.filter(pk__in=a.extra["restates"]).values_list(
+                "extra__instant", flat=True
+            )
+        )
+        for a in Asset.objects.filter(connector=connector, extra__has_key="restates")
+    }
+    assert restating == {
+        w[1]: [w[0]],  # update of TXN-001
+        w[2]: [w[0], w[1]],  # delete of TXN-002 in the same file group
+        w[3]: [w[0]],  # update of TXN-005 (eu)
+        w[4]: [w[0], w[3]],  # its delete
+        w[5]: [w[0]],  # update of TXN-007 (apac)
+        w[7]: [w[0], w[3], w[4], w[6]],  # insert overwrite of eu: both eu file groups
+    }
+
+
+def _sink_rows(path, columns: list[str], version) -> list[tuple]:
+    data = DeltaTable(str(path), version=version).to_pyarrow_table()
+    return sorted(zip(*(data.column(c).to_pylist() for c in columns), strict=True))

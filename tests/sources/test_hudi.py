@@ -200,16 +200,27 @@ def test_each_batch_reads_what_its_instant_changed_and_the_sink_holds_each_key_o
         assert discovery.discover(job.connector) == 1, f"instant {number}"
         [asset] = Asset.objects.filter(connector=job.connector, extra__instant=stamp)
         drain(spark, job)
-        own = Batch.objects.get(
-            job=job, backfill__isnull=True, span__contains=asset.pk, status=BatchStatus.SUCCEEDED
+        published = Batch.objects.get(
+            job=job, span__contains=asset.pk, status=BatchStatus.SUCCEEDED, replaced_by=None
         )
-        assert batch_rows(out, own) == sorted(step[0].items()), f"instant {number} ({stamp})"
+        read = batch_rows(out, published)
+        if "restates" in asset.extra:
+            # its restatement carries it: the restated instants' live rows and its own, at once
+            assert published.backfill.created_by == "tidemark", f"instant {number} ({stamp})"
+            assert set(step[0].items()) <= set(read), f"instant {number} ({stamp})"
+        else:
+            assert published.backfill is None, f"instant {number} ({stamp})"
+            assert read == sorted(step[0].items()), f"instant {number} ({stamp})"
         state = _apply(state, step)
         assert sink_state(out) == sorted(state.items()), f"after instant {number} ({stamp})"
     assert sink_state(out) == snapshot(table)
-    # a replay of the last instants (from the insert overwrite on): each key once still
+    # a replay from the output holding the eighth instant on (where the partitioned tables'
+    # insert overwrite is, published with its restatement's batch): each key once still
     eighth = Asset.objects.get(connector=job.connector, extra__instant=timeline.writes[7])
-    watermark_correct(job=job, value=eighth.pk - 1, actor="a", reason="fix", replay=True)
+    holding = Batch.objects.get(
+        job=job, span__contains=eighth.pk, status=BatchStatus.SUCCEEDED, replaced_by=None
+    )
+    watermark_correct(job=job, value=holding.span.lower - 1, actor="a", reason="fix", replay=True)
     drain(spark, job)
     assert sink_state(out) == snapshot(table) == sorted(state.items())
     restated = Backfill.objects.filter(job=job, created_by="tidemark").order_by("id")
@@ -228,7 +239,8 @@ def test_clustering_and_compaction_restate_nothing_and_an_overwrite_restates_dow
 ):
     """Registered in one look each, the MOR table's instants: updates and deletes restate the
     insert they changed, the insert overwrite of eu restates every instant whose rows lived in
-    the file groups it replaced, clustering and compaction nothing."""
+    the file groups it replaced, clustering and compaction nothing; each changing instant's item
+    records what it restates (`extra.restates`)."""
     table = sample(tmp_path, "sample_table/mor/avro/v9_txns_simple_meta")
     timeline = Timeline(table)
     connector = connector_create(name="chain", kind="hudi", config={"path": str(table)})
@@ -261,6 +273,16 @@ def test_clustering_and_compaction_restate_nothing_and_an_overwrite_restates_dow
         [],  # clustering
         [],
     ]
+    # each changing instant's item names the items it restates (restatements go first)
+    recorded = [
+        sorted(
+            Asset.objects.filter(pk__in=asset.extra.get("restates", [])).values_list(
+                "extra__instant", flat=True
+            )
+        )
+        for asset in Asset.objects.filter(connector=connector).order_by("id")
+    ]
+    assert recorded == restated
 
 
 def test_instants_are_registered_in_timeline_order_and_a_pending_one_holds_back_later_ones(

@@ -22,10 +22,13 @@ like a Delta version's removes: an update or delete (its write statistics count 
 deleted records in a file group), an insert overwrite, an overwrite of the table or a dropped
 partition (the file groups it replaced). The instants that wrote into those file groups, followed
 through every clustering that moved their records into new file groups, are found by
-`restated_instants`, recorded in the cursor's `restate` list in the transaction that registers
-the new instant, and `restatements.hudi_restate` gives every job that committed them a backfill
-over exactly those items. A restated instant then reads only its rows still live, the later
-instant bringing the rest, so the sink holds each key's latest state once.
+`restated_instants` and recorded, in the transaction that registers the changing instant, in its
+`extra.restates` and in the connector's cursor (`restate`, and the last changing instant in
+`restate_through`); `restatements.hudi_restate` then gives every job that committed them a
+backfill from them through the changing instant, in one batch, and until it publishes no batch
+over the changing instant does (tidemark_stale_outputs; docs/guarantees.md, "Restatements go
+first"). A restated instant then reads only its rows still live, the later instant bringing the
+rest, so the sink holds each key's latest state once, at every state a reader can see.
 
 An instant no longer on the active timeline (archived, its files cleaned) is a batch error naming
 it, the table's retention and the way out, never a silent partial read: with `"archived":
@@ -173,22 +176,28 @@ def _record_writers(writers: dict[str, set[str]], stamp: str, metadata: dict) ->
             writers.setdefault(stat["fileId"], set()).add(stamp)
 
 
-def restated_instants(table, *, first: str, last: str) -> set[str]:
-    """The instants before `first` (registered by earlier looks) whose rows the instants from
-    `first` to `last` changed, followed through every clustering. An instant already archived
-    from the active timeline cannot be traced: the oldest one still there is logged."""
+def restated_instants(table, *, first: str, last: str) -> dict[str, set[str]]:
+    """{instant from `first` to `last`: the instants before `first` (registered by earlier looks)
+    whose rows it changed}, followed through every clustering; an instant that changed none is
+    left out. An instant already archived from the active timeline cannot be traced."""
     writers: dict[str, set[str]] = {}
-    restated: set[str] = set()
+    restating: dict[str, set[str]] = {}
     for instant in completed_instants(table):
         stamp = instant.timestamp
         if stamp > last:
             break
         metadata = instant_metadata(table, instant)
         if stamp >= first:
-            for group in changed_file_groups(metadata):
-                restated |= {w for w in writers.get(group, ()) if w < first}
+            found = {
+                w
+                for group in changed_file_groups(metadata)
+                for w in writers.get(group, ())
+                if w < first
+            }
+            if found:
+                restating[stamp] = found
         _record_writers(writers, stamp, metadata)
-    return restated
+    return restating
 
 
 def _item(path: str, instant, metadata: dict) -> tuple[str, int, dict]:
@@ -232,24 +241,38 @@ def discover(connector: Connector) -> int:
     metadata = [instant_metadata(table, instant) for instant in new]
     items = [_item(path, instant, meta) for instant, meta in zip(new, metadata, strict=True)]
     first, last = new[0].timestamp, new[-1].timestamp
-    restated = set()
+    restating = {}
     if after and any(changed_file_groups(meta) for meta in metadata):
-        restated = restated_instants(table, first=first, last=last)
+        restating = restated_instants(table, first=first, last=last)
     with transaction.atomic():
         locked = Connector.objects.select_for_update().get(pk=connector.pk)
         if (locked.cursor or {}).get("instant") != after:
             connector.cursor = locked.cursor  # another look registered these meanwhile
             return 0
+        ids = (
+            dict(
+                Asset.objects.filter(
+                    connector=locked, extra__instant__in=sorted(set().union(*restating.values()))
+                ).values_list("extra__instant", "id")
+            )
+            if restating
+            else {}
+        )
+        for _, _, extra in items:
+            found = sorted(ids[s] for s in restating.get(extra["instant"], ()) if s in ids)
+            if found:
+                # the items this instant restates: a job's batch over it publishes only once
+                # the job's outputs of them are rebuilt (tidemark_stale_outputs)
+                extra["restates"] = found
         registered = assets_register(connector=locked, items=items)
         cursor = {**(locked.cursor or {}), "instant": last}
+        restated = {i for _, _, extra in items for i in extra.get("restates", [])}
         if restated:
-            restate = set(cursor.get("restate", []))
-            restate |= set(
-                Asset.objects.filter(
-                    connector=locked, extra__instant__in=sorted(restated)
-                ).values_list("id", flat=True)
-            )
-            cursor["restate"] = sorted(restate)
+            cursor["restate"] = sorted(set(cursor.get("restate", [])) | restated)
+            # the last instant that restates them: the backfill carries it (restatements.py)
+            last_restating = next(e["instant"] for _, _, e in reversed(items) if e.get("restates"))
+            through = Asset.objects.get(connector=locked, extra__instant=last_restating).pk
+            cursor["restate_through"] = max(cursor.get("restate_through") or 0, through)
         locked.cursor = cursor
         locked.save(update_fields=["cursor", "updated_at"])
     connector.cursor = locked.cursor
