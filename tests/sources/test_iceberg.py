@@ -22,6 +22,7 @@ from inventory.services.connectors import connector_create, connector_update
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
+from inventory.sources.iceberg import discovery as iceberg_discovery
 from tests.lifecycle.test_exactly_once import drain, run_and_commit
 from tests.spark.test_python_sources_imports import CREATE, OBJECT_PLAN, PLAN, _planner_imports
 from tests.support.factories import execute_refused_before_spark
@@ -159,6 +160,29 @@ def test_snapshots_are_registered_in_commit_order_with_what_each_added(tmp_path)
     assert all(a.weight > 0 for a in assets)
     assert [a.location for a in assets] == [f"ns.t@{i}" for i in ids]
     assert connector.cursor["snapshot"] == ids[2]
+
+
+def test_a_look_that_registers_two_restating_snapshots_carries_the_later_one(tmp_path):
+    """The restatement's backfill runs through the last restating snapshot of a look, in commit
+    order. Snapshot ids are random, so each round's two deletes come in either id order; six
+    rounds make it near certain that one of them has the later delete under the smaller id."""
+    lake = Lake(tmp_path / "lake")
+    connector = connector_create(name="two-restating", kind="iceberg", config=dict(lake.config))
+    for round_ in range(6):
+        first, second = 10 * round_ + 1, 10 * round_ + 5
+        lake.table.append(_rows([first, first + 1]))
+        lake.table.append(_rows([second, second + 1]))
+        discovery.discover(connector)
+        lake.table.delete(EqualTo("key", first))  # rewrites the first append's file
+        lake.table.delete(EqualTo("key", second))  # rewrites the second append's file
+        # the registering step alone (discovery.discover then restates and clears the cursor)
+        assert iceberg_discovery.discover(connector) == 2
+        later = lake.table.current_snapshot().snapshot_id
+        carried = Asset.objects.get(connector=connector, extra__snapshot=later)
+        assert carried.extra.get("restates"), carried.extra
+        connector.refresh_from_db()
+        assert connector.cursor["restate_through"] == carried.pk, (round_, lake.snapshot_ids())
+        discovery.discover(connector)  # restates (no job: nothing to rebuild) and clears it
 
 
 def test_a_look_after_the_cursors_snapshot_expired_registers_the_later_ones(tmp_path):

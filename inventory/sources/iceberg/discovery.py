@@ -116,8 +116,9 @@ def _discover(connector: Connector) -> int:
         restates = {i for _, _, extra in items for i in extra.get("restates", [])}
         if restates:
             cursor["restate"] = sorted(set(cursor.get("restate", [])) | restates)
-            # the last snapshot that restates them: the backfill carries it (restatements.py)
-            last_restating = max(e["snapshot"] for _, _, e in items if e.get("restates"))
+            # the last snapshot that restates them, in commit order (items are; snapshot ids
+            # are random): the backfill carries it (restatements.py)
+            last_restating = next(e["snapshot"] for _, _, e in reversed(items) if e.get("restates"))
             through = Asset.objects.get(connector=locked, extra__snapshot=last_restating).pk
             cursor["restate_through"] = max(cursor.get("restate_through") or 0, through)
         locked.cursor = cursor
