@@ -176,7 +176,7 @@ def test_the_forecast_of_a_slow_job_matches_when_retention_overtakes_it(
 
 
 def test_the_probe_reads_a_topics_size_limit_and_the_size_of_its_messages_from_the_broker(
-    kafka_broker,
+    kafka_broker, role_users, client
 ):
     """`retention.bytes` as the broker reports it, and the messages' size as they are stored,
     give each partition a size stream beside its time stream. Tansu (0.6) reports the setting
@@ -239,3 +239,13 @@ def test_the_probe_reads_a_topics_size_limit_and_the_size_of_its_messages_from_t
     assert forecast.verdict == "at_risk"
     assert forecast.margin_seconds == pytest.approx(expected, rel=0.01)
     assert by_size["margin_seconds"] < by_time["margin_seconds"]
+
+    # the job page and the API show both streams with their inputs
+    client.force_login(role_users["viewer"])
+    page = client.get(f"/jobs/{near.name}/").content.decode()
+    assert "partition 0 by size" in page and f"retention_bytes {limit}" in page
+    assert f"message_bytes {float(message)}" in page and "rule retention.ms" in page
+    detail = token_client(role_users["viewer"]).get(f"/api/v1/jobs/{near.name}/").json()
+    shown = detail["retention_forecast"]["inputs"]["streams"]
+    assert [s["name"] for s in shown] == ["partition 0", "partition 0 by size"]
+    assert shown[1]["log_bytes"] == 200 * message
