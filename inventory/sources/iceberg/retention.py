@@ -106,8 +106,9 @@ def expiry_runs(table, *, name: str, keep: int) -> list[dict]:
     for uri in files:
         try:
             states.append(_held_by(location, uri, name=name))
-        except (OSError, ValueError, KeyError, TypeError):
-            states.append(None)  # deleted after commit, or not ours to read: a gap
+        except (ReadError, OSError, ValueError, KeyError, TypeError):
+            # deleted after commit, outside the table (never read), or not a metadata file
+            states.append(None)
     states.append(current)
     runs = []
     for before, after in zip(states, states[1:], strict=False):
