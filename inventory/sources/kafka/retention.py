@@ -15,7 +15,8 @@ Each rule is a stream of its own per partition, and the forecast takes the first
   average size, key, value and headers plus RECORD_OVERHEAD_BYTES; the limit is then a count of
   messages (limit / average), the log's size (end - start offsets) x average, its growth the
   write rate x average. A producer's batch headers (61 bytes a batch) are not counted: with small
-  messages produced one at a time the real log is larger and the broker deletes sooner.
+  messages produced one at a time the real log is larger and the broker deletes sooner; a
+  compressed topic stores less than the messages' sizes, and the broker deletes later.
 """
 
 import time
