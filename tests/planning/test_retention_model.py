@@ -29,21 +29,36 @@ def writes(schedule, *, until):
 
 
 def simulate(
-    write_times, *, start, position, rate, seconds=None, positions=None, every=None, last_run=0.0
+    write_times,
+    *,
+    start,
+    position,
+    rate,
+    seconds=None,
+    positions=None,
+    every=None,
+    last_run=0.0,
+    keep=None,
+    until=None,
 ):
     """The first time (>= start) the reader's next position is deleted, or None; periodic runs
-    every `every` seconds after `last_run`."""
+    every `every` seconds after `last_run`; the newest `keep` positions are never deleted; up to
+    `until` (default: the last write)."""
     t, needed = start, float(position)
     deleted_below = 0
-    while t < write_times[-1]:
+    while t < (write_times[-1] if until is None else until):
         written = _count_le(write_times, t)
         due = (not every) or (t - last_run >= every - 1e-9)
         if due:
             if every:
                 last_run = t
-            while deleted_below < written and (
-                (seconds is not None and write_times[deleted_below] + seconds <= t)
-                or (positions is not None and written - deleted_below > positions)
+            while (
+                deleted_below < written
+                and (
+                    (seconds is not None and write_times[deleted_below] + seconds <= t)
+                    or (positions is not None and written - deleted_below > positions)
+                )
+                and (keep is None or written - deleted_below > keep)
             ):
                 deleted_below += 1
         if int(needed) < deleted_below:
@@ -151,6 +166,44 @@ def test_a_cleaner_keeping_n_positions_and_running_periodically():
     # eligible once head - needed > 800: 1000 + 10 d - (500 + 3 d) > 800 -> d > 43; next run 150
     assert forecast.loss_at == pytest.approx(150)
     assert actual == pytest.approx(150, abs=0.2)
+
+
+def test_snapshots_expired_by_age_at_runs_but_the_newest_kept_when_the_writes_stop():
+    """Iceberg's expiry: older than the max age, at the runs, never the newest `keep`."""
+    times = writes(lambda t: 10.0 if t < 50 else 0.0, until=300)
+    kwargs = {"seconds": 30, "keep": 100, "every": 10, "last_run": 50.0}
+    now = 52.0
+    # written at t=35, older than 30 s at 65: gone at the run at 70
+    actual = simulate(times, start=now, position=350, rate=0, until=300, **kwargs)
+    forecast = predict(times, now=now, position=350, rate=0, **kwargs)
+    assert forecast.verdict == model.AT_RISK and forecast.loss_at == pytest.approx(70)
+    assert actual == pytest.approx(70, abs=0.2)
+    # among the newest 100 of a table no longer written (no write in the rate's window): kept
+    # however old
+    assert simulate(times, start=now, position=420, rate=0, until=300, **kwargs) is None
+    idle = predict(times, now=now, position=420, rate=0, window=1.0, **kwargs)
+    assert idle.verdict == model.NO_LOSS
+    # while writes are still expected at the last 30 s's rate, 100 more push it out
+    busy = predict(times, now=now, position=420, rate=0, **kwargs)
+    assert busy.verdict == model.AT_RISK and busy.loss_at > now
+
+
+def test_the_newest_kept_decide_when_they_outlast_the_max_age():
+    """Slow writes: a position is older than the max age long before `keep` newer ones exist,
+    so it goes when the keep-th newer one is written (a slow reader, expiry at every step)."""
+    times = writes(lambda t: 1.0, until=400)
+    now, position = 100.0, 80  # written at t=80 (about), 20 behind
+    kwargs = {"seconds": 5, "keep": 30}
+    actual = simulate(times, start=now, position=position, rate=0.5, **kwargs)
+    forecast = predict(times, now=now, position=position, rate=0.5, **kwargs)
+    assert forecast.verdict == model.AT_RISK and actual is not None
+    # the gap grows by 0.5 a second from 20: 30 newer ones exist after 20 s. The model's reader
+    # moves smoothly where the simulated one needs whole positions: it may be late by the time
+    # of one position (2 s at this reader's pace)
+    assert forecast.loss_at == pytest.approx(actual, abs=2.5)
+    assert forecast.margin_seconds == pytest.approx(20, abs=2.5)
+    # with the keep rule alone the max age would have taken it already
+    assert predict(times, now=now, position=position, rate=0.5, seconds=5).margin_seconds == 0
 
 
 def test_a_position_below_the_oldest_held_is_lost_now():
