@@ -24,6 +24,7 @@ import gzip
 import json
 import statistics
 import threading
+from array import array
 from collections import OrderedDict
 
 from inventory.models import Asset, Connector
@@ -41,9 +42,10 @@ MAX_AGE_DEFAULT_MS = 5 * 86_400_000
 MIN_KEEP_DEFAULT = 1
 METADATA_READ = 100  # previous metadata files looked at for the expiry runs
 RATE_WINDOW_SECONDS = 300.0  # the write rate is the last five minutes' (or the branch's age)
-_CACHED_FILES = 4096
+_CACHED_FILES = 1024  # metadata files remembered per process (16 bytes a snapshot each)
 
-_held: "OrderedDict[str, tuple[float, tuple[tuple[int, float], ...]]]" = OrderedDict()
+# metadata file -> (when it was written, its snapshots' ids, their commit times)
+_held: "OrderedDict[str, tuple[float, array, array]]" = OrderedDict()
 _held_lock = threading.Lock()
 
 
@@ -70,8 +72,9 @@ def expiry_settings(properties: dict) -> dict:
     return {"max_age_seconds": age_ms / 1000, "keep": max(keep, 1), "age_set": age_set}
 
 
-def _held_by(location: str, uri: str, *, name: str) -> tuple[float, tuple[tuple[int, float], ...]]:
-    """(when the metadata file was written, ((snapshot id, commit time), ...) it holds)."""
+def _held_by(location: str, uri: str, *, name: str) -> tuple[float, array, array]:
+    """(when the metadata file was written, the ids of the snapshots it holds, their commit
+    times)."""
     with _held_lock:
         if uri in _held:
             _held.move_to_end(uri)
@@ -80,9 +83,11 @@ def _held_by(location: str, uri: str, *, name: str) -> tuple[float, tuple[tuple[
     opener = gzip.open if path.endswith(".gz.metadata.json") else open
     with opener(path, "rt", encoding="utf-8") as text:
         found = json.load(text)
+    snapshots = found.get("snapshots") or ()
     held = (
         found["last-updated-ms"] / 1000,
-        tuple((s["snapshot-id"], s["timestamp-ms"] / 1000) for s in found.get("snapshots") or ()),
+        array("q", (s["snapshot-id"] for s in snapshots)),
+        array("d", (s["timestamp-ms"] / 1000 for s in snapshots)),
     )
     with _held_lock:
         _held[uri] = held
@@ -100,7 +105,8 @@ def expiry_runs(table, *, name: str, keep: int) -> list[dict]:
     files = [entry.metadata_file for entry in metadata.metadata_log[-METADATA_READ:]]
     current = (
         metadata.last_updated_ms / 1000,
-        tuple((s.snapshot_id, s.timestamp_ms / 1000) for s in metadata.snapshots),
+        array("q", (s.snapshot_id for s in metadata.snapshots)),
+        array("d", (s.timestamp_ms / 1000 for s in metadata.snapshots)),
     )
     states = []
     for uri in files:
@@ -114,11 +120,11 @@ def expiry_runs(table, *, name: str, keep: int) -> list[dict]:
     for before, after in zip(states, states[1:], strict=False):
         if before is None or after is None:
             continue
-        still = {sid for sid, _ in after[1]}
-        expired = [t for sid, t in before[1] if sid not in still]
+        still = set(after[1])
+        expired = [t for sid, t in zip(before[1], before[2], strict=True) if sid not in still]
         if not expired:
             continue
-        times = sorted(t for _, t in after[1])
+        times = sorted(after[2])
         unprotected = times[: max(len(times) - keep, 0)]
         runs.append(
             {"at": after[0], "expired": expired, "kept": unprotected[0] if unprotected else None}
