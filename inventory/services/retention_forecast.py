@@ -104,11 +104,7 @@ def job_forecast(*, job: Job, now: float | None = None) -> dict:
     for name, timeline, retention, reader, first, inputs in streams:
         result = model.forecast(timeline=timeline, retention=retention, reader=reader, first=first)
         results.append((name, result, inputs))
-    order = {model.LOST: 0, model.AT_RISK: 1, model.NO_LOSS: 2, model.SAFE: 3}
-    name, worst, _ = min(
-        results,
-        key=lambda r: (order[r[1].verdict], r[1].loss_at if r[1].loss_at is not None else 0),
-    )
+    name, worst = model.first_loss([(name, result) for name, result, _ in results])
     margin = None if worst.margin_seconds is None else max(worst.margin_seconds, 0.0)
     message = model.describe(worst)
     if worst.verdict in (model.LOST, model.AT_RISK) and len(results) > 1:

@@ -3,8 +3,11 @@
 Pure arithmetic on plain numbers (no Django, no I/O), so it can be tested by simulation. A source
 is a sequence of positions (Kafka offsets, Delta versions, Hudi instants) written over time; its
 retention deletes a position some time after it was written (Kafka's `retention.ms`, Delta's log
-retention and `deletedFileRetentionDuration`) or once enough newer positions exist (a Hudi cleaner
-that keeps N commits), possibly only when a periodic run comes round (VACUUM, the cleaner). A job
+retention and `deletedFileRetentionDuration`, Iceberg's `history.expire.max-snapshot-age-ms`) or
+once enough newer positions exist (a Hudi cleaner that keeps N commits, Kafka's `retention.bytes`
+as a count of average-sized messages), possibly never while fewer than N newer ones exist
+(Iceberg's `history.expire.min-snapshots-to-keep`), possibly only when a periodic run comes round
+(VACUUM, the cleaner, snapshot expiry). A job
 reads forward from the position it still needs at its recent rate and cannot pass the head.
 The forecast is the first time the position the job still needs is deleted, if that happens
 before the job catches up with the head (after which it reads each position as it is written).
@@ -46,17 +49,26 @@ class Timeline:
                 return t0 if p1 == p0 else t0 + (t1 - t0) * (position - p0) / (p1 - p0)
         return self.now
 
+    def written_at(self, position: float) -> float:
+        """When `position` is written: `time_of` for one written already; one the head has not
+        reached yet needs its own write too (the head is written next, not now)."""
+        if position < self.head:
+            return self.time_of(position)
+        return self.time_of(position + 1)
+
 
 @dataclass(frozen=True)
 class Retention:
     """What deletes a position: `seconds` after it was written, or once `positions` newer ones
-    exist (None: not by that rule); deleted only when a periodic run comes round when `every`
-    (seconds) is set, the last run at `last_run`."""
+    exist (None: not by that rule), but never while fewer than `keep` newer ones exist (None: no
+    such floor); deleted only when a periodic run comes round when `every` (seconds) is set, the
+    last run at `last_run`."""
 
     seconds: float | None = None
     positions: float | None = None
     every: float | None = None
     last_run: float | None = None
+    keep: float | None = None
 
     def eligible(self, timeline: Timeline, position: float) -> float:
         """When `position` may be deleted (before any periodic run)."""
@@ -65,6 +77,8 @@ class Retention:
             at = min(at, timeline.time_of(position) + self.seconds)
         if self.positions is not None:
             at = min(at, timeline.time_of(position + self.positions))
+        if self.keep is not None:
+            at = max(at, timeline.written_at(position + self.keep))
         return at
 
     def breakpoints(self, timeline: Timeline) -> list[float]:
@@ -75,6 +89,8 @@ class Retention:
             found += known
         if self.positions is not None:
             found += [p - self.positions for p in known]
+        if self.keep is not None:
+            found += [p - self.keep for p in known]
         return found
 
 
@@ -179,6 +195,18 @@ def _first_run_loss(timeline, retention, at, now, end) -> float | None:
             return run
         k += 1
     return None
+
+
+_ORDER = {LOST: 0, AT_RISK: 1, NO_LOSS: 2, SAFE: 3}
+
+
+def first_loss(results: list[tuple[str, Forecast]]) -> tuple[str, Forecast]:
+    """Of several streams' forecasts (a partition's time and size rules, a table's vacuum and log
+    cleanup), the one that decides: a loss now, else the earliest loss, else no loss, else safe."""
+    return min(
+        results,
+        key=lambda r: (_ORDER[r[1].verdict], r[1].loss_at if r[1].loss_at is not None else 0),
+    )
 
 
 def describe(result: Forecast) -> str:

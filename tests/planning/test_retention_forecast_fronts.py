@@ -130,3 +130,58 @@ def test_beat_refreshes_forecasts_and_stores_an_unreadable_source_as_unknown(tmp
     stored.refresh_from_db()
     assert stored.margin_seconds is None
     assert "is not a Delta table" in stored.error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_iceberg_tables_expiry_inputs_show_on_the_job_page_the_api_and_the_cli(
+    live_server, role_users, client, monkeypatch, capsys, tmp_path
+):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    uri = f"sqlite:///{tmp_path}/catalog.db"
+    catalog = SqlCatalog("tidemark", uri=uri, warehouse=f"file://{tmp_path}/wh")
+    catalog.create_namespace("ns")
+    rows = pa.table({"n": pa.array([1], pa.int64())})
+    table = catalog.create_table(
+        "ns.t",
+        schema=rows.schema,
+        properties={
+            "history.expire.max-snapshot-age-ms": "3600000",
+            "history.expire.min-snapshots-to-keep": "2",
+        },
+    )
+    table.append(rows)
+    table.append(rows)
+    connector = connector_create(
+        name="lake-src", kind="iceberg", config={"catalog_uri": uri, "table": "ns.t"}
+    )
+    job = make_job(connector=connector, name="lake-reader")
+    # it needs the first snapshot (nothing registered yet), expired an hour after its commit
+    assert retention_forecasts_refresh() == {"lake-reader": "at_risk"}
+    stored = RetentionForecast.objects.get(job=job)
+    assert stored.margin_seconds == pytest.approx(3600, abs=60)
+
+    client.force_login(role_users["viewer"])
+    page = client.get(f"/jobs/{job.name}/").content.decode()
+    assert "<th>snapshot expiry</th>" in page
+    assert "max_snapshot_age_seconds 3600.0" in page and "min_snapshots_to_keep 2" in page
+    assert "fewer than two expiry runs in the metadata log" in page
+    detail = token_client(role_users["viewer"]).get(f"/api/v1/jobs/{job.name}/").json()
+    [stream] = detail["retention_forecast"]["inputs"]["streams"]
+    assert (stream["snapshots_held"], stream["max_snapshot_age_from"]) == (2, "table property")
+
+    token, _ = Token.objects.get_or_create(user=role_users["viewer"])
+    monkeypatch.setenv("TIDEMARK_URL", live_server.url)
+    monkeypatch.setenv("TIDEMARK_TOKEN", token.key)
+    assert cli_main.main(["jobs", "show", job.name]) == 0
+    shown = capsys.readouterr().out
+    # a table of the streams, a column per input (in the order the stored JSON gives them)
+    header, row = (
+        line.strip()
+        for line in shown.splitlines()
+        if line.strip().startswith(("NAME", "snapshot expiry"))
+    )
+    for column in ("MAX_SNAPSHOT_AGE_SECONDS", "MIN_SNAPSHOTS_TO_KEEP", "EXPIRY_RUNS_SEEN"):
+        assert column in header.split(), header
+    assert re.search(r"\sat_risk\s", row) and re.search(r"\stable property\s", row), row
+    assert re.search(r"\s1 h(\s|$)", row) and "fewer than two expiry runs" in row, row

@@ -14,11 +14,12 @@ import time
 import pytest
 from django.test import override_settings
 
-from inventory.models import Job, RetentionForecast
+from inventory.models import Asset, Job, RetentionForecast
 from inventory.services import lifecycle
 from inventory.services.connectors import connector_create
 from inventory.services.retention_forecast import retention_forecast_refresh
 from inventory.sources.kafka import discover
+from inventory.sources.kafka import retention as kafka_retention
 from tests.support.api_support import token_client
 from tests.support.factories import make_job
 
@@ -172,3 +173,79 @@ def test_the_forecast_of_a_slow_job_matches_when_retention_overtakes_it(
     assert f'tidemark_retention_margin_seconds{{job="{job.name}"}} ' in metrics
     overview = client.get("/").content.decode()
     assert 'data-kind="retention_breach"' in overview and "Retention" in overview
+
+
+def test_the_probe_reads_a_topics_size_limit_and_the_size_of_its_messages_from_the_broker(
+    kafka_broker, role_users, client
+):
+    """`retention.bytes` as the broker reports it, and the messages' size as they are stored,
+    give each partition a size stream beside its time stream. Tansu (0.6) reports the setting
+    but does not enforce it either (the log start stays at 0 however large the log), so the
+    check is against the broker's own settings, offsets and messages; the loss it forecasts is
+    the arithmetic's (tests/planning/test_retention_model.py simulates it)."""
+    from confluent_kafka.admin import NewTopic
+
+    topic, limit = "sized", 20_000
+    admin = kafka_broker.admin()
+    created = admin.create_topics(
+        [NewTopic(topic, 1, 1, config={"retention.bytes": str(limit), "retention.ms": "3600000"})]
+    )
+    for future in created.values():
+        future.result(timeout=10)
+    value = b"v" * 90
+    kafka_broker.produce(topic, [(0, value)] * 200)  # key b"0:" + value: 182 bytes a message
+    connector = connector_create(
+        name="sized",
+        kind="kafka",
+        config={"bootstrap_servers": kafka_broker.bootstrap, "topic": topic, "slice_messages": 50},
+    )
+    discover(connector)
+    slices = {a.extra["start"]: a for a in Asset.objects.filter(connector=connector)}
+    assert sorted(slices) == [0, 50, 100, 150]
+
+    far = make_job(connector=connector, name="far-behind", watermark_type="key_value")
+    forecast = retention_forecast_refresh(job=far)
+    by_time, by_size = forecast.inputs["streams"]
+    assert (by_time["name"], by_time["rule"], by_time["retention_ms"]) == (
+        "partition 0",
+        "retention.ms",
+        3_600_000,
+    )
+    assert (by_size["name"], by_size["rule"]) == ("partition 0 by size", "retention.bytes")
+    assert by_size["retention_bytes"] == limit
+    message = len(b"0:" + value) + len(value) + kafka_retention.RECORD_OVERHEAD_BYTES
+    assert by_size["message_bytes"] == message
+    assert (by_size["log_start_offset"], by_size["end_offset"]) == (0, 200)  # nothing deleted
+    assert by_size["log_bytes"] == 200 * message
+    assert by_size["limit_messages"] == pytest.approx(limit / message, abs=0.1)
+    # offset 0 has more than the limit's worth of messages after it: a broker that enforces
+    # retention.bytes has deleted it already
+    assert (forecast.verdict, forecast.margin_seconds) == ("at_risk", 0.0)
+    assert forecast.message.endswith("(partition 0 by size first)")
+
+    near = make_job(
+        connector=connector,
+        name="near-head",
+        watermark_type="key_value",
+        start_position=slices[150].pk,
+    )
+    forecast = retention_forecast_refresh(job=near)
+    by_time, by_size = forecast.inputs["streams"]
+    assert by_size["needed_offset"] == 150 and by_size["bytes_ahead"] == 50 * message
+    # lost once the limit's worth of messages follow offset 150, at the measured write rate
+    rate = by_size["written_per_second"]
+    assert rate > 0 and by_size["written_bytes_per_second"] == pytest.approx(rate * message, 0.01)
+    expected = (150 + limit / message - 200) / rate
+    assert forecast.verdict == "at_risk"
+    assert forecast.margin_seconds == pytest.approx(expected, rel=0.01)
+    assert by_size["margin_seconds"] < by_time["margin_seconds"]
+
+    # the job page and the API show both streams with their inputs
+    client.force_login(role_users["viewer"])
+    page = client.get(f"/jobs/{near.name}/").content.decode()
+    assert "partition 0 by size" in page and f"retention_bytes {limit}" in page
+    assert f"message_bytes {float(message)}" in page and "rule retention.ms" in page
+    detail = token_client(role_users["viewer"]).get(f"/api/v1/jobs/{near.name}/").json()
+    shown = detail["retention_forecast"]["inputs"]["streams"]
+    assert [s["name"] for s in shown] == ["partition 0", "partition 0 by size"]
+    assert shown[1]["log_bytes"] == 200 * message

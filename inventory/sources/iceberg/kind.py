@@ -3,6 +3,7 @@
 from inventory.services.confinement import path_confined
 from inventory.sources import iceberg
 from inventory.sources.base import SourceKind
+from inventory.sources.iceberg import retention
 from workers.spark.iceberg_files import local_path
 
 # besides `table`: the catalog that resolves it (another catalog's table of the same name is
@@ -39,6 +40,9 @@ class IcebergKind(SourceKind):
 
     def no_time_reason(self) -> str:
         return "its items are table snapshots, selected by id"
+
+    def retention_probe(self):
+        return retention.probe
 
 
 KIND = IcebergKind()
