@@ -48,8 +48,8 @@ $$;
 -- a probe of the assets per job (dashboard.sql: health_metrics). BEFORE INSERT or UPDATE of a
 -- watermark, each row: computed afresh by one probe of asset_connector_id_idx whatever the writer
 -- (the commit's tidemark_advance, a correction, a skip, a reset, the ORM), in the transaction that
--- moves the position, so the sums move with it (invariant 1) and a value a writer brings along
--- is never kept. Zero for a job whose lag is counted outside (tidemark_lag_outside): no assets.
+-- moves the position, so the sums move with it, and a value a writer brings along is never
+-- kept. Zero for a job whose lag is counted outside (tidemark_lag_outside): no assets.
 CREATE OR REPLACE FUNCTION tidemark_watermark_done()
 RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -65,7 +65,7 @@ END
 $$;
 
 -- The assets' sums below a position changed (an asset inserted, deleted or reweighed at or after
--- p_from, the caller holding the connector's row lock): the watermarks of the connector's jobs
+-- p_from; every writer but a bulk load holds the connector's row lock): the watermarks of the connector's jobs
 -- past p_from take theirs again (the row trigger above recomputes them; NULL p_from: every job's).
 -- An insert passes its first id: only a watermark placed past ids not yet seen (a job's start, a
 -- correction skipping unseen items) has assets appear below it, so a registration usually
