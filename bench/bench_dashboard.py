@@ -13,6 +13,7 @@ lag statement of all jobs is timed both ways in the same run, alternating: Tidem
     BENCH_QUICK=1 python bench/bench_dashboard.py   # 100,000 batches over 100 jobs, a tenth of the lag
     BENCH_KEEP=1 ...; BENCH_REUSE=1 ...             # keep the loaded database; measure it again
     BENCH_JOBS=10000 BENCH_LOAD_ONLY=1 ...          # only load (and keep) the 10,000-job database
+    BENCH_JOBS=10000 BENCH_REUSE=1 BENCH_METRICS_ONLY=1 ...  # only /metrics, rendered each time
 
 The load is bench/dashboard_load.sql (run by dashboard_data.py), the shape and settings
 dashboard_shape.py, the section dashboard_render.py.
@@ -46,6 +47,7 @@ from dashboard_shape import (  # noqa: E402
     BENCH_DB,
     JOBS,
     LOAD_ONLY,
+    METRICS_ONLY,
     METRICS_TARGET_MS,
     PAGE_TARGET_MS,
     PAGE_TARGET_MS_10K,
@@ -250,6 +252,36 @@ def summarize(urls, timed: list[dict]) -> list[dict]:
 CLIENT = None
 
 
+def metrics_only() -> int:
+    """BENCH_METRICS_ONLY: /metrics rendered at every request (METRICS_CACHE_SECONDS=0), the
+    backlogs alternating round by round as the full run does, then a render taken apart and the
+    statement timed, at each backlog; logged, no section written."""
+    urls = [("metrics_uncached", "/metrics")]
+    gc.collect()
+    gc.freeze()
+    timed = {scale: [] for scale in SCALES}
+    for round_ in range(ROUNDS):
+        for scale in SCALES if round_ % 2 == 0 else SCALES[::-1]:
+            backlog(scale)
+            load_before = os.getloadavg()[0]
+            part = measure(urls, REPEAT // ROUNDS, capture=not timed[scale])
+            timed[scale] += part[0]["times"]
+            log(
+                f"{scale}, round {round_ + 1} of {ROUNDS}: load {load_before:.1f} -> "
+                f"{os.getloadavg()[0]:.1f}"
+            )
+    for scale in SCALES:
+        times = timed[scale]
+        backlog(scale)
+        log(
+            f"{scale}: /metrics uncached: median {statistics.median(times):.1f} ms, "
+            f"p95 {_p95(times):.1f} ms over {len(times)} requests (target < {METRICS_TARGET_MS})"
+        )
+        log(f"{scale}: health_metrics, p95 ms: {metrics_statements(10)}")
+        log(f"{scale}: a render taken apart: {metrics_breakdown(5)}")
+    return 0
+
+
 def main_both() -> int:
     """Both sizes, each by a run of this script, then the section from their parts."""
     import subprocess
@@ -334,6 +366,8 @@ def main() -> int:
             ("metrics", "/metrics"),
             ("metrics_uncached", "/metrics"),
         ]
+        if METRICS_ONLY:
+            return metrics_only()
         # as the WSGI entry leaves a web process (controlplane/wsgi.py): the loaded application
         # frozen out of the cyclic collector's reach
         gc.collect()

@@ -48,3 +48,6 @@ def log(message: str) -> None:
 REUSE = os.environ.get("BENCH_REUSE", "") not in ("", "0", "false")
 # only load (and keep) the database, to measure it later with BENCH_REUSE=1
 LOAD_ONLY = os.environ.get("BENCH_LOAD_ONLY", "") not in ("", "0", "false")
+# only the rendered /metrics (cache off) at both backlogs and its breakdown, logged: no pages, no
+# old lag scan, no section written (the data load, or BENCH_REUSE, as usual)
+METRICS_ONLY = os.environ.get("BENCH_METRICS_ONLY", "") not in ("", "0", "false")

@@ -16,6 +16,12 @@ class Watermark(models.Model):
     position = models.BigIntegerField()
     value = models.JSONField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # the count and weight of the job's connector's assets below `position` (their prefix sums),
+    # kept by the database in the transaction that moves the position and when the assets below
+    # it change (sql/schema/prefix_sums.sql: tidemark_watermark_done): the lag is the sums at the
+    # connector's last asset minus these, with no probe of the assets per job (/metrics)
+    done_count = models.BigIntegerField(db_default=0, editable=False)
+    done_weight = models.DecimalField(max_digits=38, decimal_places=0, db_default=0, editable=False)
 
     class Meta:
         # one watermark per job: the OneToOneField's own unique constraint (job_id_key)

@@ -54,6 +54,9 @@ facts AS (
     SELECT j.id, j.name, j.paused, j.schedule_seconds, j.lease_seconds, j.connector_id,
            c.name AS connector_name, c.state AS connector_state,
            w.position AS wm_position, w.updated_at AS wm_updated_at,
+           -- the sums below the watermark, kept on its row (prefix_sums.sql:
+           -- tidemark_watermark_done): the lag of every job with no probe of the assets
+           w.done_count AS wm_done_count, w.done_weight AS wm_done_weight,
            -- a datetime watermark's value (its time lag), for /metrics' rows without a second
            -- join of the watermarks
            CASE WHEN j.watermark_type = 'datetime' THEN w.value #>> '{}' END AS wm_datetime,
@@ -180,8 +183,8 @@ ORDER BY part, ord, name;
 -- (the graph page; /metrics reads health_metrics, leaner still): the uncommitted
 -- incremental batch starting at the watermark (batch_job_lower_idx, as in queries.sql:
 -- jobs_blockers), looked for in the jobs with dead batches only. The lag is the sums at the
--- connector's last asset, read once per connector (tips), minus those before the watermark: one
--- probe per job behind, where tidemark_lag probes the connector's last asset again for each job.
+-- connector's last asset, read once per connector (tips), minus those below the watermark, kept
+-- on its row (wm_done_count, wm_done_weight): no probe of the assets per job.
 -- No connector config (the rows carry no weight unit), and a watermark's value only where the
 -- time lag reads it (datetime watermarks): jsonb is the costly part of a row to hand over.
 -- Last, the job's open batches by kind and status (/metrics' tidemark_batches), counted in the
@@ -192,18 +195,14 @@ SELECT h.id, h.name, h.paused, h.schedule_seconds, h.lease_seconds, jx.watermark
        CASE WHEN jx.watermark_type = 'datetime' THEN wx.value END,
        h.wm_position, h.wm_updated_at, h.n_queued, h.n_running, h.n_failed, h.n_dead,
        CASE WHEN h.outside THEN h.ext_items
-            WHEN h.behind THEN h.tip_count - coalesce(done.cum_count, 0) ELSE 0 END,
+            WHEN h.behind THEN h.tip_count - h.wm_done_count ELSE 0 END,
        CASE WHEN h.outside THEN h.ext_weight
-            WHEN h.behind THEN h.tip_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
+            WHEN h.behind THEN h.tip_weight - h.wm_done_weight ELSE 0 END,
        h.late, h.state, held.id, h.open_by_kind
 FROM health AS h
 -- the other columns of the rows returned, by primary key
 JOIN inventory_job AS jx ON jx.id = h.id
 JOIN inventory_watermark AS wx ON wx.job_id = h.id
--- the sums before the watermark of a job behind (one probe); none for the others
-LEFT JOIN LATERAL tidemark_asset_before(
-    CASE WHEN h.behind AND NOT h.outside THEN h.connector_id END, h.wm_position
-) AS done ON true
 LEFT JOIN LATERAL (
     SELECT b.id FROM inventory_batch AS b
     WHERE h.n_dead > 0 AND b.job_id = h.id AND lower(b.span) = h.wm_position
@@ -243,7 +242,8 @@ SELECT count(*) FROM inventory_connector WHERE state = 'waiting';
 -- /metrics, at every scrape: one row per job, by name, with no more than its families write
 -- (inventory/api/metrics.py): the state, the failed and dead batches, whether the watermark is
 -- late, the lag (the sums at the connector's last asset, read once per connector in `tips`,
--- minus those before the watermark: one probe per job behind, none for the others), a datetime
+-- minus those below the watermark, kept on its row: one pass over the jobs, no probe of the
+-- assets per job), a datetime
 -- watermark's value (the time lag), and when the watermark last moved as epoch seconds (a float
 -- is cheaper to hand over than a timestamp). The columns only TIDEMARK_METRICS_PER_JOB=full
 -- writes (%(full)s) are NULL otherwise, and their reads skipped: the position, whether the
@@ -261,17 +261,14 @@ UNION ALL
 SELECT * FROM (
     SELECT h.name, h.state, h.n_failed, h.n_dead, h.late IS NOT NULL,
            CASE WHEN h.outside THEN h.ext_items
-                WHEN h.behind THEN h.tip_count - coalesce(done.cum_count, 0) ELSE 0 END,
+                WHEN h.behind THEN h.tip_count - h.wm_done_count ELSE 0 END,
            CASE WHEN NOT %(full)s THEN NULL WHEN h.outside THEN h.ext_weight
-                WHEN h.behind THEN h.tip_weight - coalesce(done.cum_weight, 0) ELSE 0 END,
+                WHEN h.behind THEN h.tip_weight - h.wm_done_weight ELSE 0 END,
            h.wm_datetime, extract(epoch FROM h.wm_updated_at)::float8,
            CASE WHEN %(full)s THEN h.wm_position END,
            held.id IS NOT NULL,
            CASE WHEN %(full)s THEN h.open_by_kind END
     FROM health AS h
-    LEFT JOIN LATERAL tidemark_asset_before(
-        CASE WHEN h.behind AND NOT h.outside THEN h.connector_id END, h.wm_position
-    ) AS done ON true
     LEFT JOIN LATERAL (
         SELECT b.id FROM inventory_batch AS b
         WHERE %(full)s AND h.n_dead > 0 AND b.job_id = h.id AND lower(b.span) = h.wm_position

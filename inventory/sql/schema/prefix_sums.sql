@@ -42,6 +42,46 @@ RETURNS TABLE (items bigint, weight numeric) LANGUAGE sql STABLE ROWS 1 AS $$
     LEFT JOIN tidemark_asset_before(p_connector, p_position) AS done ON true
 $$;
 
+-- A watermark's own prefix sums (Watermark.done_count, done_weight): the count and weight of its
+-- job's connector's assets below its position, so that a job's lag is the sums at the connector's
+-- last asset minus these, read from the watermark's row: /metrics reads 10,000 jobs' lags without
+-- a probe of the assets per job (dashboard.sql: health_metrics). BEFORE INSERT or UPDATE of a
+-- watermark, each row: computed afresh by one probe of asset_connector_id_idx whatever the writer
+-- (the commit's tidemark_advance, a correction, a skip, a reset, the ORM), in the transaction that
+-- moves the position, so the sums move with it, and a value a writer brings along is never
+-- kept. Zero for a job whose lag is counted outside (tidemark_lag_outside): no assets.
+CREATE OR REPLACE FUNCTION tidemark_watermark_done()
+RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT coalesce(b.cum_count, 0), coalesce(b.cum_weight, 0)
+    INTO NEW.done_count, NEW.done_weight
+    FROM inventory_job AS j
+    LEFT JOIN LATERAL tidemark_asset_before(j.connector_id, NEW.position) AS b ON true
+    WHERE j.id = NEW.job_id;
+    NEW.done_count := coalesce(NEW.done_count, 0);
+    NEW.done_weight := coalesce(NEW.done_weight, 0);
+    RETURN NEW;
+END
+$$;
+
+-- The assets' sums below a position changed (an asset inserted, deleted or reweighed at or after
+-- p_from; every writer but a bulk load holds the connector's row lock): the watermarks of the connector's jobs
+-- past p_from take theirs again (the row trigger above recomputes them; NULL p_from: every job's).
+-- An insert passes its first id: only a watermark placed past ids not yet seen (a job's start, a
+-- correction skipping unseen items) has assets appear below it, so a registration usually
+-- updates no row. A delete or a weight change passes NULL: every watermark of the connector is
+-- updated, waiting for a commit that holds one, so a commit that read the old sums (its position
+-- moving past p_from meanwhile) is followed by this update, which reads the new ones.
+CREATE OR REPLACE FUNCTION tidemark_watermarks_resum(p_connector bigint, p_from bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE inventory_watermark AS w SET done_count = w.done_count  -- recomputed by its trigger
+    FROM inventory_job AS j
+    WHERE j.connector_id = p_connector AND w.job_id = j.id
+      AND (p_from IS NULL OR w.position > p_from);
+END
+$$;
+
 -- Whether a job's lag is counted outside the prefix sums, in the tables it reads: a job_output
 -- connector's (the upstream job's commits) and a local meta table read in place. A remote meta
 -- table (dsn_env) is mirrored into Tidemark's asset table, so it has prefix sums. The one rule,
@@ -216,8 +256,28 @@ BEGIN
 END
 $$;
 
+-- AFTER INSERT, each statement, whoever inserts (registration, which fills the sums itself, or
+-- the trigger above): the watermarks past the first added id of each connector take their sums
+-- again (tidemark_watermarks_resum). Usually no row: only a watermark placed past ids not seen yet
+-- (a job's start, a correction skipping unseen items) has assets appear below it. One lookup of
+-- the connector's jobs per insert.
+CREATE OR REPLACE FUNCTION tidemark_asset_watermarks_insert()
+RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    changed record;
+BEGIN
+    FOR changed IN
+        SELECT connector_id, min(id) AS first FROM tidemark_added GROUP BY connector_id ORDER BY 1
+    LOOP
+        PERFORM tidemark_watermarks_resum(changed.connector_id, changed.first);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
 -- AFTER DELETE, each statement: the assets after the first deleted one of each connector get their
--- sums again (nothing to do when a connector's assets all go: a reset, a deleted connector).
+-- sums again (nothing to do when a connector's assets all go: a reset, a deleted connector), and
+-- the watermarks of its jobs theirs (tidemark_watermarks_resum).
 CREATE OR REPLACE FUNCTION tidemark_asset_prefix_delete()
 RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -228,13 +288,15 @@ BEGIN
     LOOP
         PERFORM 1 FROM inventory_connector WHERE id = changed.connector_id FOR UPDATE;
         PERFORM tidemark_asset_prefix_rebuild(changed.connector_id, changed.first);
+        PERFORM tidemark_watermarks_resum(changed.connector_id, NULL);
     END LOOP;
     RETURN NULL;
 END
 $$;
 
 -- AFTER UPDATE, each statement: the assets whose weight (or connector) changed, and those after
--- them, get their sums again. The rebuild's own updates (trigger depth > 1) change no weight.
+-- them, get their sums again, and the watermarks of the connector's jobs theirs. The rebuild's own
+-- updates (trigger depth > 1) change no weight.
 CREATE OR REPLACE FUNCTION tidemark_asset_prefix_update()
 RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -255,6 +317,7 @@ BEGIN
     LOOP
         PERFORM 1 FROM inventory_connector WHERE id = changed.connector_id FOR UPDATE;
         PERFORM tidemark_asset_prefix_rebuild(changed.connector_id, changed.first);
+        PERFORM tidemark_watermarks_resum(changed.connector_id, NULL);
     END LOOP;
     RETURN NULL;
 END
