@@ -49,6 +49,10 @@ class KnownFiles:
     cursor: int = 0
     # ids of `recent` flagged since they were loaded: not stat-ed again
     flagged: set[int] = field(default_factory=set)
+    # whether the connector may have assets flagged as changed and not restated: the answer of
+    # the last look's `assets_known_size` (which asks it in the same statement), or True once
+    # this process flagged one since; read by the kind's after_discover (`changed_pending`)
+    changed: bool = True
 
 
 _known: dict[tuple[str, int], KnownFiles] = {}
@@ -75,8 +79,19 @@ def known_files(connector: Connector, *, recheck_seconds: float) -> KnownFiles:
         if known.count != count:
             known = KnownFiles()
             _load(connector, known, upto=max_id, recheck_seconds=recheck_seconds)
+        known.changed = size.changed
         _known[key] = known
         return known
+
+
+def changed_pending(connector: Connector) -> bool:
+    """Whether the check for changed files to restate (restatements.changed_files_restate) can
+    find anything: False only when this process's last look at the connector found no flagged,
+    unrestated asset (`assets_known_size`) and flagged none itself since. A flag raised by
+    another process after that statement is found by the next look's."""
+    with _known_lock:
+        known = _known.get((connection.settings_dict["NAME"], connector.pk))
+        return known is None or known.changed
 
 
 def _load(connector: Connector, known: KnownFiles, *, upto: int, recheck_seconds) -> None:
@@ -196,6 +211,7 @@ def recent_recheck(
             continue
         with _known_lock:
             known.flagged.add(pk)
+            known.changed = True  # (also when another process flagged it first)
         _flag(connector, pk=pk, location=location, size=size, now=(now.st_mtime_ns, now.st_size))
     return stated
 
