@@ -337,7 +337,9 @@ def write(figures: dict) -> None:
             f"({_met(f['ratio_recent'])})"
         )
     markdown = (
-        "## Discovery: one periodic look, 100 new files among 50,000 and 1,000,000 known\n\n"
+        "## Discovery: one periodic look, 100 new files among "
+        + " and ".join(f"{f['known']:,}" for f in sizes)
+        + " known\n\n"
         f"Measured {common.now_utc()} by `bench/bench_discovery.py`: for each size, one `files` "
         "connector over one flat directory whose files are all on disk and registered; each of "
         f"{' or '.join(str(f['rounds']) for f in sizes)} rounds (by size) adds "
