@@ -188,10 +188,12 @@ class RegisteredAsset:
 
 @dataclass(frozen=True)
 class KnownSize:
-    """A connector's last asset: its running count (None: not summed yet) and its id."""
+    """A connector's last asset: its running count (None: not summed yet) and its id; and
+    whether any of its assets is flagged as changed and not yet restated."""
 
     count: int | None
     max_id: int
+    changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -520,14 +522,15 @@ def assets_register(
 
 def assets_known_size(*, connector_id: int) -> KnownSize:
     """The connector's asset count and last id; (0, 0) without assets. A count no trigger has
-    summed yet is counted the slow way."""
+    summed yet is counted the slow way. `changed`: whether restatements.changed_unrestated would
+    list anything (asked in the same statement)."""
     with connection.cursor() as cursor:
         cursor.execute(query("assets_known_size"), {"connector": connector_id})
         rows = _read(cursor, KnownSize)
         known = rows[0] if rows else KnownSize(0, 0)
         if known.count is None:
             cursor.execute(query("assets_count"), {"connector": connector_id})
-            known = KnownSize(_scalar(cursor), known.max_id)
+            known = KnownSize(_scalar(cursor), known.max_id, known.changed)
     return known
 
 

@@ -130,7 +130,16 @@ FROM tidemark_assets_register(
 -- asset, its id and its running count (Asset.cum_count, kept true by the prefix-sum triggers
 -- through any insert or delete), one index lookup on asset_connector_id_idx however many assets
 -- the connector has (a count(*) read them all). No row: no asset.
-SELECT cum_count, id FROM tidemark_asset_before(%(connector)s, NULL);
+-- The third column folds in the check for changed files to restate (restatements.changed_unrestated):
+-- whether any of the connector's assets is flagged as changed after registration and not yet
+-- restated, one probe of the partial index asset_changed_unrestated_idx (its condition, written
+-- the same, so the planner uses it); a look whose answer is false sends no statement for it.
+SELECT last.cum_count, last.id, EXISTS (
+    SELECT FROM inventory_asset AS a
+    WHERE a.connector_id = %(connector)s
+      AND a.extra ? 'changed_after_registration' AND NOT a.extra ? 'restated'
+) AS changed
+FROM tidemark_asset_before(%(connector)s, NULL) AS last;
 
 -- name: assets_count
 -- The connector's asset count the slow way: only when its last asset's cum_count is missing.

@@ -5,6 +5,7 @@ from inventory.services.errors import InvalidInput
 from inventory.sources import files
 from inventory.sources.base import REGISTRATION_TIME, SourceKind, TimeBasis
 from inventory.sources.config import check_known_keys, check_read_config
+from inventory.sources.files.known import changed_pending
 from inventory.sources.identity import check_local_directory, source_table_check
 from inventory.sources.items import quote_table
 from inventory.sources.locations import local_items
@@ -36,7 +37,10 @@ class LocalFilesKind(SourceKind):
         return files.directory_discover(connector=connector)
 
     def after_discover(self, connector, restate) -> int:
-        restate.changed_files_restate(connector)  # files rewritten after registration
+        # files rewritten after registration; whether any are flagged was asked by the look's
+        # first statement (known.py: `changed_pending`), so a look with none sends nothing more
+        if changed_pending(connector):
+            restate.changed_files_restate(connector)
         return 0
 
     def snapshot_by_look(self, connector) -> bool:
