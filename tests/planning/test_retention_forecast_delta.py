@@ -22,6 +22,7 @@ from inventory.services import discovery, lifecycle
 from inventory.services.connectors import connector_create
 from inventory.services.retention_forecast import retention_forecast_refresh
 from tests.support.factories import make_job
+from tests.support.worker_fixtures import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -98,16 +99,6 @@ def _next_compaction(path: str, seen: int) -> dict[str, int] | None:
     return versions
 
 
-def _wait(condition, *, timeout: float, message: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {message}")
-
-
 def test_the_forecast_matches_when_a_scheduled_vacuum_deletes_what_a_slow_job_needs(tmp_path):
     path = str(tmp_path / "events")
     write_deltalake(
@@ -121,7 +112,7 @@ def test_the_forecast_matches_when_a_scheduled_vacuum_deletes_what_a_slow_job_ne
         thread.start()
     try:
         # the log shows a schedule once two runs deleted something
-        _wait(
+        wait_until(
             lambda: sum(
                 1
                 for entry in DeltaTable(path).history(limit=200)
@@ -132,7 +123,7 @@ def test_the_forecast_matches_when_a_scheduled_vacuum_deletes_what_a_slow_job_ne
             message="two VACUUM runs in the log",
         )
         seen, _ = _last_compaction(path)
-        versions = _wait(
+        versions = wait_until(
             lambda: _next_compaction(path, seen),
             timeout=60,
             message="a compaction that took out the files of three or more versions",

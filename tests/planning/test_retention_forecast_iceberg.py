@@ -24,6 +24,7 @@ from inventory.services.connectors import connector_create
 from inventory.services.retention_forecast import needed_item, retention_forecast_refresh
 from inventory.sources.iceberg import retention as iceberg_retention
 from tests.support.factories import make_job
+from tests.support.worker_fixtures import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -130,16 +131,6 @@ class Expiry(threading.Thread):
             self.failed = exc
 
 
-def _wait(condition, *, timeout: float, message: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {message}")
-
-
 def _held(table) -> set[int]:
     table.refresh()
     return {s.snapshot_id for s in table.metadata.snapshots}
@@ -177,7 +168,7 @@ def test_the_forecast_matches_when_scheduled_snapshot_expiry_overtakes_a_slow_jo
         thread.start()
     try:
         # the metadata log shows a schedule once runs have expired something
-        _wait(lambda: len(threads[1].runs) >= 3, timeout=120, message="three expiry runs")
+        wait_until(lambda: len(threads[1].runs) >= 3, timeout=120, message="three expiry runs")
         discovery.discover(connector)
         # the job starts at the newest snapshot: everything it reads until the forecast loss is
         # written by then, at a quarter of the writes
