@@ -15,7 +15,7 @@ backfill runs (target >= 95%), and the backfill's speed as a ratio of the static
 
 Sizes (env): FRESHNESS_BACKFILL_FILES (500; BENCH_QUICK=1: 150), FRESHNESS_LIVE_FILES_PER_S,
 FRESHNESS_LIVE_MAX_ITEMS, FRESHNESS_TARGET_SECONDS, FRESHNESS_ROWS, FRESHNESS_WARMUP_SECONDS.
-About 12 minutes on the shared 2-core machine at the defaults.
+About 13 minutes on the shared 2-core machine at the defaults.
 
     .venv/bin/python bench/bench_freshness_throttle.py     # standalone, or through `make bench`
 """
@@ -149,10 +149,11 @@ def _static_text(static: dict) -> str:
     )
     if static["inside_target"] < INSIDE_TARGET:
         return (
-            f"Static priority, what a priority weight gives a live pipeline, let the live job "
-            f"fall behind ({shown}): its batch goes first at acquire, but the backfill's batches "
-            "hold the worker's other slots and share its two cores, so each live batch takes "
-            "longer than the files arriving meanwhile."
+            "Static priority, what a priority weight gives a live pipeline (Airflow's "
+            f"`priority_weight`, Dagster's run priority), let the live job fall behind "
+            f"({shown}): its batch goes first at acquire, but the backfill's batches hold the "
+            "worker's other slots and share its two cores, so each live batch takes longer than "
+            "the files arriving meanwhile."
         )
     return (
         f"Static priority kept the live job inside its target in this run ({shown}): the live "
@@ -162,12 +163,13 @@ def _static_text(static: dict) -> str:
 
 def _fixed_text(fixed: dict, adaptive: dict) -> str:
     return (
-        "The fixed throttle, what a pool or a concurrency limit set by hand gives, kept the live "
-        f"job inside {100 * fixed['inside_target']:.1f}% of the time at "
-        f"{fixed['backfill_speed_ratio']:.2f} of the backfill's speed, against the "
+        "The fixed throttle, what a limit set by hand gives (Airflow's pools, Dagster's "
+        f"concurrency limits), kept the live job inside {100 * fixed['inside_target']:.1f}% of "
+        f"the time at {fixed['backfill_speed_ratio']:.2f} of the backfill's speed, against the "
         f"controller's {100 * adaptive['inside_target']:.1f}% at "
         f"{adaptive['backfill_speed_ratio']:.2f}: a budget set by hand does not follow the live "
-        "load. The machine is shared with other work (see the load averages) and the arms "
+        "load. (These two arms are Tidemark's own acquire configured that way, not Airflow or "
+        "Dagster.) The machine is shared with other work (see the load averages) and the arms "
         "run one after another, so a change of load between them moves the speed ratios."
     )
 

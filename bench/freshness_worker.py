@@ -138,7 +138,7 @@ class Bench:
         self.loops: list[Loop] = []
         self.live_connector = None
         self.live_job = None
-        self.history: dict[str, object] = {}
+        self.history: dict[str, tuple] = {}  # arm -> (job, first id, last id, heaviest)
 
     # ---- data -----------------------------------------------------------------------------------
 
@@ -200,8 +200,6 @@ class Bench:
     # ---- processes and threads -----------------------------------------------------------------
 
     def start(self) -> None:
-        from inventory.services import scheduling
-
         self.worker = start_worker(
             {**self.env, "TIDEMARK_BATCHES_PER_WORKER": str(SLOTS)},
             self.queue,
@@ -225,12 +223,13 @@ class Bench:
             Loop("pace", PACE_EVERY, self._pace),
             Loop("sampler", 1.0, self._sample),
         ]
-        self._scheduling = scheduling
         for loop in self.loops:
             loop.start()
 
     def _discover(self) -> None:
-        self._scheduling.connector_discover(connector=self.live_connector)
+        from inventory.services import scheduling
+
+        scheduling.connector_discover(connector=self.live_connector)
 
     def _pace(self) -> None:
         from inventory.services import dispatch, freshness
@@ -409,6 +408,7 @@ def measure() -> dict:
 
 
 def figures(alone: ArmResult, arms: list[ArmResult], static: ArmResult) -> dict:
+    behind_alone = [s.seconds_behind or 0 for s in alone.samples]
     found = {
         "settings": {
             "slots": SLOTS,
@@ -423,9 +423,7 @@ def figures(alone: ArmResult, arms: list[ArmResult], static: ArmResult) -> dict:
         "alone": {
             "inside_target": round(alone.inside, 4),
             "p95_behind_s": alone.behind(0.95),
-            "median_behind_s": statistics.median([s.seconds_behind or 0 for s in alone.samples])
-            if alone.samples
-            else None,
+            "median_behind_s": statistics.median(behind_alone) if behind_alone else None,
         },
     }
     for arm in arms:
