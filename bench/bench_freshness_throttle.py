@@ -91,9 +91,11 @@ def real_section(f: dict) -> str:
             "sampled every second as the controller reads it (`jobs_freshness`: the age of its "
             "oldest item not committed); the backfill's speed is a ratio of the static arm's. "
             f"Targets: inside >= {INSIDE_TARGET:.0%} of the samples while the backfill runs, "
-            f"speed >= {SPEED_TARGET:.0%}. Before the backfills, the live job alone was inside "
+            f"speed >= {SPEED_TARGET:.0%}. Before the arms, the live job alone was inside "
             f"its target {100 * f['alone']['inside_target']:.1f}% of the time (p95 "
-            f"{f['alone']['p95_behind_s']} s behind, the worker's JIT warming up).",
+            f"{f['alone']['p95_behind_s']} s behind, the worker's JIT warming up), then a "
+            f"backfill of {s.get('warmup_backfill_files', 0)} files ran unthrottled, not counted, "
+            "so that no arm is the one that warms the worker up.",
             "",
             common.table(
                 [
