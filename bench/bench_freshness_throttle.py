@@ -15,7 +15,7 @@ backfill runs (target >= 95%), and the backfill's speed as a ratio of the static
 
 Sizes (env): FRESHNESS_BACKFILL_FILES (500; BENCH_QUICK=1: 150), FRESHNESS_LIVE_FILES_PER_S,
 FRESHNESS_LIVE_MAX_ITEMS, FRESHNESS_TARGET_SECONDS, FRESHNESS_ROWS, FRESHNESS_WARMUP_SECONDS.
-About 13 minutes on the shared 2-core machine at the defaults.
+About 12 minutes on the shared 2-core machine at the defaults.
 
     .venv/bin/python bench/bench_freshness_throttle.py     # standalone, or through `make bench`
 """

@@ -50,7 +50,7 @@ def _env_int(name: str, default: int) -> int:
 DB_NAME = "tidemark_bench_freshness"
 SLOTS = 4  # the worker's threads and batch slots (the project's default)
 ROWS = _env_int("FRESHNESS_ROWS", 200)  # rows per file: small, so a batch's cost is its own
-LIVE_FILES_PER_S = _env_float("FRESHNESS_LIVE_FILES_PER_S", 3.0)
+LIVE_FILES_PER_S = _env_float("FRESHNESS_LIVE_FILES_PER_S", 4.0)
 LIVE_MAX_ITEMS = _env_int("FRESHNESS_LIVE_MAX_ITEMS", 2)  # files per live batch at most
 TARGET_SECONDS = _env_int("FRESHNESS_TARGET_SECONDS", 20)
 BACKFILL_FILES = _env_int("FRESHNESS_BACKFILL_FILES", 150 if common.QUICK else 500)
