@@ -13,7 +13,7 @@ backfill runs (target >= 95%), and the backfill's speed as a ratio of the static
 (target >= 70%). The section also carries a simulation of the same arms in virtual time
 (bench/freshness_simulation.py), labelled as such.
 
-Sizes (env): FRESHNESS_BACKFILL_FILES (500; BENCH_QUICK=1: 150), FRESHNESS_LIVE_FILES_PER_S,
+Sizes (env): FRESHNESS_BACKFILL_FILES (800; BENCH_QUICK=1: 150), FRESHNESS_LIVE_FILES_PER_S (9),
 FRESHNESS_LIVE_MAX_ITEMS, FRESHNESS_TARGET_SECONDS, FRESHNESS_ROWS, FRESHNESS_WARMUP_SECONDS.
 About 12 minutes on the shared 2-core machine at the defaults.
 
