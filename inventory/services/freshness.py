@@ -14,7 +14,7 @@ reads (a lag probe per targeted job) must not hold it up.
 """
 
 from django.db import transaction
-from django.db.models import Max, Sum
+from django.db.models import Max, Min, Sum
 from django.utils import timezone
 
 from inventory.models import Backfill, BackfillStatus, FreshnessThrottle, ThrottleDecision
@@ -67,17 +67,36 @@ def freshness_observe(*, pinned_rate: int | None = None) -> Observation:
     the weight they started within the throttle window."""
     load = tuple((row.name, row.used) for row in jobs_freshness() if row.used is not None)
     running = Backfill.objects.filter(status=BackfillStatus.RUNNING).aggregate(
-        most=Max("max_concurrency"), weight=Sum("batch_weight")
+        most=Max("max_concurrency"), weight=Sum("batch_weight"), first=Min("created_at")
     )
     count = Backfill.objects.filter(status=BackfillStatus.RUNNING).count()
     return Observation(
         load=load,
         backfills=count,
-        backfill_rate=throttle_usage()[None],
+        backfill_rate=_per_window(throttle_usage()[None], since=running["first"]),
         backfill_concurrency=running["most"] or 1,
         floor_weight=int(running["weight"] or 1),
         pinned_rate=pinned_rate,
     )
+
+
+# the throttle's window (acquire.sql: tidemark_throttle_window) and the shortest stretch of it a
+# pace is read from (a backfill's first seconds start a batch or two: no pace yet)
+WINDOW_SECONDS = 60
+SHORTEST_SECONDS = 10
+
+
+def _per_window(weight: int, *, since) -> int:
+    """The weight the backfills start in a whole window at their pace: what they started in the
+    window, scaled up when the oldest running backfill began less than a window ago (read at
+    its 29th second the window holds half a minute of work; taken as a minute's, the controller's
+    first cut starts from half the real pace and its increases are half as large)."""
+    if since is None:
+        return weight
+    elapsed = (timezone.now() - since).total_seconds()
+    if elapsed >= WINDOW_SECONDS:
+        return weight
+    return round(weight * WINDOW_SECONDS / max(elapsed, SHORTEST_SECONDS))
 
 
 def _due(interval_seconds: int) -> bool:

@@ -13,7 +13,8 @@ cap below one, so every backfill keeps moving. A person's pin replaces the limit
 it) and the rule holds its own state until the pin is removed.
 
 The service (freshness.py) reads the observation, applies the decision in one transaction and
-records it; the benchmark (bench/bench_freshness_throttle.py) drives this same function.
+records it; the benchmark (bench/bench_freshness_throttle.py) runs it through the pacing step on
+a real worker, and its simulation (bench/freshness_simulation.py) calls it directly.
 """
 
 import math

@@ -10,7 +10,7 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from inventory.models import Batch, FreshnessThrottle, ThrottleDecision
+from inventory.models import Backfill, Batch, FreshnessThrottle, ThrottleDecision
 from inventory.services import dispatch, freshness, lifecycle
 from inventory.services.backfills import backfill_create
 from inventory.services.errors import InvalidInput
@@ -53,6 +53,8 @@ def _live_and_backfill(*, live_pending=5, target_items=2):
     )
     running = [lifecycle.batch_acquire(job=job, worker="w") for _ in range(2)]
     assert all(b.backfill_id == backfill.pk for b in running)
+    # begun more than a window ago: the weight started in the window is its pace as it is
+    Backfill.objects.filter(pk=backfill.pk).update(created_at=timezone.now() - timedelta(minutes=2))
     return live, job, backfill
 
 
@@ -78,6 +80,20 @@ def test_a_live_job_missing_its_target_slows_the_running_backfill_in_the_pacing_
     assert (decision.old_concurrency, decision.new_concurrency) == (None, 2)
     assert decision.missing == ["live"]
     assert "1 live job(s) miss their target (live)" in decision.reason
+
+
+def test_a_backfill_younger_than_the_window_is_cut_from_its_pace_not_from_the_window(nudges):
+    live, job, backfill = _live_and_backfill()
+    # begun 15 s ago: the 20 weight it started is a pace of 80 a minute
+    Backfill.objects.filter(pk=backfill.pk).update(
+        created_at=timezone.now() - timedelta(seconds=15)
+    )
+
+    freshness.backfills_pace_step()
+
+    row = FreshnessThrottle.objects.get(id=1)
+    assert row.reference_rate == pytest.approx(80, abs=6)
+    assert row.rate == pytest.approx(40, abs=3)
 
 
 def test_the_step_waits_for_its_interval_by_the_database_clock():
