@@ -14,7 +14,8 @@ reads (a lag probe per targeted job) must not hold it up.
 """
 
 from django.db import transaction
-from django.db.models import Max, Min, Sum
+from django.db.models import DurationField, ExpressionWrapper, Max, Min, Sum
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from inventory.models import Backfill, BackfillStatus, FreshnessThrottle, ThrottleDecision
@@ -67,13 +68,17 @@ def freshness_observe(*, pinned_rate: int | None = None) -> Observation:
     the weight they started within the throttle window."""
     load = tuple((row.name, row.used) for row in jobs_freshness() if row.used is not None)
     running = Backfill.objects.filter(status=BackfillStatus.RUNNING).aggregate(
-        most=Max("max_concurrency"), weight=Sum("batch_weight"), first=Min("created_at")
+        most=Max("max_concurrency"),
+        weight=Sum("batch_weight"),
+        # by the database's clock, as the window's weight is (a web or beat host's clock may
+        # be off by more than the window)
+        age=ExpressionWrapper(Now() - Min("created_at"), output_field=DurationField()),
     )
     count = Backfill.objects.filter(status=BackfillStatus.RUNNING).count()
     return Observation(
         load=load,
         backfills=count,
-        backfill_rate=_per_window(throttle_usage()[None], since=running["first"]),
+        backfill_rate=_per_window(throttle_usage()[None], age=running["age"]),
         backfill_concurrency=running["most"] or 1,
         floor_weight=int(running["weight"] or 1),
         pinned_rate=pinned_rate,
@@ -86,14 +91,14 @@ WINDOW_SECONDS = 60
 SHORTEST_SECONDS = 10
 
 
-def _per_window(weight: int, *, since) -> int:
+def _per_window(weight: int, *, age) -> int:
     """The weight the backfills start in a whole window at their pace: what they started in the
     window, scaled up when the oldest running backfill began less than a window ago (read at
     its 29th second the window holds half a minute of work; taken as a minute's, the controller's
     first cut starts from half the real pace and its increases are half as large)."""
-    if since is None:
+    if age is None:
         return weight
-    elapsed = (timezone.now() - since).total_seconds()
+    elapsed = age.total_seconds()
     if elapsed >= WINDOW_SECONDS:
         return weight
     return round(weight * WINDOW_SECONDS / max(elapsed, SHORTEST_SECONDS))
