@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from inventory.models import Batch, BatchStatus
+from inventory.models import Batch, BatchStatus, Watermark
 from inventory.services import dispatch
 from inventory.services.backfills import backfill_create
 from inventory.services.corrections import watermark_correct
@@ -137,8 +137,11 @@ def test_a_worker_killed_before_and_after_the_catalog_commit_leaves_each_row_onc
     # in the catalog, not in the control plane: the replaced output left in that same snapshot
     assert snapshots(sink)[-1] == expected_rows(range(4))
     killed = _live(sink) - _live(sink, count - 1)
+    # done when the replay and the batch after it (superseded by the correction, planned again
+    # once the replay commits) are committed: the watermark past every item, nothing open
     drive(
         lambda: Batch.objects.filter(pk=replay.pk, status=BatchStatus.SUCCEEDED).exists()
+        and Watermark.objects.get(job=job).position > max(item_of)
         and not Batch.objects.filter(job=job, status__in=["queued", "running"]).exists(),
         timeout=240,
         jobs=[job],
