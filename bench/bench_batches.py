@@ -21,18 +21,14 @@ the section written to docs/benchmarks.md: bench/batches_report.py.
 """
 
 import os
-import shutil
 import statistics
 import sys
-import tempfile
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from batches_report import write  # noqa: E402
 from batches_runner import Bench  # noqa: E402
-from bench_worker import _database_url  # noqa: E402
 
 DB_NAME = "tidemark_bench_batches"
 ROWS = 10_000
@@ -45,50 +41,17 @@ CONCURRENT = [2, 4] if common.QUICK else [2, 4, 8]
 
 
 def main() -> int:
-    base = common.base_database()
-    common.recreate_database(base, DB_NAME)
-    queue = f"tidemark-bench-{uuid.uuid4().hex[:8]}"
-    os.environ["DATABASE_URL"] = _database_url(base, DB_NAME)
-    os.environ["CELERY_QUEUE"] = queue
-    import django
-    from django.conf import settings
-
-    settings.DATABASES["default"]["NAME"] = DB_NAME
-    # the bench's files live in the temp directory: the connectors' paths must be allowed there,
-    # in this process and in the worker it starts (which reads the variable)
-    tmp_root = os.path.realpath(tempfile.gettempdir())
-    os.environ["TIDEMARK_ALLOWED_ROOTS"] = tmp_root
-    settings.TIDEMARK_ALLOWED_ROOTS = [tmp_root]
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
-
-    from controlplane.celery import app
-
-    app.conf.CELERY_TASK_DEFAULT_QUEUE = queue
-    if connection.settings_dict["NAME"] != DB_NAME:
-        raise RuntimeError(f"refusing to run on {connection.settings_dict['NAME']!r}")
-    call_command("migrate", verbosity=0)
-    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-batches-"))
-    env = {
-        **os.environ,
-        "REDIS_URL": settings.REDIS_URL,
-        "TIDEMARK_DEV": "1",
-        "PYTHONUNBUFFERED": "1",
-        "TIDEMARK_PROCESSOR_MODULES": "bench.batch_timing_hooks",
-    }
-    bench = Bench(work, env, queue, rows=ROWS)
-    try:
-        figures = measure(bench)
-    finally:
-        bench.stop()
-        if os.environ.get("BENCH_KEEP") != "1":
-            shutil.rmtree(work, ignore_errors=True)
-        if os.environ.get("BENCH_KEEP") != "1":
-            from django.db import connections
-
-            connections.close_all()
-            common.drop_database(base, DB_NAME)
+    hooks = {"TIDEMARK_PROCESSOR_MODULES": "bench.batch_timing_hooks"}
+    with common.worker_database(DB_NAME, prefix="tidemark-bench-batches-", env=hooks) as (
+        work,
+        env,
+        queue,
+    ):
+        bench = Bench(work, env, queue, rows=ROWS)
+        try:
+            figures = measure(bench)
+        finally:
+            bench.stop()
     write(figures)
     return 0
 

@@ -19,17 +19,14 @@ BENCH_QUICK=1 runs a smaller version.
 
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
@@ -41,17 +38,6 @@ THROUGHPUT_BATCHES = 10 if common.QUICK else 20
 FULL_FILES = 20 if common.QUICK else 100
 ROWS_PER_FILE = 2_000 if common.QUICK else 10_000
 INCREMENTS = 3
-
-
-def _database_url(db: dict, name: str) -> str:
-    auth = quote(db.get("USER") or "", safe="")
-    if db.get("PASSWORD"):
-        auth += ":" + quote(db["PASSWORD"], safe="")
-    host = db.get("HOST") or ""
-    if host.startswith("/"):
-        return f"postgresql://{auth}@/{name}?host={quote(host, safe='')}"
-    port = f":{db['PORT']}" if db.get("PORT") else ""
-    return f"postgresql://{auth}@{host}{port}/{name}"
 
 
 def write_orders(path: Path, *, first_id: int, rows: int, day: int) -> None:
@@ -186,49 +172,12 @@ def stop_worker(proc: subprocess.Popen) -> None:
 
 
 def main() -> int:
-    base = common.base_database()
-    common.recreate_database(base, DB_NAME)
-    queue = f"tidemark-bench-{uuid.uuid4().hex[:8]}"
-    # settings are already loaded (base_database): point them, and the worker, at the bench database
-    os.environ["DATABASE_URL"] = _database_url(base, DB_NAME)
-    os.environ["CELERY_QUEUE"] = queue
-    import django
-    from django.conf import settings
-
-    settings.DATABASES["default"]["NAME"] = DB_NAME
-    # the connectors' folders are made under the temporary directory (this process and the worker)
-    common.allow(roots=[tempfile.gettempdir()])
-    django.setup()
-    from django.core.management import call_command
-
-    from controlplane.celery import app
-
-    app.conf.CELERY_TASK_DEFAULT_QUEUE = queue
-
-    from django.db import connection
-
-    if connection.settings_dict["NAME"] != DB_NAME:
-        raise RuntimeError(f"refusing to run on {connection.settings_dict['NAME']!r}")
-    call_command("migrate", verbosity=0)
-    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-worker-"))
-    env = {
-        **os.environ,
-        "REDIS_URL": settings.REDIS_URL,
-        "TIDEMARK_DEV": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    worker = start_worker(env, queue, work / "worker.log")
-    bench = Bench(work, queue)
-    try:
-        figures = measure(bench)
-    finally:
-        stop_worker(worker)
-        shutil.rmtree(work, ignore_errors=True)
-        if os.environ.get("BENCH_KEEP") != "1":
-            from django.db import connections
-
-            connections.close_all()
-            common.drop_database(base, DB_NAME)
+    with common.worker_database(DB_NAME, prefix="tidemark-bench-worker-") as (work, env, queue):
+        worker = start_worker(env, queue, work / "worker.log")
+        try:
+            figures = measure(Bench(work, queue))
+        finally:
+            stop_worker(worker)
     write(figures)
     return 0
 

@@ -9,10 +9,16 @@ machine-readable figures it likes to `bench/out/<name>.json`. A script exits non
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = ROOT / "bench"
@@ -89,6 +95,62 @@ def drop_database(db: dict, name: str) -> None:
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         conn.close()
+
+
+def database_url(db: dict, name: str) -> str:
+    """A DATABASE_URL naming database `name` on the server of the Django database dict `db`."""
+    auth = quote(db.get("USER") or "", safe="")
+    if db.get("PASSWORD"):
+        auth += ":" + quote(db["PASSWORD"], safe="")
+    host = db.get("HOST") or ""
+    if host.startswith("/"):
+        return f"postgresql://{auth}@/{name}?host={quote(host, safe='')}"
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    return f"postgresql://{auth}@{host}{port}/{name}"
+
+
+@contextmanager
+def worker_database(name: str, *, prefix: str, env: dict | None = None) -> Iterator[tuple]:
+    """The set-up every worker benchmark shares: a fresh database `name` on the settings' server
+    with Tidemark migrated into it, a Celery queue of the bench's own, the temporary directory
+    allowed as a root, and a work folder. This process's settings and os.environ (which the
+    worker processes it starts read) point at them. Yields (work folder, the worker's environment
+    with `env` added, queue); afterwards drops the database and the folder, unless BENCH_KEEP=1."""
+    base = base_database()
+    recreate_database(base, name)
+    queue = f"tidemark-bench-{uuid.uuid4().hex[:8]}"
+    os.environ["DATABASE_URL"] = database_url(base, name)
+    os.environ["CELERY_QUEUE"] = queue
+    import django
+    from django.conf import settings
+
+    settings.DATABASES["default"]["NAME"] = name
+    allow(roots=[tempfile.gettempdir()])
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection, connections
+
+    from controlplane.celery import app
+
+    app.conf.CELERY_TASK_DEFAULT_QUEUE = queue
+    if connection.settings_dict["NAME"] != name:
+        raise RuntimeError(f"refusing to run on {connection.settings_dict['NAME']!r}")
+    call_command("migrate", verbosity=0)
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    worker_env = {
+        **os.environ,
+        "REDIS_URL": settings.REDIS_URL,
+        "TIDEMARK_DEV": "1",
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
+    try:
+        yield work, worker_env, queue
+    finally:
+        if os.environ.get("BENCH_KEEP") != "1":
+            shutil.rmtree(work, ignore_errors=True)
+            connections.close_all()
+            drop_database(base, name)
 
 
 def machine() -> dict:

@@ -26,17 +26,14 @@ second against the static-priority arm's give its speed.
 """
 
 import os
-import shutil
 import statistics
-import tempfile
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import common
-from bench_worker import _database_url, start_worker, stop_worker, write_orders
+from bench_worker import start_worker, stop_worker, write_orders
 
 
 def _env_float(name: str, default: float) -> float:
@@ -358,61 +355,31 @@ def measure() -> dict:
     """The three arms in one run on one worker: static priority first (its pace sets the fixed
     throttle's budget), then the controller (close in time to the arm it is compared with), then
     the fixed throttle."""
-    base = common.base_database()
-    common.recreate_database(base, DB_NAME)
-    queue = f"tidemark-bench-{uuid.uuid4().hex[:8]}"
-    os.environ["DATABASE_URL"] = _database_url(base, DB_NAME)
-    os.environ["CELERY_QUEUE"] = queue
-    import django
-    from django.conf import settings
-
-    settings.DATABASES["default"]["NAME"] = DB_NAME
-    common.allow(roots=[tempfile.gettempdir()])
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
-
-    from controlplane.celery import app
-
-    app.conf.CELERY_TASK_DEFAULT_QUEUE = queue
-    if connection.settings_dict["NAME"] != DB_NAME:
-        raise RuntimeError(f"refusing to run on {connection.settings_dict['NAME']!r}")
-    call_command("migrate", verbosity=0)
-    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-freshness-"))
-    env = {
-        **os.environ,
-        "REDIS_URL": settings.REDIS_URL,
-        "TIDEMARK_DEV": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    bench = Bench(work, env, queue)
-    try:
-        for mode in ("static", "adaptive", "fixed"):
-            bench.history_prepare(mode)
-        bench.history_prepare("warmup", WARMUP_BACKFILL_FILES)
-        bench.start()
-        warm_start = time.time()
-        time.sleep(WARMUP_SECONDS)  # the live job alone: the JVM warms, and its baseline
-        alone = ArmResult(
-            "live job alone", "alone", samples=bench.samples_between(warm_start, time.time())
-        )
-        bench.run_arm("warm-up backfill (not counted)", "static", history="warmup")
-        static = bench.run_arm("static priority (no throttle)", "static")
-        pace = static.weight / static.seconds * 60  # weight per minute, unthrottled
-        adaptive = bench.run_arm("adaptive (freshness controller)", "adaptive")
-        fixed = bench.run_arm("fixed throttle (half the unthrottled pace)", "fixed", int(pace / 2))
-    except Exception:
-        log = (work / "worker.log").read_text(errors="replace")[-4000:]
-        print(f"worker log (end):\n{log}", flush=True)
-        raise
-    finally:
-        bench.stop()
-        if os.environ.get("BENCH_KEEP") != "1":
-            shutil.rmtree(work, ignore_errors=True)
-            from django.db import connections
-
-            connections.close_all()
-            common.drop_database(base, DB_NAME)
+    with common.worker_database(DB_NAME, prefix="tidemark-bench-freshness-") as (work, env, queue):
+        bench = Bench(work, env, queue)
+        try:
+            for mode in ("static", "adaptive", "fixed"):
+                bench.history_prepare(mode)
+            bench.history_prepare("warmup", WARMUP_BACKFILL_FILES)
+            bench.start()
+            warm_start = time.time()
+            time.sleep(WARMUP_SECONDS)  # the live job alone: the JVM warms, and its baseline
+            alone = ArmResult(
+                "live job alone", "alone", samples=bench.samples_between(warm_start, time.time())
+            )
+            bench.run_arm("warm-up backfill (not counted)", "static", history="warmup")
+            static = bench.run_arm("static priority (no throttle)", "static")
+            pace = static.weight / static.seconds * 60  # weight per minute, unthrottled
+            adaptive = bench.run_arm("adaptive (freshness controller)", "adaptive")
+            fixed = bench.run_arm(
+                "fixed throttle (half the unthrottled pace)", "fixed", int(pace / 2)
+            )
+        except Exception:
+            log = (work / "worker.log").read_text(errors="replace")[-4000:]
+            print(f"worker log (end):\n{log}", flush=True)
+            raise
+        finally:
+            bench.stop()
     return figures(alone, [adaptive, static, fixed], static)
 
 

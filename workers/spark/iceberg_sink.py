@@ -39,6 +39,7 @@ from pyspark.sql.window import Window
 from workers.spark.errors import SinkError, spark_error_summary
 from workers.spark.fence import FencedOut, Publish, static_publish
 from workers.spark.iceberg_catalog import CatalogConfig, CatalogError, catalog_from, check_catalog
+from workers.spark.iceberg_prune import key_ranges, may_hold
 
 log = logging.getLogger(__name__)
 
@@ -365,7 +366,8 @@ def _snapshot(table, adds, removes, properties) -> int:
 
 def _merge(table, staging, live, merge) -> tuple[list, list, int]:
     """Upsert, on the executors: the live files holding a key of the batch are rewritten with,
-    per key, the newer of the stored row and the batch's row (the batch's on a tie)."""
+    per key, the newer of the stored row and the batch's row (the batch's on a tie). Only the
+    files whose key bounds admit one of the batch's keys are read (workers/spark/iceberg_prune)."""
     spark, key, version = merge["spark"], merge["key"], merge["version"]
     new = spark.read.parquet(staging)
     rows_out = new.count()
@@ -385,7 +387,10 @@ def _merge(table, staging, live, merge) -> tuple[list, list, int]:
         )
     newest = ranked.where(F.col("_tm_rank") == 1).drop("_tm_rank")
     columns = new.columns
-    paths = {f.file_path: f for f in live}
+    ranges = key_ranges(newest, key, table.schema()) if live else None
+    paths = {
+        f.file_path: f for f in live if ranges is not None and may_hold(f, ranges, table.schema())
+    }
     touched = []
     if paths:
         stored = spark.read.parquet(*(_local(p) for p in paths)).withColumn(
