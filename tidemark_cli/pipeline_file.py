@@ -47,6 +47,58 @@ class _Loader(yaml.SafeLoader):
                 seen[ident] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
+    def get_single_data(self):
+        node = self.get_single_node()
+        if node is None:
+            return None
+        size = _expanded_size(node)
+        if size > MAX_VALUES:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"the file expands to {size:,} values through its aliases (at most "
+                f"{MAX_VALUES:,}): write the repeated parts out, or use fewer nested aliases",
+                node.start_mark,
+            )
+        return self.construct_document(node)
+
+
+# a pipelines file of 1,000 jobs holds some 50,000 values; aliases nested a few levels deep
+# multiply (nine aliases of nine aliases ... is 9**9 values), which no run could read
+MAX_VALUES = 1_000_000
+
+
+def _expanded_size(root) -> int:
+    """How many values the document holds once every alias is written out: counted over the
+    node graph, each shared node once (an alias is a second reference to the same node)."""
+    sizes: dict[int, int] = {}
+    pending: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        if not children_done and id(node) in pending:
+            raise yaml.constructor.ConstructorError(
+                None, None, "an alias refers to a value that contains it", node.start_mark
+            )
+        if isinstance(node, yaml.ScalarNode):
+            sizes[id(node)] = 1
+            continue
+        children = (
+            [v for pair in node.value for v in pair]
+            if isinstance(node, yaml.MappingNode)
+            else list(node.value)
+        )
+        if children_done:
+            sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
+            pending.discard(id(node))
+        else:
+            pending.add(id(node))
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
+
 
 def load(path: str) -> Pipelines:
     file = Path(path)

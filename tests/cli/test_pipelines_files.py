@@ -210,3 +210,38 @@ def test_a_file_that_is_not_utf8_is_one_line(tmp_path):
     path.write_bytes(b"\xff\xfeversion: 1\n")
     with pytest.raises(UsageError, match=r"p\.yaml is not UTF-8 text"):
         load(str(path))
+
+
+def _nested_aliases(levels: int) -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return (
+        "version: 1\njobs:\n  - name: j\n    connector: c\n    batch_weight: 5\n    params:\n"
+        + ("".join(f"      {line}\n" for line in lines))
+    )
+
+
+def test_aliases_that_expand_past_a_million_values_are_one_line_at_once(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(_nested_aliases(9))  # 9**9 values written out: reading it would never end
+    with pytest.raises(UsageError, match=r"p\.yaml:1:1: the file expands to [\d,]+ values"):
+        load(str(path))
+    path.write_text(
+        "version: 1\njobs:\n  - &j {name: j, connector: c, batch_weight: 5, params: [*j]}\n"
+    )
+    with pytest.raises(UsageError, match="an alias refers to a value that contains it"):
+        load(str(path))
+
+
+def test_aliases_that_stay_small_are_read_as_written_out(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "version: 1\nconnectors:\n  - name: c\n    kind: files\n    config: {path: ./in}\n"
+        "jobs:\n  - &defaults {name: j1, connector: c, batch_weight: 5, params: {x: 1}}\n"
+        "  - {name: j2, connector: c, batch_weight: 5, params: *p}\n".replace("{x: 1}", "&p {x: 1}")
+    )
+    pipelines_file = load(str(path))
+    assert [j["params"] for j in pipelines_file.jobs] == [{"x": 1}, {"x": 1}]
+    path.write_text(_nested_aliases(5))  # 9**5 = 59,049 values: allowed
+    assert len(load(str(path)).jobs[0]["params"]["a4"]) == 9
