@@ -19,6 +19,7 @@ from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.job_config import sink_outside_own_source
 from inventory.services.orchestration import (
     check_followers_kept,
+    check_labels,
     check_start_after,
     connector_transition,
     predecessors_completed,
@@ -123,8 +124,7 @@ def connector_update(
         connector.config = config
         fields.append("config")
     if labels is not _UNSET:
-        if not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels):
-            raise InvalidInput("labels", "must be a list of non-empty strings")
+        check_labels(labels)
         check_followers_kept(connector=connector, labels=labels)
         connector.labels = labels
         fields.append("labels")

@@ -19,6 +19,7 @@ from django.db.models import Max, Q
 
 from inventory.models import Asset, Connector, ConnectorEvent, ConnectorState, Job
 from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.urls import refuse_control_characters
 
 SYSTEM = "orchestration"
 
@@ -81,11 +82,28 @@ def start_after_circle(*, name: str, labels: list[str], start_after: str) -> lis
     return None
 
 
+def check_labels(labels) -> list[str]:
+    """A connector's labels: a list of non-blank strings of at most 100 characters, with no
+    control characters (a label is shown on pages and in metrics and named by `start_after`)."""
+    if not isinstance(labels, list):
+        raise InvalidInput("labels", "must be a list of non-empty strings")
+    for i, label in enumerate(labels):
+        field = f"labels[{i}]"
+        if not isinstance(label, str) or not label.strip():
+            raise InvalidInput(field, "must be a non-empty string")
+        if len(label) > 100:
+            raise InvalidInput(field, "must be at most 100 characters")
+        refuse_control_characters(label, field=field)
+    return labels
+
+
 def check_start_after(
     *, name: str, labels: list[str], start_after: str, field: str, named: bool = True
 ) -> None:
     """Refuse a `start_after` that names no other connector or label (`named`: when it is the
     field being set), or one (or labels) by which a connector would wait for itself."""
+    check_labels(labels)
+    refuse_control_characters(start_after, field="start_after")
     circle = start_after_circle(name=name, labels=labels, start_after=start_after)
     if circle:
         how = (

@@ -53,13 +53,19 @@ def _where(char: str) -> str:
     return f"U+{ord(char):04X}" + (f" {name}" if name else "")
 
 
+def refuse_control_characters(value: str, *, field: str) -> None:
+    """InvalidInput naming `field` and the first control character (or invisible line or byte
+    order mark) in `value`: the rule for every name and URL a user gives."""
+    unsafe = _UNSAFE.search(value)
+    if unsafe:
+        raise InvalidInput(field, f"must not contain control characters ({_where(unsafe.group())})")
+
+
 def url_parse(value, *, field: str) -> Url:
     """`value` read by the one rule above; InvalidInput naming `field` otherwise."""
     if not isinstance(value, str):
         raise InvalidInput(field, "must be a string")
-    unsafe = _UNSAFE.search(value)
-    if unsafe:
-        raise InvalidInput(field, f"must not contain control characters ({_where(unsafe.group())})")
+    refuse_control_characters(value, field=field)
     scheme = url_scheme(value)
     rest = value[len(scheme) + 1 :] if scheme else value
     if not rest.startswith("//"):

@@ -229,3 +229,33 @@ def test_an_object_store_config_refuses_a_key_it_does_not_read_before_reaching_t
     )
     assert response.status_code == 400, response.content
     assert "is not a files (object store) setting" in response.json()[f"config.{key}"][0]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "shown"),
+    [
+        ({"labels": ["nightly", "red\x1b[31m"]}, "labels[1]", "U+001B"),
+        ({"labels": ["line\u2028break"]}, "labels[0]", "U+2028"),
+        ({"start_after": "up\nstream"}, "start_after", "U+000A"),
+    ],
+)
+def test_control_characters_in_labels_or_start_after_are_a_400_naming_where(
+    role_users, tmp_path, change, field, shown
+):
+    (tmp_path / "in").mkdir()
+    api = token_client(role_users["admin"])
+    config = {"path": str(tmp_path / "in")}
+    created = api.post(
+        "/api/v1/connectors/",
+        {"name": "new", "kind": "files", "config": config, **change},
+        format="json",
+    )
+    assert created.status_code == 400, created.content
+    assert shown in created.json()[field][0], created.json()
+    assert not Connector.objects.filter(name="new").exists()
+    connector = ConnectorFactory(config=config, labels=["kept"])
+    changed = api.patch(f"/api/v1/connectors/{connector.name}/", change, format="json")
+    assert changed.status_code == 400, changed.content
+    assert field in changed.json()
+    connector.refresh_from_db()
+    assert connector.labels == ["kept"] and connector.start_after == ""
