@@ -32,6 +32,7 @@ from workers.spark.iceberg_sink import check_iceberg, write_iceberg
 from workers.spark.options import OptionError, normalized_writer_options
 from workers.spark.pgsink import check_postgres, write_postgres
 from workers.spark.sink_files import local_path, sink_files
+from workers.spark.sink_schema import check_types_kept
 
 FILE_FORMATS = ("parquet", "json", "csv", "orc")
 # the files sink's directory per batch, `<path>/batch_id=<id>`: a partition column to its readers
@@ -166,6 +167,9 @@ def write_files(
             f"'{BATCH_COLUMN}=<id>' directory, whose value a reader of {path} would see instead; "
             "rename the column in the processor"
         )
+    local_root = local_path(path)
+    if fmt == "parquet" and local_root is not None and _pyarrow_parquet() is not None:
+        check_types_kept(local_root, df.schema, batch_id=batch_id, path=path)
     publish = publish or static_publish()
 
     files = sink_files(df.sparkSession, path)
