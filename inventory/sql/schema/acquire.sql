@@ -202,7 +202,8 @@ $$;
 -- Both searches it makes on every call are index searches whatever the statistics say (migration
 -- 0035): the due incremental batch by batch_due_incremental_idx, the expired leases among the
 -- running ones only (batch_running_lease_idx, expiry then job, or batch_open_status_idx); neither
--- reads the job's committed batches.
+-- reads the job's committed batches. The reaper is called only when that probe finds an expired
+-- lease (one statement on the hot path instead of a call and its loop, migration 0051).
 CREATE OR REPLACE FUNCTION tidemark_acquire(
     p_job bigint, p_items_sql text, p_worker text, p_lease_seconds integer, p_snapshot jsonb,
     p_limit integer
@@ -215,6 +216,9 @@ DECLARE
     claimed bigint;
     planned inventory_batch%ROWTYPE;
     started inventory_batch%ROWTYPE;
+    lane_full boolean := false;
+    -- as in tidemark_reap_expired: a variable bound keeps the probe below on the running leases
+    v_oldest timestamptz := '-infinity';
 BEGIN
     SELECT * INTO j FROM inventory_job WHERE id = p_job FOR UPDATE;
     IF NOT FOUND THEN
@@ -240,38 +244,40 @@ BEGIN
         IF has_backfill THEN
             claimed := tidemark_claim_backfill(p_job, false);
         END IF;
-        IF claimed IS NULL THEN
-            PERFORM tidemark_reap_expired(p_job);
-            RETURN;
-        END IF;
+        lane_full := true;
     END IF;
-    IF claimed IS NULL THEN
+    IF claimed IS NULL AND NOT lane_full THEN
         SELECT id INTO claimed FROM inventory_batch
         WHERE job_id = p_job AND backfill_id IS NULL
           AND tidemark_batch_due(status, next_attempt_at)
         ORDER BY lower(span) LIMIT 1
         FOR UPDATE SKIP LOCKED;
-    END IF;
-    IF claimed IS NULL THEN
-        SELECT * INTO planned FROM tidemark_plan_next(p_job, p_items_sql, p_worker, p_lease_seconds, p_snapshot);
-        IF planned.id IS NOT NULL THEN
-            PERFORM tidemark_reap_expired(p_job);
-            RETURN NEXT planned;
-            RETURN;
-        END IF;
-        IF has_backfill THEN
-            claimed := tidemark_claim_backfill(p_job, false);
-        END IF;
         IF claimed IS NULL THEN
-            PERFORM tidemark_reap_expired(p_job);
-            RETURN;
+            SELECT * INTO planned
+            FROM tidemark_plan_next(p_job, p_items_sql, p_worker, p_lease_seconds, p_snapshot);
+            IF planned.id IS NULL AND has_backfill THEN
+                claimed := tidemark_claim_backfill(p_job, false);
+            END IF;
         END IF;
+    END IF;
+    IF claimed IS NOT NULL THEN
+        SELECT * INTO started FROM tidemark_batch_transition(
+            ARRAY[claimed], ARRAY['queued', 'failed'], 'running', p_worker, p_lease_seconds
+        );
     END IF;
 
-    SELECT * INTO started FROM tidemark_batch_transition(
-        ARRAY[claimed], ARRAY['queued', 'failed'], 'running', p_worker, p_lease_seconds
+    -- last, still under the job's row lock: the job's expired leases, the reaper called only
+    -- when a probe of the running leases finds one (on the hot path one statement instead of a
+    -- call and its loop)
+    PERFORM tidemark_reap_expired(p_job) WHERE EXISTS (
+        SELECT 1 FROM inventory_batch AS x
+        WHERE x.job_id = p_job AND x.status = 'running'
+          AND x.lease_expires_at < clock_timestamp() AND x.lease_expires_at > v_oldest
     );
-    PERFORM tidemark_reap_expired(p_job);
-    RETURN NEXT started;
+    IF planned.id IS NOT NULL THEN
+        RETURN NEXT planned;
+    ELSIF claimed IS NOT NULL THEN
+        RETURN NEXT started;
+    END IF;
 END
 $$;

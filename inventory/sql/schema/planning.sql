@@ -179,6 +179,38 @@ BEGIN
           AND upper(span) > wm_position AND upper(span) <= top
         LIMIT 33
     ) AS g;
+    IF gone_count = 0 THEN
+        -- no hole but one at the watermark (every range past it was planned once and none left
+        -- the holding statuses): the first and the last holding batch, two index searches in one
+        -- statement (the acquire's common case, migration 0051)
+        SELECT f.b_lo, l.b_hi INTO lo, hi
+        FROM (SELECT 1) AS one
+        LEFT JOIN LATERAL (
+            SELECT lower(span) AS b_lo FROM inventory_batch
+            WHERE job_id = p_job AND backfill_id IS NULL
+              AND status = ANY(tidemark_holding_statuses())
+              AND upper(span) > wm_position AND upper(span) <= top
+            ORDER BY upper(span) LIMIT 1
+        ) AS f ON true
+        LEFT JOIN LATERAL (
+            SELECT upper(span) AS b_hi FROM inventory_batch
+            WHERE job_id = p_job AND backfill_id IS NULL
+              AND status = ANY(tidemark_holding_statuses())
+              AND upper(span) > wm_position AND upper(span) <= top
+            ORDER BY upper(span) DESC LIMIT 1
+        ) AS l ON true;
+        IF lo IS NULL THEN
+            lo := wm_position;  -- nothing holds a range past the watermark
+            hi := NULL;
+        ELSIF lo > wm_position THEN
+            hi := lo;  -- a hole at the watermark, up to the first holding batch
+            lo := wm_position;
+        ELSE
+            lo := hi;  -- after the last holding batch
+            hi := NULL;
+        END IF;
+        RETURN;
+    END IF;
     IF gone_count > 32 THEN
         WITH held AS (
             SELECT lower(span) AS b_lo, upper(span) AS b_hi FROM inventory_batch
@@ -324,10 +356,12 @@ BEGIN
         RETURN;
     END IF;
     up := planned.upper;
-    SELECT min(o.lo) INTO blocked FROM tidemark_open_backfill_starts(p_job, int8range(p_lo, up)) AS o;
-    -- an item restating outputs not rebuilt yet waits for the job's restatement (publish.sql)
-    SELECT least(blocked, min(s.item)) INTO blocked
-    FROM tidemark_stale_outputs(p_job, int8range(p_lo, up)) AS s;
+    -- an open backfill batch over the range, or an item restating outputs not rebuilt yet (it
+    -- waits for the job's restatement, publish.sql): one statement for both (migration 0051)
+    SELECT least(
+        (SELECT min(o.lo) FROM tidemark_open_backfill_starts(p_job, int8range(p_lo, up)) AS o),
+        (SELECT min(s.item) FROM tidemark_stale_outputs(p_job, int8range(p_lo, up)) AS s)
+    ) INTO blocked;
     IF blocked IS NOT NULL THEN
         IF blocked <= p_lo THEN
             RETURN;
