@@ -1,11 +1,14 @@
 -- 0051: acquire + succeed with fewer statements and calls on their hot path (issue 48):
 -- - tidemark_acquire: one exit; the reaper (tidemark_reap_expired) is called only when a probe of
---   the job's running leases finds an expired one, where every acquire called it and its loop;
--- - tidemark_incremental_start: with no batch gone from the holding statuses past the watermark
---   (the common case), the first and the last holding batch in one statement;
+--   the job's running leases finds an expired one (made with the probe for a running backfill),
+--   where every acquire called it and its loop;
+-- - tidemark_incremental_start: the watermark, the batches gone from the holding statuses past
+--   it, the first and the last holding batch in one statement: all it reads in the common case
+--   (nothing gone);
 -- - tidemark_plan_items: one batch over an item query goes to tidemark_plan_one directly;
--- - tidemark_plan_incremental: an open backfill batch and a stale output over the planned range
---   looked for in one statement;
+-- - tidemark_plan_incremental: an open backfill batch, a stale output and a live output to extend
+--   over, looked for in one statement;
+-- - tidemark_advance: the watermark event and the move in one statement;
 -- - tidemark_batch_transition: a commit moves the batch and closes its attempt in one statement.
 -- Behaviour is unchanged.
 
@@ -24,7 +27,7 @@
 -- 0035): the due incremental batch by batch_due_incremental_idx, the expired leases among the
 -- running ones only (batch_running_lease_idx, expiry then job, or batch_open_status_idx); neither
 -- reads the job's committed batches. The reaper is called only when that probe finds an expired
--- lease (one statement on the hot path instead of a call and its loop, migration 0051).
+-- lease (on the hot path no call and no loop, migration 0051).
 CREATE OR REPLACE FUNCTION tidemark_acquire(
     p_job bigint, p_items_sql text, p_worker text, p_lease_seconds integer, p_snapshot jsonb,
     p_limit integer
@@ -38,6 +41,7 @@ DECLARE
     planned inventory_batch%ROWTYPE;
     started inventory_batch%ROWTYPE;
     lane_full boolean := false;
+    has_expired boolean;
     -- as in tidemark_reap_expired: a variable bound keeps the probe below on the running leases
     v_oldest timestamptz := '-infinity';
 BEGIN
@@ -50,10 +54,16 @@ BEGIN
         RAISE EXCEPTION '%', blocked USING ERRCODE = 'TM409';
     END IF;
 
-    -- most jobs run no backfill: one probe instead of two claims that find nothing
-    has_backfill := EXISTS (
+    -- most jobs run no backfill: one probe instead of two claims that find nothing; and whether
+    -- a running lease of the job expired, so the reaper below is called only when one did (both
+    -- probes in one statement, migration 0051)
+    SELECT EXISTS (
         SELECT 1 FROM inventory_backfill WHERE job_id = p_job AND status = 'running'
-    );
+    ), EXISTS (
+        SELECT 1 FROM inventory_batch AS x
+        WHERE x.job_id = p_job AND x.status = 'running'
+          AND x.lease_expires_at < clock_timestamp() AND x.lease_expires_at > v_oldest
+    ) INTO has_backfill, has_expired;
     IF has_backfill THEN
         claimed := tidemark_claim_backfill(p_job, true);
     END IF;
@@ -87,14 +97,11 @@ BEGIN
         );
     END IF;
 
-    -- last, still under the job's row lock: the job's expired leases, the reaper called only
-    -- when a probe of the running leases finds one (on the hot path one statement instead of a
-    -- call and its loop)
-    PERFORM tidemark_reap_expired(p_job) WHERE EXISTS (
-        SELECT 1 FROM inventory_batch AS x
-        WHERE x.job_id = p_job AND x.status = 'running'
-          AND x.lease_expires_at < clock_timestamp() AND x.lease_expires_at > v_oldest
-    );
+    -- last, still under the job's row lock: the job's expired leases, when the probe above
+    -- found one (a lease that expires meanwhile is the next acquire's)
+    IF has_expired THEN
+        PERFORM tidemark_reap_expired(p_job);
+    END IF;
     IF planned.id IS NOT NULL THEN
         RETURN NEXT planned;
     ELSIF claimed IS NOT NULL THEN
@@ -124,34 +131,38 @@ DECLARE
     x bigint;
     gone_count integer;
 BEGIN
-    SELECT position INTO wm_position FROM inventory_watermark WHERE job_id = p_job;
-    SELECT count(*) INTO gone_count FROM (
-        SELECT 1 FROM inventory_batch
+    -- the watermark, how many batches past it left the holding statuses (cancelled, superseded:
+    -- the only places a hole can be), and the first and the last holding batch past it: index
+    -- searches, in one statement (migration 0051)
+    SELECT w.position, g.n, f.b_lo, l.b_hi INTO wm_position, gone_count, lo, hi
+    FROM inventory_watermark AS w
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM inventory_batch
+            WHERE job_id = p_job AND backfill_id IS NULL
+              AND NOT (status = ANY(tidemark_holding_statuses()))
+              AND upper(span) > w.position AND upper(span) <= top
+            LIMIT 33
+        ) AS gone
+    ) AS g
+    LEFT JOIN LATERAL (
+        SELECT lower(span) AS b_lo FROM inventory_batch
         WHERE job_id = p_job AND backfill_id IS NULL
-          AND NOT (status = ANY(tidemark_holding_statuses()))
-          AND upper(span) > wm_position AND upper(span) <= top
-        LIMIT 33
-    ) AS g;
+          AND status = ANY(tidemark_holding_statuses())
+          AND upper(span) > w.position AND upper(span) <= top
+        ORDER BY upper(span) LIMIT 1
+    ) AS f ON true
+    LEFT JOIN LATERAL (
+        SELECT upper(span) AS b_hi FROM inventory_batch
+        WHERE job_id = p_job AND backfill_id IS NULL
+          AND status = ANY(tidemark_holding_statuses())
+          AND upper(span) > w.position AND upper(span) <= top
+        ORDER BY upper(span) DESC LIMIT 1
+    ) AS l ON true
+    WHERE w.job_id = p_job;
     IF gone_count = 0 THEN
         -- no hole but one at the watermark (every range past it was planned once and none left
-        -- the holding statuses): the first and the last holding batch, two index searches in one
-        -- statement (the acquire's common case, migration 0051)
-        SELECT f.b_lo, l.b_hi INTO lo, hi
-        FROM (SELECT 1) AS one
-        LEFT JOIN LATERAL (
-            SELECT lower(span) AS b_lo FROM inventory_batch
-            WHERE job_id = p_job AND backfill_id IS NULL
-              AND status = ANY(tidemark_holding_statuses())
-              AND upper(span) > wm_position AND upper(span) <= top
-            ORDER BY upper(span) LIMIT 1
-        ) AS f ON true
-        LEFT JOIN LATERAL (
-            SELECT upper(span) AS b_hi FROM inventory_batch
-            WHERE job_id = p_job AND backfill_id IS NULL
-              AND status = ANY(tidemark_holding_statuses())
-              AND upper(span) > wm_position AND upper(span) <= top
-            ORDER BY upper(span) DESC LIMIT 1
-        ) AS l ON true;
+        -- the holding statuses): the acquire's common case
         IF lo IS NULL THEN
             lo := wm_position;  -- nothing holds a range past the watermark
             hi := NULL;
@@ -164,6 +175,8 @@ BEGIN
         END IF;
         RETURN;
     END IF;
+    lo := NULL;
+    hi := NULL;
     IF gone_count > 32 THEN
         WITH held AS (
             SELECT lower(span) AS b_lo, upper(span) AS b_hi FROM inventory_batch
@@ -252,6 +265,7 @@ DECLARE
     up bigint;
     blocked bigint;
     ext bigint;
+    ext_known boolean;
     assets_of bigint := tidemark_job_assets(p_job);  -- NULL: items read from p_items_sql
 BEGIN
     SELECT * INTO planned
@@ -260,12 +274,19 @@ BEGIN
         RETURN;
     END IF;
     up := planned.upper;
-    -- an open backfill batch over the range, or an item restating outputs not rebuilt yet (it
-    -- waits for the job's restatement, publish.sql): one statement for both (migration 0051)
+    -- an open backfill batch over the range, an item restating outputs not rebuilt yet (it waits
+    -- for the job's restatement, publish.sql), and the end of the last live output the range
+    -- reaches into: one statement for the three (migration 0051)
     SELECT least(
         (SELECT min(o.lo) FROM tidemark_open_backfill_starts(p_job, int8range(p_lo, up)) AS o),
         (SELECT min(s.item) FROM tidemark_stale_outputs(p_job, int8range(p_lo, up)) AS s)
-    ) INTO blocked;
+    ), (
+        SELECT max(upper(o.span)) FROM inventory_batch AS o
+        WHERE o.job_id = p_job AND o.published_attempt IS NOT NULL AND o.replaced_by_id IS NULL
+          AND o.status = ANY(tidemark_output_statuses())
+          AND o.span && int8range(p_lo, up) AND upper(o.span) > up
+    ) INTO blocked, ext;
+    ext_known := blocked IS NULL;
     IF blocked IS NOT NULL THEN
         IF blocked <= p_lo THEN
             RETURN;
@@ -278,10 +299,13 @@ BEGIN
         up := planned.upper;
     END IF;
     LOOP
-        SELECT max(upper(o.span)) INTO ext FROM inventory_batch AS o
-        WHERE o.job_id = p_job AND o.published_attempt IS NOT NULL AND o.replaced_by_id IS NULL
-          AND o.status = ANY(tidemark_output_statuses())
-          AND o.span && int8range(p_lo, up) AND upper(o.span) > up;
+        IF NOT ext_known THEN
+            SELECT max(upper(o.span)) INTO ext FROM inventory_batch AS o
+            WHERE o.job_id = p_job AND o.published_attempt IS NOT NULL AND o.replaced_by_id IS NULL
+              AND o.status = ANY(tidemark_output_statuses())
+              AND o.span && int8range(p_lo, up) AND upper(o.span) > up;
+        END IF;
+        ext_known := false;
         EXIT WHEN ext IS NULL OR (p_hi IS NOT NULL AND ext > p_hi);
         EXIT WHEN EXISTS (SELECT 1 FROM tidemark_open_backfill_starts(p_job, int8range(up, ext)));
         up := ext;
@@ -453,5 +477,67 @@ BEGIN
             PERFORM tidemark_batch_check_moves(p_from, 'dead');
         END IF;
     END IF;
+END
+$$;
+
+-- Move a locked watermark over the gap-free run of committed batches that starts at its position,
+-- merging what they reported, and record one WatermarkEvent. PL/pgSQL takes a fresh snapshot per
+-- statement, so the advance sees every batch committed before the watermark lock was granted.
+-- It walks from the position one batch at a time (an index search of the job's incremental
+-- batches by their end), so a commit reads only the batches it moves over: a batch that stays
+-- running while later ones commit (they wait behind it, however many) costs each commit one
+-- search, not a read of every waiting batch.
+CREATE OR REPLACE FUNCTION tidemark_advance(
+    p_watermark bigint, p_trigger bigint, p_actor text, p_reason text
+) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    wm inventory_watermark%ROWTYPE;
+    new_position bigint;
+    new_value jsonb;
+    pos bigint;
+    nxt record;
+    top bigint := tidemark_top_position();
+BEGIN
+    -- the caller holds this row's lock
+    SELECT * INTO wm FROM inventory_watermark WHERE id = p_watermark;
+    new_value := wm.value;
+    pos := wm.position;
+    LOOP
+        -- the next batch holding a range past `pos` (holding batches of the incremental lane
+        -- never overlap: the exclusion constraint), if it starts at `pos` and is committed
+        SELECT lower(span) AS lo, upper(span) AS hi, status, watermark_value INTO nxt
+        FROM inventory_batch
+        WHERE job_id = wm.job_id AND backfill_id IS NULL
+          AND status = ANY(tidemark_holding_statuses())
+          AND upper(span) > pos AND upper(span) <= top  -- the index search
+        ORDER BY upper(span)
+        LIMIT 1;
+        EXIT WHEN NOT FOUND OR nxt.lo > pos
+            OR NOT (nxt.status = ANY(tidemark_committed_statuses()));
+        pos := nxt.hi;
+        new_position := pos;
+        IF wm.type <> 'int' THEN
+            new_value := tidemark_merge_watermark(wm.type, new_value, nxt.watermark_value);
+        END IF;
+    END LOOP;
+    IF new_position IS NULL THEN
+        RETURN;
+    END IF;
+    IF wm.type = 'int' THEN
+        new_value := to_jsonb(new_position - 1);
+    END IF;
+    -- the event and the move in one statement (migration 0051)
+    WITH event AS (
+        INSERT INTO inventory_watermarkevent (
+            watermark_id, old_position, new_position, old_value, new_value, source, batch_id,
+            actor, reason, is_replay, created_at
+        ) VALUES (
+            wm.id, wm.position, new_position, wm.value, new_value, 'batch', p_trigger,
+            coalesce(p_actor, ''), coalesce(p_reason, ''), false, statement_timestamp()
+        )
+    )
+    UPDATE inventory_watermark
+    SET position = new_position, value = new_value, updated_at = statement_timestamp()
+    WHERE id = wm.id;
 END
 $$;

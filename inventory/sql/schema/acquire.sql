@@ -203,7 +203,7 @@ $$;
 -- 0035): the due incremental batch by batch_due_incremental_idx, the expired leases among the
 -- running ones only (batch_running_lease_idx, expiry then job, or batch_open_status_idx); neither
 -- reads the job's committed batches. The reaper is called only when that probe finds an expired
--- lease (one statement on the hot path instead of a call and its loop, migration 0051).
+-- lease (on the hot path no call and no loop, migration 0051).
 CREATE OR REPLACE FUNCTION tidemark_acquire(
     p_job bigint, p_items_sql text, p_worker text, p_lease_seconds integer, p_snapshot jsonb,
     p_limit integer
@@ -217,6 +217,7 @@ DECLARE
     planned inventory_batch%ROWTYPE;
     started inventory_batch%ROWTYPE;
     lane_full boolean := false;
+    has_expired boolean;
     -- as in tidemark_reap_expired: a variable bound keeps the probe below on the running leases
     v_oldest timestamptz := '-infinity';
 BEGIN
@@ -229,10 +230,16 @@ BEGIN
         RAISE EXCEPTION '%', blocked USING ERRCODE = 'TM409';
     END IF;
 
-    -- most jobs run no backfill: one probe instead of two claims that find nothing
-    has_backfill := EXISTS (
+    -- most jobs run no backfill: one probe instead of two claims that find nothing; and whether
+    -- a running lease of the job expired, so the reaper below is called only when one did (both
+    -- probes in one statement, migration 0051)
+    SELECT EXISTS (
         SELECT 1 FROM inventory_backfill WHERE job_id = p_job AND status = 'running'
-    );
+    ), EXISTS (
+        SELECT 1 FROM inventory_batch AS x
+        WHERE x.job_id = p_job AND x.status = 'running'
+          AND x.lease_expires_at < clock_timestamp() AND x.lease_expires_at > v_oldest
+    ) INTO has_backfill, has_expired;
     IF has_backfill THEN
         claimed := tidemark_claim_backfill(p_job, true);
     END IF;
@@ -266,14 +273,11 @@ BEGIN
         );
     END IF;
 
-    -- last, still under the job's row lock: the job's expired leases, the reaper called only
-    -- when a probe of the running leases finds one (on the hot path one statement instead of a
-    -- call and its loop)
-    PERFORM tidemark_reap_expired(p_job) WHERE EXISTS (
-        SELECT 1 FROM inventory_batch AS x
-        WHERE x.job_id = p_job AND x.status = 'running'
-          AND x.lease_expires_at < clock_timestamp() AND x.lease_expires_at > v_oldest
-    );
+    -- last, still under the job's row lock: the job's expired leases, when the probe above
+    -- found one (a lease that expires meanwhile is the next acquire's)
+    IF has_expired THEN
+        PERFORM tidemark_reap_expired(p_job);
+    END IF;
     IF planned.id IS NOT NULL THEN
         RETURN NEXT planned;
     ELSIF claimed IS NOT NULL THEN
