@@ -170,20 +170,25 @@ class Conflicted(Exception):
 
 def _tidemark_warm_up(spec):
     from inventory.models import Job
+    from inventory.sources.registry import source_for_connector
 
     jobs = {
         job.pk: job for job in Job.objects.select_related("connector").filter(pk__in=spec["jobs"])
     }
-    return jobs
+    # the item source built once per client, as a worker builds it once per job before its
+    # acquire loop (workers/execution.job_work): its check that the meta table is not one of
+    # Tidemark's own (sources/identity.source_table_check) is a statement of its own
+    sources = {job_id: source_for_connector(job.connector) for job_id, job in jobs.items()}
+    return {"jobs": jobs, "sources": sources}
 
 
-def _tidemark_acquire(jobs, job_id, worker):
+def _tidemark_acquire(state, job_id, worker):
     from inventory.services.lifecycle import batch_acquire
 
-    return batch_acquire(job=jobs[job_id], worker=worker)
+    return batch_acquire(job=state["jobs"][job_id], worker=worker, source=state["sources"][job_id])
 
 
-def _tidemark_succeed(jobs, batch):
+def _tidemark_succeed(state, batch):
     from inventory.services.lifecycle import batch_succeed
 
     batch_succeed(batch_id=batch.pk, attempt=batch.attempt, result={"rows": batch.item_count})

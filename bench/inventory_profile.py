@@ -32,6 +32,7 @@ def profile_run(connector, seq: list) -> dict:
     from inventory.models import Job
     from inventory.services.jobs import job_create
     from inventory.services.lifecycle import batch_acquire, batch_succeed
+    from inventory.sources.registry import source_for_connector
 
     seq[0] += 1
     job = job_create(
@@ -42,8 +43,9 @@ def profile_run(connector, seq: list) -> dict:
         start_position=1,
     )
     job = Job.objects.select_related("connector").get(pk=job.pk)
+    source = source_for_connector(job.connector)  # once, as a worker does (inventory_clients)
     for _ in range(20):  # warm up
-        batch = batch_acquire(job=job, worker="bench-profile")
+        batch = batch_acquire(job=job, worker="bench-profile", source=source)
         batch_succeed(batch_id=batch.pk, attempt=batch.attempt, result={})
 
     by_query: dict = {}
@@ -52,7 +54,7 @@ def profile_run(connector, seq: list) -> dict:
     started = time.perf_counter()
     for _ in range(PROFILE_BATCHES):
         with CaptureQueriesContext(connection) as acq:
-            batch = batch_acquire(job=job, worker="bench-profile")
+            batch = batch_acquire(job=job, worker="bench-profile", source=source)
         with CaptureQueriesContext(connection) as suc:
             batch_succeed(batch_id=batch.pk, attempt=batch.attempt, result={})
         acquire_queries += len(acq.captured_queries)
@@ -69,7 +71,7 @@ def profile_run(connector, seq: list) -> dict:
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(PROFILE_BATCHES):
-        batch = batch_acquire(job=job, worker="bench-profile")
+        batch = batch_acquire(job=job, worker="bench-profile", source=source)
         batch_succeed(batch_id=batch.pk, attempt=batch.attempt, result={})
     profiler.disable()
     stream = io.StringIO()

@@ -97,8 +97,12 @@ def render(ctx: dict) -> str:
         f"{backfill['mean_items']:.1f} items per batch on average.",
         f"- Database: PostgreSQL {ctx['server_version']} ({ctx['server_kind']}), dedicated database "
         f"`{common.BENCH_DB}` (created for the run, dropped after it).",
-        "- Tidemark: `batch_acquire` + `batch_succeed` (inventory.services.batches), connector "
-        "with an external `meta_table`, Django ORM over psycopg2.",
+        "- Tidemark: `batch_acquire` + `batch_succeed` (inventory.services.lifecycle), connector "
+        "with an external `meta_table`, Django ORM over psycopg2; each client builds the job's "
+        "item source once and passes it to every acquire, as a worker does before its acquire loop "
+        "(`workers/execution.job_work`). An acquire through the REST API builds it per call, and "
+        "its check that the meta table is not one of Tidemark's own (`sources/identity.py`) is "
+        "one statement more per acquire, not measured here.",
         f"- pybatchintory {ctx['peer_versions'].get('pybatchintory')} (pydantic "
         f"{ctx['peer_versions'].get('pydantic')}, SQLAlchemy {ctx['peer_versions'].get('SQLAlchemy')}) in "
         "`bench/.venv-pybatchintory`: `acquire_batch(job, meta_table_name, batch_id_min, batch_weight, "

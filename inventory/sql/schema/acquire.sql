@@ -202,7 +202,8 @@ $$;
 -- Both searches it makes on every call are index searches whatever the statistics say (migration
 -- 0035): the due incremental batch by batch_due_incremental_idx, the expired leases among the
 -- running ones only (batch_running_lease_idx, expiry then job, or batch_open_status_idx); neither
--- reads the job's committed batches.
+-- reads the job's committed batches. The reaper is called only when that probe finds an expired
+-- lease (on the hot path no call and no loop, migration 0051).
 CREATE OR REPLACE FUNCTION tidemark_acquire(
     p_job bigint, p_items_sql text, p_worker text, p_lease_seconds integer, p_snapshot jsonb,
     p_limit integer
@@ -215,6 +216,10 @@ DECLARE
     claimed bigint;
     planned inventory_batch%ROWTYPE;
     started inventory_batch%ROWTYPE;
+    lane_full boolean := false;
+    has_expired boolean;
+    -- as in tidemark_reap_expired: a variable bound keeps the probe below on the running leases
+    v_oldest timestamptz := '-infinity';
 BEGIN
     SELECT * INTO j FROM inventory_job WHERE id = p_job FOR UPDATE;
     IF NOT FOUND THEN
@@ -225,10 +230,16 @@ BEGIN
         RAISE EXCEPTION '%', blocked USING ERRCODE = 'TM409';
     END IF;
 
-    -- most jobs run no backfill: one probe instead of two claims that find nothing
-    has_backfill := EXISTS (
+    -- most jobs run no backfill: one probe instead of two claims that find nothing; and whether
+    -- a running lease of the job expired, so the reaper below is called only when one did (both
+    -- probes in one statement, migration 0051)
+    SELECT EXISTS (
         SELECT 1 FROM inventory_backfill WHERE job_id = p_job AND status = 'running'
-    );
+    ), EXISTS (
+        SELECT 1 FROM inventory_batch AS x
+        WHERE x.job_id = p_job AND x.status = 'running'
+          AND x.lease_expires_at < clock_timestamp() AND x.lease_expires_at > v_oldest
+    ) INTO has_backfill, has_expired;
     IF has_backfill THEN
         claimed := tidemark_claim_backfill(p_job, true);
     END IF;
@@ -240,38 +251,37 @@ BEGIN
         IF has_backfill THEN
             claimed := tidemark_claim_backfill(p_job, false);
         END IF;
-        IF claimed IS NULL THEN
-            PERFORM tidemark_reap_expired(p_job);
-            RETURN;
-        END IF;
+        lane_full := true;
     END IF;
-    IF claimed IS NULL THEN
+    IF claimed IS NULL AND NOT lane_full THEN
         SELECT id INTO claimed FROM inventory_batch
         WHERE job_id = p_job AND backfill_id IS NULL
           AND tidemark_batch_due(status, next_attempt_at)
         ORDER BY lower(span) LIMIT 1
         FOR UPDATE SKIP LOCKED;
-    END IF;
-    IF claimed IS NULL THEN
-        SELECT * INTO planned FROM tidemark_plan_next(p_job, p_items_sql, p_worker, p_lease_seconds, p_snapshot);
-        IF planned.id IS NOT NULL THEN
-            PERFORM tidemark_reap_expired(p_job);
-            RETURN NEXT planned;
-            RETURN;
-        END IF;
-        IF has_backfill THEN
-            claimed := tidemark_claim_backfill(p_job, false);
-        END IF;
         IF claimed IS NULL THEN
-            PERFORM tidemark_reap_expired(p_job);
-            RETURN;
+            SELECT * INTO planned
+            FROM tidemark_plan_next(p_job, p_items_sql, p_worker, p_lease_seconds, p_snapshot);
+            IF planned.id IS NULL AND has_backfill THEN
+                claimed := tidemark_claim_backfill(p_job, false);
+            END IF;
         END IF;
+    END IF;
+    IF claimed IS NOT NULL THEN
+        SELECT * INTO started FROM tidemark_batch_transition(
+            ARRAY[claimed], ARRAY['queued', 'failed'], 'running', p_worker, p_lease_seconds
+        );
     END IF;
 
-    SELECT * INTO started FROM tidemark_batch_transition(
-        ARRAY[claimed], ARRAY['queued', 'failed'], 'running', p_worker, p_lease_seconds
-    );
-    PERFORM tidemark_reap_expired(p_job);
-    RETURN NEXT started;
+    -- last, still under the job's row lock: the job's expired leases, when the probe above
+    -- found one (a lease that expires meanwhile is the next acquire's)
+    IF has_expired THEN
+        PERFORM tidemark_reap_expired(p_job);
+    END IF;
+    IF planned.id IS NOT NULL THEN
+        RETURN NEXT planned;
+    ELSIF claimed IS NOT NULL THEN
+        RETURN NEXT started;
+    END IF;
 END
 $$;

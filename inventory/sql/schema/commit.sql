@@ -76,13 +76,16 @@ BEGIN
     IF wm.type = 'int' THEN
         new_value := to_jsonb(new_position - 1);
     END IF;
-    INSERT INTO inventory_watermarkevent (
-        watermark_id, old_position, new_position, old_value, new_value, source, batch_id, actor,
-        reason, is_replay, created_at
-    ) VALUES (
-        wm.id, wm.position, new_position, wm.value, new_value, 'batch', p_trigger,
-        coalesce(p_actor, ''), coalesce(p_reason, ''), false, statement_timestamp()
-    );
+    -- the event and the move in one statement (migration 0051)
+    WITH event AS (
+        INSERT INTO inventory_watermarkevent (
+            watermark_id, old_position, new_position, old_value, new_value, source, batch_id,
+            actor, reason, is_replay, created_at
+        ) VALUES (
+            wm.id, wm.position, new_position, wm.value, new_value, 'batch', p_trigger,
+            coalesce(p_actor, ''), coalesce(p_reason, ''), false, statement_timestamp()
+        )
+    )
     UPDATE inventory_watermark
     SET position = new_position, value = new_value, updated_at = statement_timestamp()
     WHERE id = wm.id;

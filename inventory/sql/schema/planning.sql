@@ -171,14 +171,52 @@ DECLARE
     x bigint;
     gone_count integer;
 BEGIN
-    SELECT position INTO wm_position FROM inventory_watermark WHERE job_id = p_job;
-    SELECT count(*) INTO gone_count FROM (
-        SELECT 1 FROM inventory_batch
+    -- the watermark, how many batches past it left the holding statuses (cancelled, superseded:
+    -- the only places a hole can be), and the first and the last holding batch past it: index
+    -- searches, in one statement (migration 0051)
+    SELECT w.position, g.n, f.b_lo, l.b_hi INTO wm_position, gone_count, lo, hi
+    FROM inventory_watermark AS w
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM inventory_batch
+            WHERE job_id = p_job AND backfill_id IS NULL
+              AND NOT (status = ANY(tidemark_holding_statuses()))
+              AND upper(span) > w.position AND upper(span) <= top
+            LIMIT 33
+        ) AS gone
+    ) AS g
+    LEFT JOIN LATERAL (
+        SELECT lower(span) AS b_lo FROM inventory_batch
         WHERE job_id = p_job AND backfill_id IS NULL
-          AND NOT (status = ANY(tidemark_holding_statuses()))
-          AND upper(span) > wm_position AND upper(span) <= top
-        LIMIT 33
-    ) AS g;
+          AND status = ANY(tidemark_holding_statuses())
+          AND upper(span) > w.position AND upper(span) <= top
+        ORDER BY upper(span) LIMIT 1
+    ) AS f ON true
+    LEFT JOIN LATERAL (
+        SELECT upper(span) AS b_hi FROM inventory_batch
+        WHERE job_id = p_job AND backfill_id IS NULL
+          AND status = ANY(tidemark_holding_statuses())
+          AND upper(span) > w.position AND upper(span) <= top
+        ORDER BY upper(span) DESC LIMIT 1
+    ) AS l ON true
+    WHERE w.job_id = p_job;
+    IF gone_count = 0 THEN
+        -- no hole but one at the watermark (every range past it was planned once and none left
+        -- the holding statuses): the acquire's common case
+        IF lo IS NULL THEN
+            lo := wm_position;  -- nothing holds a range past the watermark
+            hi := NULL;
+        ELSIF lo > wm_position THEN
+            hi := lo;  -- a hole at the watermark, up to the first holding batch
+            lo := wm_position;
+        ELSE
+            lo := hi;  -- after the last holding batch
+            hi := NULL;
+        END IF;
+        RETURN;
+    END IF;
+    lo := NULL;
+    hi := NULL;
     IF gone_count > 32 THEN
         WITH held AS (
             SELECT lower(span) AS b_lo, upper(span) AS b_hi FROM inventory_batch
@@ -316,6 +354,7 @@ DECLARE
     up bigint;
     blocked bigint;
     ext bigint;
+    ext_known boolean;
     assets_of bigint := tidemark_job_assets(p_job);  -- NULL: items read from p_items_sql
 BEGIN
     SELECT * INTO planned
@@ -324,10 +363,19 @@ BEGIN
         RETURN;
     END IF;
     up := planned.upper;
-    SELECT min(o.lo) INTO blocked FROM tidemark_open_backfill_starts(p_job, int8range(p_lo, up)) AS o;
-    -- an item restating outputs not rebuilt yet waits for the job's restatement (publish.sql)
-    SELECT least(blocked, min(s.item)) INTO blocked
-    FROM tidemark_stale_outputs(p_job, int8range(p_lo, up)) AS s;
+    -- an open backfill batch over the range, an item restating outputs not rebuilt yet (it waits
+    -- for the job's restatement, publish.sql), and the end of the last live output the range
+    -- reaches into: one statement for the three (migration 0051)
+    SELECT least(
+        (SELECT min(o.lo) FROM tidemark_open_backfill_starts(p_job, int8range(p_lo, up)) AS o),
+        (SELECT min(s.item) FROM tidemark_stale_outputs(p_job, int8range(p_lo, up)) AS s)
+    ), (
+        SELECT max(upper(o.span)) FROM inventory_batch AS o
+        WHERE o.job_id = p_job AND o.published_attempt IS NOT NULL AND o.replaced_by_id IS NULL
+          AND o.status = ANY(tidemark_output_statuses())
+          AND o.span && int8range(p_lo, up) AND upper(o.span) > up
+    ) INTO blocked, ext;
+    ext_known := blocked IS NULL;
     IF blocked IS NOT NULL THEN
         IF blocked <= p_lo THEN
             RETURN;
@@ -340,10 +388,13 @@ BEGIN
         up := planned.upper;
     END IF;
     LOOP
-        SELECT max(upper(o.span)) INTO ext FROM inventory_batch AS o
-        WHERE o.job_id = p_job AND o.published_attempt IS NOT NULL AND o.replaced_by_id IS NULL
-          AND o.status = ANY(tidemark_output_statuses())
-          AND o.span && int8range(p_lo, up) AND upper(o.span) > up;
+        IF NOT ext_known THEN
+            SELECT max(upper(o.span)) INTO ext FROM inventory_batch AS o
+            WHERE o.job_id = p_job AND o.published_attempt IS NOT NULL AND o.replaced_by_id IS NULL
+              AND o.status = ANY(tidemark_output_statuses())
+              AND o.span && int8range(p_lo, up) AND upper(o.span) > up;
+        END IF;
+        ext_known := false;
         EXIT WHEN ext IS NULL OR (p_hi IS NOT NULL AND ext > p_hi);
         EXIT WHEN EXISTS (SELECT 1 FROM tidemark_open_backfill_starts(p_job, int8range(up, ext)));
         up := ext;

@@ -185,6 +185,10 @@ BEGIN
         RETURN QUERY SELECT * FROM tidemark_plan_assets(
             p_assets_of, first_id, end_id, budget, cap, max_batches
         );
+    ELSIF max_batches = 1 THEN
+        -- one batch (acquire, a plan step): tidemark_plan_batches' own first step, called here
+        -- so an acquire's item read goes through one function fewer (migration 0051)
+        RETURN QUERY SELECT * FROM tidemark_plan_one(items_sql, first_id, end_id, budget, cap);
     ELSE
         RETURN QUERY SELECT * FROM tidemark_plan_batches(
             items_sql, first_id, end_id, budget, cap, max_batches

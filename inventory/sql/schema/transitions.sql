@@ -124,7 +124,6 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
-    moved inventory_batch%ROWTYPE;
 BEGIN
     -- each UPDATE moves only a batch whose move is in tidemark_batch_move (one probe of its primary
     -- key, inside the statement: the hot paths send no query of their own for the check); when
@@ -148,7 +147,9 @@ BEGIN
         )
         SELECT * FROM started;
     ELSIF p_to = 'succeeded' THEN
-        FOR moved IN
+        -- the batch and its attempt in one statement (one statement fewer per commit, 0051)
+        RETURN QUERY
+        WITH done AS (
             UPDATE inventory_batch AS b
             SET status = 'succeeded', result = p_result, watermark_value = p_value,
                 finished_at = statement_timestamp(), lease_expires_at = NULL, error = '{}',
@@ -166,12 +167,12 @@ BEGIN
                   WHERE m.from_status = b.status AND m.to_status = p_to
               )
             RETURNING b.*
-        LOOP
-            UPDATE inventory_batchattempt
-            SET finished_at = moved.finished_at, outcome = 'succeeded', error = '{}'
-            WHERE batch_id = moved.id AND number = moved.attempt;
-            RETURN NEXT moved;
-        END LOOP;
+        ), closed AS (
+            UPDATE inventory_batchattempt AS a
+            SET finished_at = done.finished_at, outcome = 'succeeded', error = '{}'
+            FROM done WHERE a.batch_id = done.id AND a.number = done.attempt
+        )
+        SELECT * FROM done;
     ELSIF p_to = 'failed' OR p_to = 'dead' THEN
         RETURN QUERY
         WITH failed AS (
