@@ -221,15 +221,15 @@ ORDER BY h.name;
 
 -- name: health_of
 -- The state and lag of the jobs %(ids)s (the API's job list shows them beside each job): the
--- rows of `health` for those ids only (job_health reads only theirs), with the lag as health_all
--- reads it (the sums below the watermark kept on its row: no probe per job).
+-- rows of `health`, which reads those ids only (job_health's facts: the condition written once,
+-- as the planner takes two copies of it for two filters and plans for one job), with the lag as
+-- health_all reads it (the sums below the watermark kept on its row: no probe per job).
 SELECT h.id, h.state,
        CASE WHEN h.outside THEN h.ext_items
             WHEN h.behind THEN h.tip_count - h.wm_done_count ELSE 0 END,
        CASE WHEN h.outside THEN h.ext_weight
             WHEN h.behind THEN h.tip_weight - h.wm_done_weight ELSE 0 END
-FROM health AS h
-WHERE h.id = ANY(%(ids)s::bigint[]);
+FROM health AS h;
 
 -- name: waiting_connectors
 -- A slice of the connectors waiting on another, by name, each with whether its start_after
