@@ -112,6 +112,20 @@ def connectors_with_rows(connectors: QuerySet[Connector]) -> QuerySet[Connector]
     )
 
 
+def connector_item_count(*, connector: Connector) -> int:
+    """How many items the connector has registered: its last asset's running count (one index
+    lookup, queries.sql: assets_known_size), not a count of its assets (millions of rows)."""
+    return gateway.assets_known_size(connector_id=connector.pk).count
+
+
+def connector_jobs_head(*, connector: Connector, limit: int) -> tuple[int, list[str]]:
+    """(how many jobs read the connector, the first `limit` of their names by name): a page names
+    a few and links the rest (the overview filtered by connector), however many there are."""
+    jobs = connector.jobs.order_by("name")
+    names = list(jobs.values_list("name", flat=True)[:limit])
+    return (len(names) if len(names) < limit else jobs.count()), names
+
+
 def connector_items(*, connector: Connector) -> QuerySet[Asset]:
     """The connector's registered items (assets); paged newest first over (connector, id)."""
     return Asset.objects.filter(connector=connector)

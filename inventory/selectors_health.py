@@ -224,6 +224,7 @@ class Health:
                 "ext_weights": [lags[pk].weight if lags.get(pk) else None for pk in outside],
                 "stale": STALE_INTERVALS,
                 "states": list(STATES),
+                "ids": None,  # every job (health_of: the jobs asked about)
             }
         return {**self._params, **extra}
 

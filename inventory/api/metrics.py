@@ -101,7 +101,10 @@ class InventoryCollector:
 
         open_totals = [0] * len(kinds)
         by_state = dict.fromkeys(selectors_health.STATES, 0)
-        dead_jobs, late_jobs = [], []  # their names, in order (the alerts)
+        # the jobs with dead batches and with a late watermark: counted (tidemark_alerts), and
+        # named, in order, only under `full` (tidemark_alert: a sample each)
+        dead_jobs, late_jobs = [], []
+        n_dead_jobs = n_late_jobs = 0
         items_lines, seconds_lines, updated_lines = (
             lag_items.lines,
             lag_seconds.lines,
@@ -142,13 +145,17 @@ class InventoryCollector:
                     f'tidemark_job_open_batches{{job="{job}",status="failed"}} {number(n_failed)}\n'
                 )
             if n_dead:
-                dead_jobs.append(name)
+                n_dead_jobs += 1
                 stuck_lines.append(
                     f'tidemark_job_open_batches{{job="{job}",status="dead"}} {number(n_dead)}\n'
                 )
             if late:
-                late_jobs.append(name)
+                n_late_jobs += 1
             if full:
+                if n_dead:
+                    dead_jobs.append(name)
+                if late:
+                    late_jobs.append(name)
                 position.add([name], at)
                 if items is not None:
                     lag_weight.add([name], int(weight or 0))
@@ -249,6 +256,8 @@ class InventoryCollector:
         overdue.add([], int(reaper.overdue))
         yield overdue
 
+        # by default the job alerts are only counted: no label tuple per alerting job (at 10,000
+        # blocked jobs, 10,000 tuples built to be counted)
         alerts = selectors_alerts.job_alert_labels(dead_jobs, late_jobs)
         by_kind = Family(
             "tidemark_alerts",
@@ -256,7 +265,11 @@ class InventoryCollector:
             "/api/v1/alerts/; 0 when none)",
             labels=["kind", "severity"],
         )
-        by_kind.samples = [(labels, count) for labels, count in _alert_counts(alerts).items()]
+        counted = _alert_counts(alerts)
+        if not full:
+            for kind, n in (("dead_batches", n_dead_jobs), ("watermark_late", n_late_jobs)):
+                counted[kind, selectors_alerts.SEVERITY[kind]] += n
+        by_kind.samples = [(labels, count) for labels, count in counted.items()]
         yield by_kind
         if full:
             # one sample per alerting job (and connector, backfill): 10,000 blocked jobs would

@@ -17,6 +17,8 @@ from inventory.services.secrets import mask
 from inventory.sources.job_output import downstream_connectors
 from inventory.views.base import page_context, role_required
 
+JOBS_NAMED = 20  # the jobs a connector's delete page names (the rest: counted and linked)
+
 
 @role_required(role_of("job.delete"))
 def job_delete(request, name):
@@ -59,12 +61,17 @@ def connector_delete(request, name):
         else:
             messages.success(request, f"Connector {name} deleted with its registered items.")
             return redirect("dashboard:connectors")
+    # a few of the jobs that still read it, named, and their count (the overview filtered to the
+    # connector lists them all, a page at a time): a connector may have thousands
+    job_count, jobs = selectors.connector_jobs_head(connector=connector, limit=JOBS_NAMED)
     context = {
         "noun": "connector",
         "obj": connector,
         "error": error,
-        "jobs": list(connector.jobs.order_by("name").values_list("name", flat=True)),
-        "items": connector.assets.count(),
+        "jobs": jobs,
+        "job_count": job_count,
+        "jobs_more": job_count - len(jobs),
+        "items": selectors.connector_item_count(connector=connector),
         **page_context(request),
     }
     return render(request, "inventory/delete_confirm.html", context, status=409 if error else 200)

@@ -60,3 +60,25 @@ def test_the_overview_of_a_connector_renders_one_page_of_its_jobs(wide, role_use
     connectors = client.get("/connectors/").content.decode()
     assert "wide-job-" not in connectors
     assert f"{N_JOBS} jobs</a>" in connectors
+
+
+def test_the_connector_s_delete_page_names_a_few_jobs_and_links_all_of_them(wide, role_users):
+    """The page that refuses the delete while jobs read the connector names JOBS_NAMED of them
+    and links the rest (the overview filtered to it), and counts the connector's items from its
+    last asset's running count."""
+    from inventory.views import deleting
+
+    client = Client()
+    client.force_login(role_users["admin"])
+    page = client.get("/connectors/wide/delete/").content.decode()
+    named = [part.split("/", 1)[0] for part in page.split('href="/jobs/')[1:]]
+    assert named == [f"wide-job-{i:04d}" for i in range(deleting.JOBS_NAMED)]
+    more = N_JOBS - deleting.JOBS_NAMED
+    assert f"and {more} others" in page
+    assert f'href="/?connector=wide" id="connector-jobs">all {N_JOBS} jobs</a>' in page
+    assert "its 1 registered item," in page
+    # a connector read by fewer jobs than that: every one named, no link to the rest
+    few = ConnectorFactory(name="few")
+    make_job(connector=few, name="only-reader")
+    page = client.get("/connectors/few/delete/").content.decode()
+    assert 'href="/jobs/only-reader/delete/"' in page and "connector-jobs" not in page

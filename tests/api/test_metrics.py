@@ -457,3 +457,51 @@ def test_bad_metrics_bearer_tokens_are_counted_and_throttled_as_api_tokens_are(c
         assert elsewhere.status_code == 200
     finally:
         cache.clear()
+
+
+@override_settings(METRICS_TOKEN="scrape-me", METRICS_CACHE_SECONDS=0)
+def test_the_alerts_counted_by_default_are_the_alerts_named_under_full(client, settings):
+    """By default the job alerts are counted as the rows are read (no label per alerting job);
+    the counts by kind are those of the series `full` writes one per alert: two jobs with dead
+    batches, three with a late watermark (one of them also blocked), the reaper never run."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from inventory.models import Watermark
+    from tests.support.factories import ConnectorFactory, make_assets, make_job
+
+    def job(name, **options):
+        connector = ConnectorFactory(name=f"src-{name}")
+        make_assets(connector, [10] * 2)
+        return make_job(connector=connector, name=name, batch_weight=10, **options)
+
+    def kill(job):
+        batch = lifecycle.batch_acquire(job=job, worker="w")
+        lifecycle.batch_fail(
+            batch_id=batch.id, attempt=batch.attempt, error={"type": "E", "message": "x"}
+        )
+
+    kill(job("dead-1", max_attempts=1))
+    for name in ("late-1", "late-2", "late-dead"):
+        late = job(name, schedule_seconds=60, max_attempts=1)
+        Watermark.objects.filter(job=late).update(updated_at=timezone.now() - timedelta(hours=1))
+    kill(late)  # late-dead: its first batch dead, the next items still late
+    Watermark.objects.filter(job=late).update(updated_at=timezone.now() - timedelta(hours=1))
+
+    def scrape() -> dict:
+        text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+        return _families(text)
+
+    settings.METRICS_PER_JOB = "full"
+    named: dict[str, int] = {}
+    for _, labels, _ in scrape()["tidemark_alert"]:
+        named[labels["kind"]] = named.get(labels["kind"], 0) + 1
+    assert named["dead_batches"] == 2 and named["watermark_late"] == 3
+    assert named["reaper_overdue"] == 1
+
+    settings.METRICS_PER_JOB = "lean"
+    lean = scrape()
+    assert "tidemark_alert" not in lean
+    counted = {labels["kind"]: value for _, labels, value in lean["tidemark_alerts"]}
+    assert {kind: n for kind, n in counted.items() if n} == named

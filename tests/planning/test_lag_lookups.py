@@ -27,6 +27,7 @@ HEALTH_PARAMS = {
     "ext_weights": [],
     "stale": 3,
     "states": ["blocked", "late", "failing", "unreadable", "connector", "paused"],
+    "ids": None,  # every job
 }
 
 
@@ -178,3 +179,49 @@ def test_metrics_rows_take_the_connectors_last_sums_once_and_agree_with_each_job
     for job in jobs:
         lag = rows[job.pk].lag
         assert (lag.items, lag.weight) == alone[job.pk], job
+
+
+def test_the_state_of_a_few_jobs_reads_their_open_batches_and_connectors_only():
+    """health_of (the API's page of jobs) reads the open batches of the jobs asked about and the
+    last asset of their connectors, not every job's and connector's: at 10,000 jobs on one
+    connector a page of 100 aggregated 40,000 open batches and probed 1,000 connectors. Shown by
+    the rows the plan's nodes return (EXPLAIN ANALYZE), with the same states and lags as the
+    statement over every job."""
+    from inventory import selectors_health
+    from inventory.models import Batch, BatchStatus
+    from tests.support.query_plans import plan_nodes
+
+    jobs = []
+    for _ in range(6):
+        connector = ConnectorFactory()
+        _insert(connector.pk, 5, 0)
+        job = make_job(connector=connector)
+        Batch.objects.bulk_create(
+            Batch(
+                job=job,
+                kind="incremental",
+                status=status,
+                span=(i, i + 1),
+                item_count=1,
+                weight=1,
+                max_attempts=3,
+            )
+            for i, status in enumerate((BatchStatus.FAILED, BatchStatus.DEAD))
+        )
+        jobs.append(job)
+    asked = [jobs[0].pk, jobs[3].pk]
+    health = selectors_health.Health()
+    found = health.of(asked)
+    every = {row.id: row for row in health.rows()}
+    assert found == {pk: (every[pk].state, every[pk].lag) for pk in asked}
+    assert {state for state, _ in found.values()} == {"blocked"}
+
+    plan = plan_of(dashboard_query("health_of"), health.params(ids=asked), "ANALYZE, ")
+    nodes = list(plan_nodes(plan))
+    batches = [node for node in nodes if node.get("Relation Name") == "inventory_batch"]
+    assets = [node for node in nodes if node.get("Relation Name") == "inventory_asset"]
+    assert batches and assets
+    # the open batches of the two jobs asked about (two each), not the twelve of all six
+    assert sum(node["Actual Rows"] * node["Actual Loops"] for node in batches) <= 2 * len(asked)
+    # one probe of the last asset per connector of those jobs, not one per connector
+    assert sum(node["Actual Loops"] for node in assets) <= len(asked)
