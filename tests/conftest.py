@@ -82,6 +82,12 @@ pytest_plugins = [
     "tests.support.server_fixtures",
     "tests.support.s3_fixtures",
     "tests.support.kafka_fixtures",
+    # fixtures modules of several folders ask for by name (tests/README.md)
+    "tests.support.sink_database",  # sink_dsn
+    "tests.support.table_source",  # source_dsn
+    "tests.support.cli_fixtures",  # api_server, admin, cli, workdir
+    "tests.support.browser",  # browser
+    "tests.support.admin_fixtures",  # admin_client_for, gappy
 ]
 
 

@@ -8,7 +8,6 @@ from django.urls import reverse
 from inventory import admin as inventory_admin
 from inventory.actions import ACTIONS
 from inventory.models import Backfill, BackfillThrottle, Batch
-from inventory.services import lifecycle
 from tests.support.factories import ConnectorFactory, make_assets, make_job
 
 pytestmark = pytest.mark.django_db
@@ -16,32 +15,6 @@ pytestmark = pytest.mark.django_db
 JOBS = reverse("admin:inventory_job_changelist")
 THROTTLES = reverse("admin:inventory_backfillthrottle_changelist")
 ADD_THROTTLE = reverse("admin:inventory_backfillthrottle_add")
-
-
-@pytest.fixture
-def admin_client_for(client):
-    def login(user):
-        client.force_login(user)
-        return client
-
-    return login
-
-
-@pytest.fixture
-def gappy():
-    """A job with a dead batch (ids[1]) and a cancelled one (ids[3]) between committed ones."""
-    connector = ConnectorFactory(name="gappy")
-    ids = [a.id for a in make_assets(connector, [10] * 6)]
-    job = make_job(connector=connector, name="gappy", batch_weight=10, max_attempts=1)
-    for step in ("done", "dead", "done", "cancelled"):
-        batch = lifecycle.batch_acquire(job=job, worker="w")
-        if step == "done":
-            lifecycle.batch_succeed(batch_id=batch.id, attempt=batch.attempt)
-        elif step == "dead":
-            lifecycle.batch_fail(batch_id=batch.id, attempt=batch.attempt, error={"message": "x"})
-        else:
-            lifecycle.batch_cancel(batch_id=batch.id, actor="t", reason="test")
-    return job, ids
 
 
 def _action(client, job, **extra):

@@ -9,7 +9,6 @@ from django.urls import reverse
 
 from inventory.models import Asset, Backfill, Restatement
 from inventory.services import lifecycle, restatements
-from tests.admin.test_holes_throttle import admin_client_for, gappy  # noqa: F401 - fixtures
 from tests.support.factories import ConnectorFactory, make_assets, make_job
 
 pytestmark = pytest.mark.django_db
@@ -19,9 +18,9 @@ RESTATEMENTS = reverse("admin:inventory_restatement_changelist")
 
 
 def test_the_holes_backfill_runs_the_previewed_plan_or_shows_it_as_it_is_now(
-    gappy,  # noqa: F811
+    gappy,
     role_users,
-    admin_client_for,  # noqa: F811
+    admin_client_for,
 ):
     job, ids = gappy
     client = admin_client_for(role_users["operator"])
@@ -42,7 +41,7 @@ def test_the_holes_backfill_runs_the_previewed_plan_or_shows_it_as_it_is_now(
     assert sorted(b.range_start for b in Backfill.objects.all()) == [ids[1], ids[3]]
 
 
-def test_an_operator_applies_proposed_replays_from_the_admin(role_users, admin_client_for):  # noqa: F811
+def test_an_operator_applies_proposed_replays_from_the_admin(role_users, admin_client_for):
     connector = ConnectorFactory(name="admin-restated")
     make_assets(connector, [10] * 4)
     job = make_job(

@@ -11,15 +11,10 @@ from inventory.services import lifecycle
 from inventory.services.connectors import connector_create
 from inventory.services.discovery import discover
 from inventory.services.jobs import job_create
-from tests.sources.test_table import (
-    SOURCE_ENV,
-    insert,
-    source_dsn,  # noqa: F401 - a fixture (its database of orders)
-    table_connector,
-)
-from tests.sources.test_table import T0 as TABLE_T0
 from tests.support.api_support import make_inventory, token_client
 from tests.support.factories import ConnectorFactory, make_job
+from tests.support.table_source import SOURCE_ENV, insert, table_connector
+from tests.support.table_source import T0 as TABLE_T0
 
 pytestmark = pytest.mark.django_db
 

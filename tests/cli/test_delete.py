@@ -4,11 +4,7 @@ the server and a running batch refused."""
 
 import pytest
 
-from tests.cli import test_commands
-from tests.cli.test_commands import PASSWORD, Cli, one_line_error
-
-# test_commands's fixtures: its gunicorn, its admin user, a folder with examples/ under the data folder
-api_server, admin, workdir = test_commands.api_server, test_commands.admin, test_commands.workdir
+from tests.support.cli_fixtures import PASSWORD, Cli, one_line_error
 
 FILE = """version: 1
 connectors:

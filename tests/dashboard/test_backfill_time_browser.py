@@ -10,21 +10,15 @@ from inventory.models import Backfill
 from inventory.services import dispatch
 from inventory.services.discovery import discover
 from inventory.services.jobs import job_create
-from tests.dashboard.test_browser import _log_in, browser  # noqa: F401 - the fixture
-from tests.sources.test_table import (
-    SOURCE_ENV,
-    T0,
-    insert,
-    source_dsn,  # noqa: F401 - the fixture: a database of its own holding `orders`
-    table_connector,
-)
+from tests.support.browser import _log_in
+from tests.support.table_source import SOURCE_ENV, T0, insert, table_connector
 from tests.support.worker_fixtures import WorkerProcess, read_sink
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def table_worker(source_dsn, private_queue, worker_env, worker_log_dir):  # noqa: F811
+def table_worker(source_dsn, private_queue, worker_env, worker_log_dir):
     """A worker of this test's own queue that can reach the source table (its DSN variable)."""
     worker = WorkerProcess(
         env={**worker_env, "CELERY_QUEUE": private_queue, SOURCE_ENV: source_dsn},
@@ -37,7 +31,7 @@ def table_worker(source_dsn, private_queue, worker_env, worker_log_dir):  # noqa
 
 
 def test_an_operator_previews_and_schedules_a_backfill_by_time_and_it_completes(
-    browser,  # noqa: F811
+    browser,
     web_server,
     table_worker,
     role_users,

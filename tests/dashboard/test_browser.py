@@ -1,51 +1,13 @@
 """The dashboard in a real browser: Debian's Chromium driven by Playwright against gunicorn with
 DEBUG off (the production web process), static files served by WhiteNoise."""
 
-import shutil
-
 import pytest
 
 from inventory.services import lifecycle
+from tests.support.browser import _log_in
 from tests.support.factories import ConnectorFactory, make_assets, make_job
 
-CHROMIUM = "/usr/bin/chromium"
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def browser(monkeypatch):
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
-    # still plain synchronous code
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    assert shutil.which(CHROMIUM), "Debian's chromium is required (.ci/run installs it)"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        yield browser
-        browser.close()
-
-
-def _log_in(page, base_url: str, user, *, next_path: str) -> None:
-    user.set_password("pw-for-tests-only")
-    user.save(update_fields=["password"])
-    page.goto(f"{base_url}{next_path}")
-    assert "/accounts/login/" in page.url
-    page.fill("input[name=username]", user.get_username())
-    page.fill("input[name=password]", "pw-for-tests-only")
-    page.click("[type=submit]")
-    page.wait_for_url(f"{base_url}{next_path}")
 
 
 def test_every_page_gets_its_stylesheets_and_scripts(browser, web_server, role_users):

@@ -1,18 +1,14 @@
 """Deleting from the dashboard in a real browser (Debian's Chromium through Playwright, against
 gunicorn): an admin goes from the job's page to the confirmation, reads what goes and what stays,
 deletes, then deletes the connector from the connectors page; the confirmation page fits a phone's
-width. Screenshots: job-delete-*.png (tests/dashboard/test_flows_browser.py: shoot)."""
+width. Screenshots: job-delete-*.png (tests/support/browser.py: shoot)."""
 
 import pytest
 
 from inventory.models import Connector, Job
 from inventory.services import lifecycle
-from tests.dashboard import test_browser
-from tests.dashboard.test_browser import _log_in
-from tests.dashboard.test_flows_browser import shoot
+from tests.support.browser import _log_in, shoot
 from tests.support.factories import ConnectorFactory, make_assets, make_job
-
-browser = test_browser.browser  # the fixture: Debian's Chromium
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,15 +1,14 @@
 """Creating and changing connectors and jobs, and setting the shared throttle, from the dashboard
 in a real browser (Debian's Chromium through Playwright) against gunicorn. The API's validation
 messages appear beside the field they name. Every page visited is saved as a screenshot at a
-desktop and a phone width (tests/dashboard/test_flows_browser.py: shoot)."""
+desktop and a phone width (tests/support/browser.py: shoot)."""
 
 import json
 
 import pytest
 
 from inventory.models import BackfillThrottle, Connector, Job
-from tests.dashboard.test_browser import _log_in, browser  # noqa: F401 - the fixture
-from tests.dashboard.test_flows_browser import shoot
+from tests.support.browser import _log_in, shoot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,7 +18,7 @@ def _field_error(page, name: str) -> str:
 
 
 def test_an_admin_creates_a_connector_and_a_job_with_the_apis_messages_inline(
-    browser,  # noqa: F811
+    browser,
     web_server,
     role_users,
     tmp_path,
@@ -96,7 +95,7 @@ def test_an_admin_creates_a_connector_and_a_job_with_the_apis_messages_inline(
 
 
 def test_an_operator_sets_and_removes_the_shared_throttle(
-    browser,  # noqa: F811
+    browser,
     web_server,
     role_users,
 ):

@@ -3,7 +3,6 @@ against gunicorn with DEBUG off and a real Celery worker running PySpark. Each p
 saved as a screenshot: under var/screenshots/ by default, so a test run leaves the tree as it was;
 `make screenshots` saves them under docs/screenshots/ (docs/dashboard.md shows those)."""
 
-import os
 import re
 from pathlib import Path
 
@@ -14,25 +13,11 @@ from inventory.models import Backfill, Batch, BatchStatus, Watermark
 from inventory.services import dispatch, lifecycle
 from inventory.services.connectors import connector_create
 from inventory.sources import files
-from tests.dashboard.test_browser import _log_in, browser  # noqa: F401 - the fixture
+from tests.support.browser import _log_in, shoot
 from tests.support.factories import ConnectorFactory, make_assets, make_job
 from tests.support.worker_fixtures import wait_until, write_orders
 
 pytestmark = pytest.mark.django_db(transaction=True)
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / os.environ.get("TIDEMARK_SCREENSHOTS", "var/screenshots")
-
-
-WIDTHS = {"phone": 390, "desktop": 1440}
-
-
-def shoot(page, name: str) -> None:
-    """The page as it is now at a phone's and a desktop's width: SHOTS/NAME-390.png and
-    NAME-1440.png (the desktop width stays for what the test does next)."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    for width in WIDTHS.values():
-        page.set_viewport_size({"width": width, "height": 900})
-        page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
 
 
 def _files_connector(name: str, landing: Path):
@@ -41,7 +26,7 @@ def _files_connector(name: str, landing: Path):
 
 
 def test_an_operator_sees_why_data_is_late_and_acts_on_it(
-    browser,  # noqa: F811
+    browser,
     web_server,
     celery_worker,
     role_users,
@@ -142,7 +127,7 @@ def test_an_operator_sees_why_data_is_late_and_acts_on_it(
 
 
 def test_the_gap_report_backfills_exactly_the_cancelled_and_dead_ranges(
-    browser,  # noqa: F811
+    browser,
     web_server,
     role_users,
 ):
@@ -172,7 +157,7 @@ def test_the_gap_report_backfills_exactly_the_cancelled_and_dead_ranges(
 
 
 def test_a_viewer_sees_no_action_and_a_forged_post_is_refused(
-    browser,  # noqa: F811
+    browser,
     web_server,
     role_users,
 ):

@@ -2,7 +2,7 @@
 Playwright) against gunicorn, at a desktop's and a phone's width: the pipeline graph, the job page
 with its watermark chart on a time axis, the batch page, the job form and the backfill preview.
 None of them is wider than the window (the preview's histogram widened a 390 px page to 642 px).
-Each page is saved as a screenshot (tests/dashboard/test_flows_browser.py: shoot)."""
+Each page is saved as a screenshot (tests/support/browser.py: shoot)."""
 
 from datetime import timedelta
 
@@ -12,8 +12,7 @@ from django.utils import timezone
 from inventory.models import WatermarkEvent
 from inventory.services import lifecycle
 from inventory.services.connectors import connector_create
-from tests.dashboard.test_browser import _log_in, browser  # noqa: F401 - the fixture
-from tests.dashboard.test_flows_browser import WIDTHS, shoot
+from tests.support.browser import WIDTHS, _log_in, shoot
 from tests.support.factories import ConnectorFactory, make_assets, make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -60,7 +59,7 @@ def _pipeline(tmp_path):
 
 
 def test_the_graph_job_batch_form_and_preview_pages_fit_a_phone_and_a_desktop(
-    browser,  # noqa: F811
+    browser,
     web_server,
     role_users,
     tmp_path,

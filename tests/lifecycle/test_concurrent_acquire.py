@@ -6,54 +6,21 @@ services that produced it.
 """
 
 import bisect
-import multiprocessing
 import random
 import time
-import traceback
 
 import pytest
-from django.db import IntegrityError, connection, connections, transaction
+from django.db import IntegrityError, connection, transaction
 
 from inventory.models import Batch, BatchAttempt, BatchKind, BatchStatus, Watermark
 from inventory.services import lifecycle
 from inventory.services.assets import assets_register
 from inventory.services.backfills import backfill_create
 from tests.support.factories import ConnectorFactory, make_assets, make_job
+from tests.support.processes import _run_in_processes
 
 WORKERS = 4
 ITEMS = 3000
-
-
-def _run_in_processes(target, args_list, timeout=120):
-    """Fork one process per args tuple (each opens its own connection) and wait for all of them."""
-    connections.close_all()  # a forked child must never share the parent's socket
-    context = multiprocessing.get_context("fork")
-    errors = context.Queue()
-    processes = [context.Process(target=_child, args=(target, args, errors)) for args in args_list]
-    for process in processes:
-        process.start()
-    deadline = time.monotonic() + timeout
-    for process in processes:
-        process.join(max(0.1, deadline - time.monotonic()))
-    for process in processes:
-        if process.is_alive():
-            process.kill()
-            process.join()
-    failures = []
-    while not errors.empty():
-        failures.append(errors.get())
-    assert not failures, "\n".join(failures)
-    assert [p.exitcode for p in processes] == [0] * len(processes)
-
-
-def _child(target, args, errors):
-    try:
-        target(*args)
-    except BaseException:  # report everything to the parent, which owns the assertions
-        errors.put(traceback.format_exc())
-        raise
-    finally:
-        connections.close_all()
 
 
 def _acquire_and_commit_until_done(job_id, worker, seed):

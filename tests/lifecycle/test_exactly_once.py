@@ -5,25 +5,29 @@ session's SparkSession, succeed), so every publish goes through the real fence i
 The fence opens its own connection: these tests commit (transaction=True).
 """
 
-from datetime import timedelta
-from pathlib import Path
-
 import psycopg2
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from django.db import connection
-from django.utils import timezone
 
 from inventory import selectors
-from inventory.models import Asset, Batch, BatchStatus, ConnectorKind, Watermark
+from inventory.models import Batch, BatchStatus, ConnectorKind, Watermark
 from inventory.services import lifecycle, outputs
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.jobs import job_create
-from tests.support.sink_database import sink_cursor, sink_database_dsn
+from tests.support.files_job import (
+    ROWS_PER_ITEM,
+    drain,
+    expected_rows,
+    expire_and_reap,
+    make_files_job,
+    run_and_commit,
+    run_spark,
+    sink_rows,
+)
+from tests.support.sink_database import sink_cursor
 from workers import specs
 from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
@@ -31,85 +35,8 @@ from workers.spark.sinks import write_sink
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROWS_PER_ITEM = 3
-
 
 # ---- a small files job, driven by hand ---------------------------------------------------------
-
-
-def source_rows(item: int) -> list[tuple[int, str]]:
-    return [(item * 100 + j, f"v{item}") for j in range(ROWS_PER_ITEM)]
-
-
-def make_files_job(tmp_path: Path, name: str, sink: dict, *, items: int, max_items: int = 2):
-    landing = tmp_path / f"landing-{name}"
-    landing.mkdir()
-    connector = connector_create(name=f"{name}-src", kind="files", config={"path": str(landing)})
-    for item in range(items):
-        path = landing / f"{item:03d}.parquet"
-        keys, values = zip(*source_rows(item), strict=True)
-        pq.write_table(
-            pa.table({"key": pa.array(keys, pa.int64()), "v": pa.array(values, pa.string())}),
-            path,
-        )
-        Asset.objects.create(connector=connector, location=str(path), weight=1, extra={"n": item})
-    job = job_create(
-        name=name,
-        connector=connector,
-        batch_weight=100,
-        max_items=max_items,
-        sink=sink,
-        retry_backoff_seconds=0,
-        max_attempts=100,
-    )
-    item_of = {a.pk: a.extra["n"] for a in Asset.objects.filter(connector=connector).order_by("pk")}
-    return job, item_of
-
-
-def run_spark(spark, batch: Batch) -> dict:
-    return run_batch(spark, specs.batch_spec(batch=Batch.objects.get(pk=batch.pk)))
-
-
-def run_and_commit(spark, batch: Batch) -> None:
-    result = run_spark(spark, batch)
-    lifecycle.batch_succeed(batch_id=batch.pk, attempt=batch.attempt, result=result)
-
-
-def drain(spark, job) -> None:
-    while (batch := lifecycle.batch_acquire(job=job, worker="test")) is not None:
-        run_and_commit(spark, batch)
-
-
-def expire_and_reap(batch: Batch) -> None:
-    """The worker of `batch` is gone: its lease runs out and the reaper fails the attempt."""
-    Batch.objects.filter(pk=batch.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    lifecycle.batches_reap_expired()
-
-
-def sink_rows(spark, sink: dict) -> list[tuple[int, str]]:
-    if sink["kind"] == "files":
-        if not list(Path(sink["path"]).glob("batch_id=*")):
-            return []
-        df = spark.read.parquet(sink["path"])
-        return sorted((r["key"], r["v"]) for r in df.select("key", "v").collect())
-    with sink_cursor() as cursor:
-        cursor.execute("SELECT to_regclass(%s)", [f'"{sink["table"]}"'])
-        if cursor.fetchone()[0] is None:
-            return []  # no batch has written yet
-        cursor.execute(f'SELECT key, v FROM "{sink["table"]}" ORDER BY key')
-        return sorted(cursor.fetchall())
-
-
-def expected_rows(items) -> list[tuple[int, str]]:
-    return sorted(row for item in items for row in source_rows(item))
-
-
-@pytest.fixture
-def sink_dsn(monkeypatch):
-    """The PostgreSQL sink writes into a database of its own (never Tidemark's), its DSN read from
-    this variable."""
-    monkeypatch.setenv("TM_TEST_SINK_DSN", sink_database_dsn())
-    return "TM_TEST_SINK_DSN"
 
 
 # ---- item 1: the file sink under replay and backfill -------------------------------------------

@@ -21,14 +21,13 @@ from inventory.services import lifecycle
 from inventory.services.backfills import backfill_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import Conflict, InvalidInput
-from tests.lifecycle.test_exactly_once import (
+from tests.support.files_job import (
     drain,
     expected_rows,
     expire_and_reap,
     make_files_job,
     run_and_commit,
     run_spark,
-    sink_dsn,  # noqa: F401 - a fixture
     sink_rows,
 )
 from workers import specs
@@ -105,7 +104,7 @@ def assert_never_twice(spark, sink) -> None:
 def test_any_history_leaves_each_row_once_and_the_watermark_at_the_committed_prefix(
     spark,
     tmp_path_factory,
-    sink_dsn,  # noqa: F811 - the fixture imported above
+    sink_dsn,
     kind,
 ):
     @settings(

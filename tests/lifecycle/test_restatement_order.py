@@ -8,14 +8,13 @@ exactly: the version is registered, a worker asks, then the restatement step run
 this process through the real lifecycle and the real fence; after every publish the sink is read
 (every Delta version with delta-rs and DuckDB; the files and PostgreSQL sinks after each publish).
 The same race is run over a real Hudi table's instants (the sample tables of
-tests/sources/test_hudi.py).
+tests/support/hudi_samples.py).
 """
 
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 
 from inventory.models import Asset, Batch, BatchStatus, Connector
 from inventory.services import lifecycle, restatements
@@ -25,61 +24,23 @@ from inventory.services.corrections import watermark_correct
 from inventory.services.jobs import job_create
 from inventory.sources import delta as delta_source
 from inventory.sources import hudi as hudi_source
-from tests.lifecycle.test_exactly_once import (  # noqa: F401 - a fixture
-    run_and_commit,
-    run_spark,
-    sink_dsn,
-)
 from tests.support import duckdb_delta
+from tests.support.files_job import run_and_commit, run_spark
+from tests.support.restated_delta import (
+    COLUMNS,
+    STABLE,
+    _assert_every_version,
+    _changes,
+    _delta_rows,
+    _job,
+    _seed,
+    _source_rows,
+)
 from tests.support.sink_database import sink_cursor
 from workers.spark import fence
 from workers.spark.errors import BatchError
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-COLUMNS = ("key", "v", "p")
-# partition c is written once and never touched: its rows must be in every version once there
-STABLE = [(30, "x", "c"), (31, "x", "c")]
-
-
-def _write(table: str, rows: list[tuple], **options) -> None:
-    keys, values, parts = zip(*rows, strict=True)
-    write_deltalake(
-        table,
-        pa.table(
-            {
-                "key": pa.array(keys, pa.int64()),
-                "v": pa.array(values, pa.string()),
-                "p": pa.array(parts, pa.string()),
-            }
-        ),
-        partition_by=["p"],
-        **options,
-    )
-
-
-def _source_rows(table: str) -> list[tuple]:
-    return _delta_rows(table, None)
-
-
-def _delta_rows(path, version) -> list[tuple]:
-    data = DeltaTable(str(path), version=version).to_pyarrow_table()
-    return sorted(zip(*(data.column(c).to_pylist() for c in COLUMNS), strict=True))
-
-
-def _job(name: str, source: str, sink: dict) -> object:
-    connector = Connector.objects.filter(config__path=source, kind="delta").first()
-    if connector is None:
-        connector = connector_create(name=f"{name}-src", kind="delta", config={"path": source})
-    return job_create(
-        name=name,
-        connector=connector,
-        batch_weight=10**12,
-        max_items=1,
-        sink=sink,
-        retry_backoff_seconds=0,
-        max_attempts=5,
-    )
 
 
 class Sinks:
@@ -109,50 +70,6 @@ class Sinks:
             self.run(batch)
         restate(Connector.objects.get(pk=job.connector_id))
         self.drain(job)
-
-
-def _assert_every_version(path, *, source: str | None = None, lossless: bool = True) -> None:
-    """Each version, read with delta-rs and with DuckDB: no row twice, and (`lossless`) once the
-    rows of the untouched partition arrived they are in every later version. With `source`: each
-    version holds exactly the rows of some version of the source (nothing missing, nothing
-    stale)."""
-    seen_stable = False
-    snapshots = []
-    if source is not None:
-        snapshots = [_delta_rows(source, v) for v in range(DeltaTable(source).version() + 1)]
-    for version in range(DeltaTable(str(path)).version() + 1):
-        rows = _delta_rows(path, version)
-        assert len(rows) == len(set(rows)), f"{path} holds a row twice at version {version}"
-        assert duckdb_delta.rows_at(path, list(COLUMNS), version) == rows, f"version {version}"
-        has_stable = all(row in rows for row in STABLE)
-        assert has_stable or not seen_stable or not lossless, (
-            f"{path} lost committed rows at version {version}"
-        )
-        seen_stable = seen_stable or has_stable
-        if snapshots:
-            assert rows in snapshots, f"{path} at version {version} is no version of the source"
-
-
-def _changes(table: str, step) -> None:
-    """The source's own writer: a delete, an update, a partition overwrite, a compaction, a
-    delete of compacted rows; `step()` after each."""
-    DeltaTable(table).delete("key = 2")
-    step()
-    DeltaTable(table).update(updates={"v": "'u'"}, predicate="key = 10")
-    step()
-    _write(
-        table, [(5, "x", "b"), (6, "y", "b"), (20, "x", "b")], mode="overwrite", predicate="p = 'b'"
-    )
-    step()
-    DeltaTable(table).optimize.compact()
-    step()
-    DeltaTable(table).delete("key = 3")
-    step()
-
-
-def _seed(table: str) -> None:
-    _write(table, [(1, "x", "a"), (2, "x", "a"), (3, "x", "a"), (5, "x", "b"), (7, "x", "b")])
-    _write(table, [(10, "x", "a"), (11, "x", "a"), *STABLE], mode="append")
 
 
 def test_a_delta_chain_never_holds_a_row_twice_at_any_version(spark, tmp_path):
@@ -212,7 +129,7 @@ def _table_rows(table: str) -> list[tuple]:
 def test_a_files_sink_and_an_upsert_sink_never_hold_a_row_twice_after_any_publish(
     spark,
     tmp_path,
-    sink_dsn,  # noqa: F811 - the fixture
+    sink_dsn,
 ):
     """The same changes with a files sink and a PostgreSQL upsert sink on one Delta source: after
     every publish of either job the files sink holds exactly the rows of some source version,
@@ -312,7 +229,7 @@ def test_a_job_output_chain_never_holds_an_upstream_row_twice_after_any_publish(
     replacing commits until its rebuild published, and after every publish its sink holds each
     upstream row exactly once."""
     from inventory.services.signals import batch_committed
-    from tests.sources.test_job_output import downstream_job, expected, file_rows, upstream_job
+    from tests.support.job_chain import downstream_job, expected, file_rows, upstream_job
 
     up = upstream_job(tmp_path, "order-up", items=4)
     out = tmp_path / "middle"
@@ -359,7 +276,7 @@ def test_a_delta_sink_fed_by_a_hudi_source_never_holds_a_key_twice_at_any_versio
     the restatement publishes the old rows' removal and the new rows together. Every version of
     the sink, read with delta-rs and DuckDB, holds each key once and is exactly the table as it
     was after one of its instants."""
-    from tests.sources.test_hudi import (
+    from tests.support.hudi_samples import (
         TXNS_SIMPLE_META,
         TXNS_SIMPLE_META_MOR,
         Timeline,

@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 from inventory.models import Backfill, Batch, Connector
 from inventory.services import dispatch, restatements
 from inventory.sources import delta as delta_source
-from tests.lifecycle.test_restatement_order import (
+from tests.support.restated_delta import (
     _assert_every_version,
     _changes,
     _delta_rows,

@@ -24,8 +24,8 @@ from inventory.services.connectors import connector_create
 from inventory.services.discovery import discover
 from inventory.services.jobs import job_create, job_update
 from inventory.services.restatement_records import restatement_apply
-from tests.lifecycle.test_exactly_once import drain, sink_rows
 from tests.support.api_support import token_client
+from tests.support.files_job import drain, sink_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -162,7 +162,7 @@ def test_a_proposed_job_waits_for_an_operator_who_applies_the_pinned_plan(
 
 
 def test_a_chain_below_a_proposed_job_follows_once_the_replay_is_applied(spark, tmp_path):
-    from tests.sources import test_job_output as chain
+    from tests.support import job_chain as chain
 
     up = chain.upstream_job(tmp_path, "up-proposed", items=3)
     chain.drain(spark, up)

@@ -17,8 +17,8 @@ from inventory.services import lifecycle
 from inventory.services.assets import assets_register
 from inventory.services.connectors import connector_reset
 from inventory.sql import query
-from tests.lifecycle.test_concurrent_acquire import _run_in_processes
 from tests.support.factories import AssetFactory, ConnectorFactory, make_job
+from tests.support.processes import _run_in_processes
 
 
 def _scanned_lag(job_id: int) -> tuple[int, int]:

@@ -1,7 +1,7 @@
 """The retention-breach forecast of a job on a Hudi table: the cleaner keeps
 `hoodie.cleaner.commits.retained` commits, so a job that still needs an instant more than that
 many commits behind the newest is losing data now, and one within it is not, while no commit is
-being written. On a sample table written by Spark with Hudi (tests/sources/test_hudi.py)."""
+being written. On a sample table written by Spark with Hudi (tests/support/hudi_samples.py)."""
 
 import pytest
 
@@ -10,8 +10,8 @@ from inventory.services import discovery
 from inventory.services.connectors import connector_create
 from inventory.services.retention_forecast import retention_forecast_refresh
 from inventory.sources.hudi import retention as hudi_retention
-from tests.sources.test_hudi import sample
 from tests.support.factories import make_job
+from tests.support.hudi_samples import sample
 
 pytestmark = pytest.mark.django_db
 

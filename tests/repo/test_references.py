@@ -16,7 +16,7 @@ NEVER_EDITED = {"inventory/sql/migrations/0001_baseline.sql"}
 THIS = "tests/repo/test_references.py"
 # tests that read test data kept beside the checkout (the sample tables of ../shared/data): their
 # fixture's path is where the data is, not a page sent to a reader
-TEST_DATA = {"tests/sources/test_hudi.py"}
+TEST_DATA = {"tests/sources/test_hudi.py", "tests/support/hudi_samples.py"}
 TEST_DATA_PATH = re.compile(r"\.\./shared\b")
 
 

@@ -1,7 +1,8 @@
 """The tests are filed by concern (tests/README.md): no test module directly under tests/, every
 folder holding Python a package whose docstring says what goes there and which the README's table
-names, and every test file, test or test module the repository names (docs, Makefile, comments,
-strings) exists where it is named."""
+names, no module under tests/ importing a test module (what tests share lives in tests/support/),
+and every test file, test or test module the repository names (docs, Makefile, comments, strings)
+exists where it is named."""
 
 import ast
 import re
@@ -78,6 +79,36 @@ def stale_references(name: str, text: str) -> list[str]:
     return found
 
 
+def _is_test_module(dotted: str) -> bool:
+    """`dotted` is a test module of the checkout: tests/.../test_*.py."""
+    parts = dotted.split(".")
+    return (
+        parts[0] == "tests"
+        and parts[-1].startswith("test_")
+        and ROOT.joinpath(*parts[:-1], f"{parts[-1]}.py").is_file()
+    )
+
+
+def imported_test_modules(name: str, text: str) -> list[str]:
+    """The test modules that `text` (the file `name`, under tests/) imports, in any form and at
+    any depth: `import tests.a.test_b`, `from tests.a.test_b import c`, `from tests.a import
+    test_b`, and the relative forms."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            named = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            package = list(Path(name).parent.parts)
+            if node.level > 1:
+                package = package[: len(package) - (node.level - 1)]
+            base = ".".join([*(package if node.level else []), *filter(None, [node.module])])
+            named = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found += [f"{name}:{node.lineno}: {dotted}" for dotted in named if _is_test_module(dotted)]
+    return found
+
+
 def test_no_test_module_lies_directly_under_tests():
     assert sorted(p.name for p in TESTS.glob("test_*.py")) == []
 
@@ -125,3 +156,38 @@ def test_the_check_finds_a_stale_path_a_missing_test_and_a_stale_module():
     assert stale_references("x.py", "from tests.chaos.conftest import CHAOS_MODULES") == []
     assert stale_references("x.py", "import tests.worker_fixtures") != []
     assert stale_references("x.py", "tests.check_it(spark)  # a local name") == []
+
+
+def test_no_module_under_tests_imports_a_test_module():
+    """A helper or fixture two test modules share lives in tests/support/ (tests/README.md):
+    importing it from a test module ties the two modules together and registers the other
+    module's fixtures by accident."""
+    found = []
+    for path in sorted(TESTS.rglob("*.py")):
+        found += imported_test_modules(
+            str(path.relative_to(ROOT)), path.read_text(encoding="utf-8")
+        )
+    assert found == []
+
+
+def test_the_import_check_finds_a_test_module_in_every_form():
+    name = "tests/sinks/test_new.py"
+    for text in (
+        "import tests.security.test_sql",
+        "from tests.security.test_sql import helper",
+        "from tests.security import test_sql",
+        "def f():\n    from tests.security.test_sql import helper as h\n",
+        "from ..security.test_sql import helper",
+    ):
+        assert imported_test_modules(name, text) != [], text
+    assert imported_test_modules("tests/security/test_new.py", "from .test_sql import x") != []
+    assert imported_test_modules("tests/security/test_new.py", "from . import test_sql") != []
+    for text in (
+        "from tests.support.files_job import drain",
+        "from tests.support import files_job",
+        "import tests.support.worker_processors",
+        "from tests.chaos.conftest import drive",
+        "from tests.support.factories import test_named_like_a_test",
+        "from tests.security.test_not_a_module import x",
+    ):
+        assert imported_test_modules(name, text) == [], text

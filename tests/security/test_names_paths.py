@@ -278,7 +278,7 @@ def test_the_walk_stops_with_an_error_past_its_budgets(tmp_path, settings):
 def test_an_upstream_commit_reported_at_a_path_outside_the_roots_is_never_read(tmp_path):
     """An external processor reports its output location through succeed/; a job reading that
     job's output must not read a location outside the allowed roots (`/etc`)."""
-    from tests.sources.test_job_output import commit, downstream_job, upstream_job
+    from tests.support.job_chain import commit, downstream_job, upstream_job
 
     up = upstream_job(tmp_path, "reported", items=1)
     taken = lifecycle.batch_acquire(job=up, worker="external")

@@ -13,9 +13,9 @@ from django.db import connection
 
 from inventory.models import BatchStatus, Connector, Job
 from inventory.services import lifecycle
-from tests.cli.test_commands import CONNECTOR, admin, api_server, cli, one_line_error  # noqa: F401
-from tests.spark.test_run import spec_for
 from tests.support.api_support import make_inventory, token_client
+from tests.support.batch_specs import spec_for
+from tests.support.cli_fixtures import one_line_error
 from tests.support.factories import execute_refused_before_spark
 from tests.support.s3_fixtures import KEY_ENV, SECRET_ENV
 from workers.spark.errors import BatchError, ReadError
@@ -200,8 +200,8 @@ def test_object_store_reads_refuse_a_configuration_key_on_both_paths(spark, nati
 
 @pytest.mark.django_db(transaction=True)
 def test_the_clis_local_runner_refuses_a_configuration_key_before_starting_spark(
-    cli,  # noqa: F811
-    admin,  # noqa: F811
+    cli,
+    admin,
 ):
     from django.conf import settings
 

@@ -11,8 +11,8 @@ from django.db import connection
 from inventory.models import Batch, Job
 from inventory.services import lifecycle
 from inventory.services.outputs import control_plane_dsn
-from tests.lifecycle.test_exactly_once import make_files_job
 from tests.support.api_support import make_inventory, token_client
+from tests.support.files_job import make_files_job
 from tests.support.sink_database import sink_cursor, sink_database_dsn
 from workers import specs
 from workers.spark.errors import BatchError

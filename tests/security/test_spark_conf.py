@@ -12,13 +12,7 @@ from inventory.services import lifecycle
 from inventory.services.connectors import connector_create
 from inventory.services.discovery import discover
 from inventory.services.jobs import job_create
-from tests.sources.test_table import (  # noqa: F401 - fixture
-    SINK_ENV,
-    SOURCE_ENV,
-    insert,
-    run_and_commit,
-    source_dsn,
-)
+from tests.support.table_source import SINK_ENV, SOURCE_ENV, insert, run_and_commit
 from workers import specs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +22,7 @@ CANARY = f"canary-{uuid.uuid4().hex[:12]}"
 
 def test_dsn_passwords_stay_out_of_the_spark_conf_and_the_batch(
     spark,
-    source_dsn,  # noqa: F811
+    source_dsn,
     monkeypatch,
 ):
     import os

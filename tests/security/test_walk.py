@@ -16,8 +16,8 @@ from django.db import connection
 
 from inventory.api.authentication import token_failures_reset
 from inventory.models import Backfill, Batch, Connector, Job, Watermark, WatermarkEvent
-from tests.security.test_http import PUBLIC, WRITE_ROLES, _all_urls, _api_methods, _template
 from tests.support.listener import Listener
+from tests.support.url_walk import PUBLIC, WRITE_ROLES, _all_urls, _api_methods, _template
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -3,7 +3,7 @@
 Spark cannot read Delta here (no jar): every version of the table is read with `deltalake` and
 with DuckDB's own Delta reader (its `delta` extension, installed from PyPI, tests/support/duckdb_delta.py).
 The lifecycle tests drive batches by hand through the real lifecycle and the real publish fence
-in PostgreSQL (tests/lifecycle/test_exactly_once.py's helpers); the worker test runs a real Celery worker.
+in PostgreSQL (tests/support/files_job.py); the worker test runs a real Celery worker.
 """
 
 from contextlib import contextmanager
@@ -17,7 +17,12 @@ from inventory.services.backfills import backfill_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import InvalidInput
 from inventory.services.job_config import job_validate_runtime
-from tests.lifecycle.test_exactly_once import (
+from tests.support.delta_tables import (
+    assert_each_row_at_most_once_at_every_version,
+    rows_at,
+    versions,
+)
+from tests.support.files_job import (
     drain,
     expected_rows,
     expire_and_reap,
@@ -25,35 +30,12 @@ from tests.lifecycle.test_exactly_once import (
     run_and_commit,
     run_spark,
 )
-from tests.support import duckdb_delta
 from tests.support.worker_fixtures import wait_until
 from workers.spark.delta_sink import app_id
 from workers.spark.errors import BatchError, SinkError
 from workers.spark.fence import FencedOut, Replaced
 from workers.spark.run import run_batch
 from workers.spark.sinks import check_sink, write_sink
-
-
-def versions(path) -> list[list[tuple]]:
-    """Every version of the table, oldest first, as sorted (key, v) rows."""
-    latest = DeltaTable(str(path)).version()
-    return [rows_at(path, v) for v in range(latest + 1)]
-
-
-def rows_at(path, version=None) -> list[tuple]:
-    table = DeltaTable(str(path), version=version).to_pyarrow_table()
-    return sorted(zip(table.column("key").to_pylist(), table.column("v").to_pylist(), strict=True))
-
-
-def assert_each_row_at_most_once_at_every_version(path, columns=("key", "v")) -> None:
-    """Read with delta-rs and with DuckDB's own Delta reader, each version holds each row at
-    most once, and both readers see the same rows."""
-    for version in range(DeltaTable(str(path)).version() + 1):
-        table = DeltaTable(str(path), version=version).to_pyarrow_table()
-        rows = sorted(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
-        assert len(rows) == len(set(rows)), f"a row twice at version {version}"
-        assert duckdb_delta.rows_at(path, list(columns), version) == rows, f"version {version}"
-
 
 # ---- config ------------------------------------------------------------------------------------
 

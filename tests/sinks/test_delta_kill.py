@@ -15,20 +15,20 @@ import os
 import signal
 import uuid
 
-import psycopg2
 import pytest
 from deltalake import DeltaTable
 
 from inventory.models import Asset, Batch, BatchStatus, Watermark
-from inventory.services import dispatch, outputs
+from inventory.services import dispatch
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.discovery import discover
 from tests.chaos.conftest import drive, worker_pid
-from tests.lifecycle.test_exactly_once import expected_rows, make_files_job
-from tests.sinks.test_delta import assert_each_row_at_most_once_at_every_version, rows_at
+from tests.support.delta_tables import assert_each_row_at_most_once_at_every_version, rows_at
 from tests.support.factories import make_job
+from tests.support.fence_locks import _fence_waiting, _hold, _running
+from tests.support.files_job import expected_rows, make_files_job
 from tests.support.worker_fixtures import WorkerProcess, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -63,27 +63,6 @@ def _sent_to_own_queue(own_queue):
     app.conf.CELERY_TASK_DEFAULT_QUEUE = own_queue
     yield
     app.conf.CELERY_TASK_DEFAULT_QUEUE = previous
-
-
-def _hold(statement: str, params) -> "psycopg2.extensions.connection":
-    conn = psycopg2.connect(outputs.control_plane_dsn())
-    with conn.cursor() as cur:
-        cur.execute(statement, params)
-        assert cur.rowcount == 1
-    return conn  # the lock is held until this transaction ends
-
-
-def _fence_waiting(function: str) -> bool:
-    with psycopg2.connect(outputs.control_plane_dsn()) as conn, conn.cursor() as cur:
-        cur.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-            [f"%{function}%"],
-        )
-        return cur.fetchone()[0] > 0
-
-
-def _running(job):
-    return Batch.objects.filter(job=job, status=BatchStatus.RUNNING).first()
 
 
 def _files_of(out, batch_id: int, attempt: int) -> list:

@@ -1,6 +1,6 @@
 """An Iceberg -> Iceberg chain (issue 46): job A writes an Iceberg table through the sink, an
 `iceberg` connector reads A's snapshots, and job B writes them into a second Iceberg table. Every
-snapshot of both tables is read by pyiceberg and DuckDB (tests/sinks/test_iceberg.py's helpers):
+snapshot of both tables is read by pyiceberg and DuckDB (tests/support/iceberg_tables.py):
 no row is ever there twice, and after a replay of A (whose snapshot replaces A's superseded files,
 an overwrite that restates the snapshots B read them from) B ends with each row once."""
 
@@ -11,8 +11,8 @@ from inventory.services import discovery
 from inventory.services.connectors import connector_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.jobs import job_create
-from tests.lifecycle.test_exactly_once import drain, expected_rows, make_files_job
-from tests.sinks.test_iceberg import (
+from tests.support.files_job import drain, expected_rows, make_files_job
+from tests.support.iceberg_tables import (
     assert_each_row_at_most_once_at_every_snapshot,
     assert_each_row_exactly_once_at_every_snapshot,
     iceberg_sink,

@@ -24,9 +24,9 @@ from inventory.services import dispatch
 from inventory.services.backfills import backfill_create
 from inventory.services.corrections import watermark_correct
 from tests.chaos.conftest import drive, worker_pid
-from tests.lifecycle.test_exactly_once import expected_rows, make_files_job
-from tests.sinks.test_delta_kill import _fence_waiting, _hold, _running
-from tests.sinks.test_iceberg import (
+from tests.support.fence_locks import _fence_waiting, _hold, _running
+from tests.support.files_job import expected_rows, make_files_job
+from tests.support.iceberg_tables import (
     assert_each_row_exactly_once_at_every_snapshot,
     iceberg_sink,
     latest_rows,

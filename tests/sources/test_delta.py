@@ -5,15 +5,19 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from inventory.models import Asset, Backfill, Batch, BatchStatus
+from inventory.models import Asset, Batch, BatchStatus
 from inventory.services import discovery, lifecycle
 from inventory.services.backfills import backfill_create
 from inventory.services.connectors import connector_create
 from inventory.services.corrections import watermark_correct
 from inventory.services.errors import InvalidInput
-from inventory.services.jobs import job_create
-from tests.lifecycle.test_exactly_once import drain, expected_rows, make_files_job
-from tests.sinks.test_delta import assert_each_row_at_most_once_at_every_version, rows_at
+from tests.support.delta_tables import (
+    _delta_job,
+    _restatements,
+    assert_each_row_at_most_once_at_every_version,
+    rows_at,
+)
+from tests.support.files_job import drain, expected_rows, make_files_job
 from workers import specs
 from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
@@ -56,25 +60,6 @@ def test_versions_are_registered_in_commit_order_with_their_added_bytes_and_rows
     assert all(a.weight > 0 for a in assets)
     assert [a.location for a in assets] == [f"{table}@v{v}" for v in range(3)]
     assert connector.cursor == {"version": 2}
-
-
-def _delta_job(name: str, source: str, sink: str, **options):
-    connector = connector_create(name=f"{name}-src", kind="delta", config={"path": source})
-    discovery.discover(connector)
-    return job_create(
-        name=name,
-        connector=connector,
-        batch_weight=10**12,
-        max_items=options.pop("max_items", 2),
-        sink={"kind": "delta", "path": sink},
-        retry_backoff_seconds=0,
-        max_attempts=10,
-        **options,
-    )
-
-
-def _restatements(job):
-    return list(Backfill.objects.filter(job=job, created_by="tidemark").order_by("id"))
 
 
 def test_an_upstream_replay_and_backfill_restate_a_delta_chain_by_themselves(spark, tmp_path):

@@ -10,9 +10,13 @@ from deltalake import DeltaTable, write_deltalake
 from inventory.models import Asset, Batch, BatchStatus
 from inventory.services import discovery, lifecycle
 from inventory.sources.delta import lineage as delta_lineage
-from tests.lifecycle.test_exactly_once import drain, run_spark
-from tests.sinks.test_delta import assert_each_row_at_most_once_at_every_version, rows_at
-from tests.sources.test_delta import _delta_job, _restatements
+from tests.support.delta_tables import (
+    _delta_job,
+    _restatements,
+    assert_each_row_at_most_once_at_every_version,
+    rows_at,
+)
+from tests.support.files_job import drain, run_spark
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

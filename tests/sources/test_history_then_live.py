@@ -17,13 +17,8 @@ from inventory.services import lifecycle, scheduling
 from inventory.services.connectors import connector_create
 from inventory.services.discovery import discover
 from inventory.services.jobs import job_create
-from tests.sources.test_table import (  # noqa: F401 - fixture
-    SINK_ENV,
-    SOURCE_ENV,
-    run_and_commit,
-    source_dsn,
-)
 from tests.support.sink_database import sink_cursor
+from tests.support.table_source import SINK_ENV, SOURCE_ENV, run_and_commit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,7 +38,7 @@ def drain(spark, job) -> int:
 
 def test_history_then_live_loses_and_doubles_nothing_at_the_switch(
     spark,
-    source_dsn,  # noqa: F811
+    source_dsn,
     kafka_broker,
 ):
     topic = kafka_broker.create_topic(partitions=2)

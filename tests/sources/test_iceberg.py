@@ -23,9 +23,9 @@ from inventory.services.corrections import watermark_correct
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
 from inventory.sources.iceberg import discovery as iceberg_discovery
-from tests.lifecycle.test_exactly_once import drain, run_and_commit
-from tests.spark.test_python_sources_imports import CREATE, OBJECT_PLAN, PLAN, _planner_imports
 from tests.support.factories import execute_refused_before_spark
+from tests.support.files_job import drain, run_and_commit
+from tests.support.python_source_imports import CREATE, OBJECT_PLAN, PLAN, _planner_imports
 from workers import specs
 from workers.spark import iceberg_catalog
 from workers.spark.errors import BatchError

@@ -11,8 +11,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import psycopg2
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -27,88 +25,23 @@ from inventory.services.errors import Conflict, InvalidInput
 from inventory.services.jobs import job_create, job_delete
 from inventory.sources import files
 from tests.support.api_support import token_client
+from tests.support.job_chain import (
+    commit,
+    downstream_job,
+    drain,
+    expected,
+    file_rows,
+    run,
+    upstream_job,
+)
 from tests.support.sink_database import sink_cursor, sink_database_dsn
 from tests.support.worker_fixtures import wait_until, write_orders
 from workers import specs
-from workers.spark.run import run_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROWS = 3
-
 
 # ---- helpers -------------------------------------------------------------------------------------
-
-
-def source_rows(item: int) -> list[tuple[int, str]]:
-    return [(item * 100 + j, f"v{item}") for j in range(ROWS)]
-
-
-def expected(items) -> list[tuple[int, str]]:
-    return sorted(row for item in items for row in source_rows(item))
-
-
-def upstream_job(tmp_path: Path, name: str, *, items: int, sink: dict | None = None, **options):
-    """A files job with one item (3 rows) per batch and a files sink."""
-    landing = tmp_path / f"landing-{name}"
-    landing.mkdir()
-    connector = connector_create(name=f"{name}-src", kind="files", config={"path": str(landing)})
-    for item in range(items):
-        path = landing / f"{item:03d}.parquet"
-        keys, values = zip(*source_rows(item), strict=True)
-        table = pa.table({"key": pa.array(keys, pa.int64()), "v": pa.array(values)})
-        pq.write_table(table, path)
-        Asset.objects.create(connector=connector, location=str(path), weight=1)
-    return job_create(
-        name=name,
-        connector=connector,
-        batch_weight=100,
-        max_items=1,
-        sink=sink or {"kind": "files", "path": str(tmp_path / f"out-{name}")},
-        retry_backoff_seconds=0,
-        max_attempts=100,
-        **options,
-    )
-
-
-def downstream_job(name: str, upstream, sink: dict, *, max_items: int = 1, **config):
-    connector = connector_create(
-        name=f"{name}-src", kind="job_output", config={"job": upstream.name, **config}
-    )
-    return job_create(
-        name=name,
-        connector=connector,
-        batch_weight=10**12,
-        max_items=max_items,
-        sink=sink,
-        retry_backoff_seconds=0,
-        max_attempts=100,
-    )
-
-
-def run(spark, batch: Batch) -> dict:
-    return run_batch(spark, specs.batch_spec(batch=Batch.objects.get(pk=batch.pk)))
-
-
-def commit(batch: Batch, result: dict) -> Batch:
-    return lifecycle.batch_succeed(batch_id=batch.pk, attempt=batch.attempt, result=result)
-
-
-def drain(spark, job, *, limit: int | None = None) -> list[Batch]:
-    done = []
-    while limit is None or len(done) < limit:
-        batch = lifecycle.batch_acquire(job=job, worker="test")
-        if batch is None:
-            break
-        commit(batch, run(spark, batch))
-        done.append(batch)
-    return done
-
-
-def file_rows(spark, path: Path) -> list[tuple[int, str]]:
-    if not list(path.glob("batch_id=*")):
-        return []
-    return sorted((r["key"], r["v"]) for r in spark.read.parquet(str(path)).collect())
 
 
 def table_rows(table: str) -> list[tuple[int, str]]:

@@ -14,8 +14,8 @@ from inventory.services.discovery import discover
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
 from inventory.services.outputs import control_plane_dsn
-from tests.lifecycle.test_exactly_once import run_spark
-from tests.sources.test_table import SOURCE_ENV, source_dsn  # noqa: F401 - fixture
+from tests.support.files_job import run_spark
+from tests.support.table_source import SOURCE_ENV
 from tests.support.worker_fixtures import write_orders
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,7 +53,7 @@ def _connector(name="catalog", **meta):
     )
 
 
-def test_rows_are_registered_in_uid_order_and_only_once(source_dsn, tmp_path):  # noqa: F811
+def test_rows_are_registered_in_uid_order_and_only_once(source_dsn, tmp_path):
     _catalog(source_dsn)
     for n in range(3):
         _land(source_dsn, tmp_path / f"{n}.parquet")
@@ -69,7 +69,7 @@ def test_rows_are_registered_in_uid_order_and_only_once(source_dsn, tmp_path):  
 
 
 def test_discovery_stops_before_a_row_whose_smaller_uid_may_still_commit(
-    source_dsn,  # noqa: F811
+    source_dsn,
     tmp_path,
 ):
     _catalog(source_dsn)
@@ -110,14 +110,14 @@ def test_tidemark_tables_are_refused_when_the_dsn_is_tidemarks_own(monkeypatch, 
         assert refused.value.field == "config.meta_table.table"
 
 
-def test_a_missing_column_is_a_clear_error(source_dsn):  # noqa: F811
+def test_a_missing_column_is_a_clear_error(source_dsn):
     _catalog(source_dsn)
     with pytest.raises(InvalidInput) as refused:
         _connector(item_column="nope")
     assert refused.value.field == "config.meta_table" and "nope" in refused.value.message
 
 
-def test_a_misspelt_key_of_the_meta_table_is_refused_not_ignored(source_dsn):  # noqa: F811
+def test_a_misspelt_key_of_the_meta_table_is_refused_not_ignored(source_dsn):
     _catalog(source_dsn)
     with pytest.raises(InvalidInput) as refused:
         _connector(filter=[{"column": "bytes", "op": "gt", "value": 0}])
@@ -126,7 +126,7 @@ def test_a_misspelt_key_of_the_meta_table_is_refused_not_ignored(source_dsn):  #
     assert not Connector.objects.filter(name="catalog").exists()
 
 
-def test_a_batch_reads_the_files_the_meta_table_names(spark, source_dsn, tmp_path):  # noqa: F811
+def test_a_batch_reads_the_files_the_meta_table_names(spark, source_dsn, tmp_path):
     _catalog(source_dsn)
     for n in range(3):
         _land(source_dsn, write_orders(tmp_path / f"o{n}.parquet", first_id=n * 10, count=10))
@@ -143,7 +143,7 @@ def test_a_batch_reads_the_files_the_meta_table_names(spark, source_dsn, tmp_pat
     assert result["rows_in"] == 30
 
 
-def test_concurrent_looks_register_each_row_once(source_dsn, tmp_path):  # noqa: F811
+def test_concurrent_looks_register_each_row_once(source_dsn, tmp_path):
     _catalog(source_dsn)
     for n in range(50):
         _land(source_dsn, tmp_path / f"{n}.parquet")

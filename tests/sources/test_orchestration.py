@@ -8,8 +8,8 @@ from inventory.services import lifecycle, scheduling
 from inventory.services.connectors import connector_create
 from inventory.services.discovery import discover
 from inventory.services.jobs import job_create
-from tests.sources.test_table import SOURCE_ENV, insert, source_dsn  # noqa: F401 - fixture
 from tests.support.api_support import token_client
+from tests.support.table_source import SOURCE_ENV, insert
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,7 +23,7 @@ def _commit_all(job) -> int:
 
 
 def test_a_snapshot_completes_when_committed_and_releases_what_starts_after_it(
-    source_dsn,  # noqa: F811
+    source_dsn,
     tmp_path,
     role_users,
 ):
@@ -77,7 +77,7 @@ def test_a_snapshot_completes_when_committed_and_releases_what_starts_after_it(
 
 
 def test_a_snapshot_is_not_completed_while_a_job_has_not_committed_all_of_it(
-    source_dsn,  # noqa: F811
+    source_dsn,
 ):
     insert(source_dsn, range(1, 11))
     history = connector_create(
@@ -140,7 +140,7 @@ def test_a_files_snapshot_is_the_files_of_its_first_look(tmp_path):
 
 
 def test_the_connectors_page_shows_the_last_state_change_and_the_cursor(
-    source_dsn,  # noqa: F811
+    source_dsn,
     role_users,
 ):
     from django.test import Client

@@ -8,12 +8,7 @@ from django.db import connection
 
 from inventory.models import Batch, BatchStatus, Job
 from inventory.services import lifecycle
-from tests.lifecycle.test_exactly_once import (
-    expected_rows,
-    make_files_job,
-    run_and_commit,
-    sink_rows,
-)
+from tests.support.files_job import expected_rows, make_files_job, run_and_commit, sink_rows
 from workers.spark.fence import FENCE_APPLICATION
 
 pytestmark = pytest.mark.django_db(transaction=True)

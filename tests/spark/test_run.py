@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
+from tests.support.batch_specs import spec_for
 from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
 from workers.spark.submit import submit_command
@@ -34,25 +35,6 @@ def orders_file(path, rows):
     )
     pq.write_table(table, path)
     return str(path)
-
-
-def spec_for(items, sink, **extra):
-    return {
-        "job": "orders-hourly",
-        "batch_id": 11,
-        "kind": "incremental",
-        "lower": 1,
-        "upper": 3,
-        "items": items,
-        "format": "parquet",
-        "read_options": {},
-        "schema": None,
-        "lineage": False,
-        "processor": "orders_hourly",
-        "params": {},
-        "sink": sink,
-        **extra,
-    }
 
 
 def test_run_batch_reads_processes_writes_and_reports(spark, tmp_path):

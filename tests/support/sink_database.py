@@ -8,6 +8,7 @@ import contextlib
 import functools
 
 import psycopg2
+import pytest
 from django.db import connection
 
 from inventory.services.outputs import control_plane_dsn
@@ -38,3 +39,11 @@ def sink_cursor():
             yield cursor
     finally:
         conn.close()
+
+
+@pytest.fixture
+def sink_dsn(monkeypatch):
+    """The PostgreSQL sink writes into a database of its own (never Tidemark's), its DSN read from
+    this variable."""
+    monkeypatch.setenv("TM_TEST_SINK_DSN", sink_database_dsn())
+    return "TM_TEST_SINK_DSN"
