@@ -242,7 +242,12 @@ class CpuMeter:
         broker = process_cpu(self.broker_pid, leave_out=-1)
         jvm = thread_cpu(self.jvm_pid) if self.jvm_pid else {}
         return {
-            "ours": sum(seconds - self._ours.get(pid, 0.0) for pid, seconds in ours.items()),
+            "process": ours.get(os.getpid(), 0.0) - self._ours.get(os.getpid(), 0.0),
+            "spark": sum(
+                seconds - self._ours.get(pid, 0.0)
+                for pid, seconds in ours.items()
+                if pid != os.getpid()
+            ),
             "broker": sum(seconds - self._broker.get(pid, 0.0) for pid, seconds in broker.items()),
             "jvm": {kind: seconds - self._jvm.get(kind, 0.0) for kind, seconds in jvm.items()},
             "load": os.getloadavg()[0],
@@ -383,30 +388,37 @@ def _autogroup_note() -> str:
 
 
 def cpu_rows(megabytes: float, cpu: dict, labels: dict) -> tuple[list, dict]:
-    """Per arm: the medians of its CPU seconds (ours, the broker's, the JVM's by thread kind)."""
+    """Per arm: the medians of its CPU seconds (this process; the JVM and its Python workers, and
+    the JVM by thread kind; the broker)."""
     rows, medians = [], {}
     for name, label in labels.items():
         samples = cpu[name]
-        ours = statistics.median(s["ours"] for s in samples)
+        process = statistics.median(s["process"] for s in samples)
+        spark = statistics.median(s["spark"] for s in samples)
         broker = statistics.median(s["broker"] for s in samples)
         kinds = {
             kind: statistics.median(s["jvm"].get(kind, 0.0) for s in samples)
             for kind in ("tasks", "jit", "gc", "other")
         }
-        medians[name] = {"ours": ours, "broker": broker, "jvm": kinds}
-        jvm_part = (
-            f"{sum(kinds.values()):.2f} (tasks {kinds['tasks']:.2f}, JIT {kinds['jit']:.2f}, "
-            f"GC {kinds['gc']:.2f}, other {kinds['other']:.2f})"
-            if name == "executors"
-            else "-"
-        )
+        # the arm's own work: the baselines run in this process, the executors in the JVM and its
+        # workers (the driver's part is in this process)
+        own = process + spark if name == "executors" else process
+        medians[name] = {
+            "process": process,
+            "spark": spark,
+            "own": own,
+            "broker": broker,
+            "jvm": kinds,
+        }
         rows.append(
             [
                 label,
-                f"{ours:.2f}",
-                jvm_part,
+                f"{process:.2f}",
+                f"{spark:.2f}",
+                f"{sum(kinds.values()):.2f} (tasks {kinds['tasks']:.2f}, JIT {kinds['jit']:.2f}, "
+                f"GC {kinds['gc']:.2f}, other {kinds['other']:.2f})",
                 f"{broker:.2f}",
-                f"{ours / megabytes * 1024:.1f}",
+                f"{own / megabytes * 1024:.1f}",
                 f"{min(s['load'] for s in samples):.1f}-{max(s['load'] for s in samples):.1f}",
             ]
         )
@@ -443,7 +455,7 @@ def report(total: int, times: dict, pieces: int, opened_here: int, jvm: dict, cp
     verdict = "met" if ratio >= TARGET else "**missed**"
     samples = {name: [round(s, 3) for s in values] for name, values in times.items()}
     cpu_table, cpu_medians = cpu_rows(megabytes, cpu, labels)
-    cpu_ratio = cpu_medians["arrow"]["ours"] / cpu_medians["executors"]["ours"]
+    cpu_ratio = cpu_medians["arrow"]["own"] / cpu_medians["executors"]["own"]
     markdown = f"""## Kafka on executors against the same Arrow columns in one process (bench_kafka_executors.py)
 
 Measured {common.now_utc()}{" (BENCH_QUICK)" if common.QUICK else ""}. A Tansu broker (memory
@@ -465,11 +477,13 @@ time, of which the JVM's own CPU {jvm["jvm_cpu_seconds_per_read"]:.2f} s (the re
 waiting for their Python workers' record batches) and GC {jvm["gc_seconds_per_read"]:.2f} s; peak
 JVM heap {jvm["heap_peak_mb"]:,.0f} MB (storage memory {jvm["max_heap_mb"]:,.0f} MB).
 
-CPU seconds per read (medians; "ours" is this process and every process under it: the JVM and its
-Python workers for the executors; the broker is a process of its own), with the 1-minute load
-average seen after each read:
+CPU seconds per read (medians): this process (the baselines' work; the driver's for the
+executors), the processes under it (the JVM and its Python workers: the executors' work, and the
+JVM's background work while the other arms run), the JVM alone by thread, the broker (a process
+of its own); "CPU s per GB" counts the arm's own work (the executors': both of the first two
+columns); the 1-minute load average seen after each read:
 
-{common.table(["reader", "CPU s, ours", "of which the JVM (by thread)", "CPU s, broker", "CPU s per GB, ours", "load average"], cpu_table)}
+{common.table(["reader", "CPU s, this process", "CPU s, JVM and Python workers", "of which the JVM (by thread)", "CPU s, broker", "CPU s per GB, the arm's own", "load average"], cpu_table)}
 
 The executors cost {1 / cpu_ratio:.2f}x the arrow baseline's CPU (the baseline over the executors:
 {cpu_ratio:.2f}). {_autogroup_note()}
