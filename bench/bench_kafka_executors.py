@@ -12,12 +12,19 @@ to its end, alternating in one run, ROUNDS times each (medians reported):
 - Tidemark reader, in this process: `KafkaRangeReader.read` over the executors' ranges one after
   another (its pooled consumer, its Arrow batches), no Spark: the Python side of a task;
 - Tidemark, on executors: `read_kafka.read` written to Spark's `noop` sink in a local[2]
-  SparkSession (`spark.driver.memory` 2g): the executors' Python workers, their Arrow batches into
-  the JVM and every row materialised; the stages' task metrics (Spark's REST API) profile the JVM
-  side: task time, the JVM's CPU time within it, GC and peak heap.
+  SparkSession (`spark.driver.memory` 2g), warmed by a whole read and WARM_SHORT_READS short
+  ones: the executors' Python workers, their Arrow batches into the JVM and every row
+  materialised; the stages' task metrics (Spark's REST API) profile the JVM side: task time, the
+  JVM's CPU time within it, GC and peak heap.
 
 Reported: seconds, MB/s, MB/s per core (the baselines use one core; local[2] has two) and the
 ratios. Target: executors >= 0.8x the arrow baseline (wall clock).
+
+Also, per arm, the CPU seconds it cost (from /proc: this process and every process under it, so
+the JVM and its Python workers; the broker apart), the JVM's by thread (the tasks, the JIT
+compilers, the rest) and the load average: on a machine shared with other work whose CPU is
+split between sessions (the kernel's autogroup), the JVM and its workers share this session's
+slice, so the executors' two cores do not add up and the wall-clock ratio follows the CPU cost.
 """
 
 import json
@@ -55,6 +62,7 @@ SPARK_CORES = 2
 TARGET = 0.8
 ARROW_ROWS = 32_768
 HEAP = "2g"
+WARM_SHORT_READS = 8  # batches of 1,000 offsets a partition before the timed rounds
 
 
 def _consumer(bootstrap: str, ranges: dict) -> Consumer:
@@ -165,6 +173,99 @@ def timed(call) -> tuple[float, object]:
     return time.perf_counter() - started, value
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(stat_path: str) -> tuple[str, int, float]:
+    """(name, parent pid, user + system CPU seconds) from a /proc stat file."""
+    with open(stat_path) as stat:
+        text = stat.read()
+    name = text[text.index("(") + 1 : text.rindex(")")]
+    fields = text[text.rindex(")") + 2 :].split()
+    return name, int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def process_cpu(root: int, *, leave_out: int) -> dict[int, float]:
+    """{pid: CPU seconds} of `root` and every process under it but `leave_out`'s tree."""
+    parents, cpu = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                _name, parent, seconds = _cpu_seconds(f"/proc/{entry}/stat")
+            except (FileNotFoundError, ProcessLookupError, ValueError):
+                continue
+            parents[int(entry)], cpu[int(entry)] = parent, seconds
+    kept, wanted = {}, {root}
+    while wanted:
+        pid = wanted.pop()
+        if pid == leave_out or pid not in cpu:
+            continue
+        kept[pid] = cpu[pid]
+        wanted.update(child for child, parent in parents.items() if parent == pid)
+    return kept
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """{thread kind: CPU seconds} of one JVM: its task threads, its JIT compilers, the rest."""
+    kinds: dict[str, float] = {}
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name, _parent, seconds = _cpu_seconds(f"/proc/{pid}/task/{thread}/stat")
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+        if name.startswith("Executor task"):
+            kind = "tasks"
+        elif "CompilerThre" in name:
+            kind = "jit"
+        elif name.startswith("GC Thread") or name.startswith("G1 "):
+            kind = "gc"
+        else:
+            kind = "other"
+        kinds[kind] = kinds.get(kind, 0.0) + seconds
+    return kinds
+
+
+class CpuMeter:
+    """CPU seconds spent by this process and its descendants (the JVM, its Python workers), and
+    by the broker, between `start` and `stop`; a process gone in between loses its share."""
+
+    def __init__(self, broker_pid: int, jvm_pid: int | None):
+        self.broker_pid, self.jvm_pid = broker_pid, jvm_pid
+
+    def start(self) -> None:
+        self._ours = process_cpu(os.getpid(), leave_out=self.broker_pid)
+        self._broker = process_cpu(self.broker_pid, leave_out=-1)
+        self._jvm = thread_cpu(self.jvm_pid) if self.jvm_pid else {}
+
+    def stop(self) -> dict:
+        ours = process_cpu(os.getpid(), leave_out=self.broker_pid)
+        broker = process_cpu(self.broker_pid, leave_out=-1)
+        jvm = thread_cpu(self.jvm_pid) if self.jvm_pid else {}
+        return {
+            "process": ours.get(os.getpid(), 0.0) - self._ours.get(os.getpid(), 0.0),
+            "spark": sum(
+                seconds - self._ours.get(pid, 0.0)
+                for pid, seconds in ours.items()
+                if pid != os.getpid()
+            ),
+            "broker": sum(seconds - self._broker.get(pid, 0.0) for pid, seconds in broker.items()),
+            "jvm": {kind: seconds - self._jvm.get(kind, 0.0) for kind, seconds in jvm.items()},
+            "load": os.getloadavg()[0],
+        }
+
+
+def _jvm_pid() -> int | None:
+    """The Spark JVM this process started (a child running java), if any."""
+    for pid in process_cpu(os.getpid(), leave_out=-1):
+        try:
+            name, parent, _seconds = _cpu_seconds(f"/proc/{pid}/stat")
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+        if name == "java" and parent == os.getpid():
+            return pid
+    return None
+
+
 def main() -> None:
     from workers.spark.session import get_session, stop_session
 
@@ -201,11 +302,28 @@ def main() -> None:
                 "executors": executors,
             }
             executors()  # warm-up: the JVM's first Arrow conversion, the Python workers' start
+            # and as a worker's long-lived session is: the JIT compilers spend ~0.2 s of CPU per
+            # batch over a fresh JVM's first ten batches, ~0.1 s per batch after (planning code)
+            short = {
+                **source,
+                "slices": [
+                    {"partition": p, "start": s, "end": min(e, s + 1000)}
+                    for p, (s, e) in ranges.items()
+                ],
+            }
+            for _ in range(WARM_SHORT_READS):
+                read_kafka.read(spark, {"source": short}).write.format("noop").mode(
+                    "overwrite"
+                ).save()
             warm = stage_totals(spark)
+            meter = CpuMeter(proc.pid, _jvm_pid())
             times = {name: [] for name in arms}
+            cpu = {name: [] for name in arms}
             for _ in range(ROUNDS):
                 for name, call in arms.items():
+                    meter.start()
                     seconds, rows = timed(call)
+                    cpu[name].append(meter.stop())
                     assert rows == total, (name, rows, total)
                     times[name].append(seconds)
             opened_here = kafka_consumers.opened()
@@ -214,7 +332,7 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=30)
     stop_session()
-    report(total, times, len(pieces), opened_here, jvm)
+    report(total, times, len(pieces), opened_here, jvm, cpu)
 
 
 def _get(spark, what: str):
@@ -252,7 +370,62 @@ def jvm_profile(spark, warm: dict, *, runs: int) -> dict:
     }
 
 
-def report(total: int, times: dict, pieces: int, opened_here: int, jvm: dict) -> None:
+def _autogroup_note() -> str:
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as flag:
+            autogroup = flag.read().strip() == "1"
+    except OSError:
+        autogroup = False
+    if not autogroup:
+        return "The kernel's autogroup is off here: CPU time is shared between threads."
+    return (
+        "On this machine CPU time is shared between sessions (the kernel's autogroup is on): "
+        "when more sessions want the cores than there are cores, the JVM and its Python workers "
+        "share this session's slice as the baseline's one process has it alone, so the "
+        "executors' second core does not add up and the wall-clock ratio tends to this CPU "
+        "ratio; on an idle machine they use both cores."
+    )
+
+
+def cpu_rows(megabytes: float, cpu: dict, labels: dict) -> tuple[list, dict]:
+    """Per arm: the medians of its CPU seconds (this process; the JVM and its Python workers, and
+    the JVM by thread kind; the broker)."""
+    rows, medians = [], {}
+    for name, label in labels.items():
+        samples = cpu[name]
+        process = statistics.median(s["process"] for s in samples)
+        spark = statistics.median(s["spark"] for s in samples)
+        broker = statistics.median(s["broker"] for s in samples)
+        kinds = {
+            kind: statistics.median(s["jvm"].get(kind, 0.0) for s in samples)
+            for kind in ("tasks", "jit", "gc", "other")
+        }
+        # the arm's own work: the baselines run in this process, the executors in the JVM and its
+        # workers (the driver's part is in this process)
+        own = process + spark if name == "executors" else process
+        medians[name] = {
+            "process": process,
+            "spark": spark,
+            "own": own,
+            "broker": broker,
+            "jvm": kinds,
+        }
+        rows.append(
+            [
+                label,
+                f"{process:.2f}",
+                f"{spark:.2f}",
+                f"{sum(kinds.values()):.2f} (tasks {kinds['tasks']:.2f}, JIT {kinds['jit']:.2f}, "
+                f"GC {kinds['gc']:.2f}, other {kinds['other']:.2f})",
+                f"{broker:.2f}",
+                f"{own / megabytes * 1024:.1f}",
+                f"{min(s['load'] for s in samples):.1f}-{max(s['load'] for s in samples):.1f}",
+            ]
+        )
+    return rows, medians
+
+
+def report(total: int, times: dict, pieces: int, opened_here: int, jvm: dict, cpu: dict) -> None:
     megabytes = total * VALUE_BYTES / 1024 / 1024
     median = {name: statistics.median(values) for name, values in times.items()}
     cores = {"arrow": 1, "plain": 1, "in_process": 1, "executors": SPARK_CORES}
@@ -281,12 +454,16 @@ def report(total: int, times: dict, pieces: int, opened_here: int, jvm: dict) ->
     per_core = (median["arrow"] / median["executors"]) / SPARK_CORES
     verdict = "met" if ratio >= TARGET else "**missed**"
     samples = {name: [round(s, 3) for s in values] for name, values in times.items()}
+    cpu_table, cpu_medians = cpu_rows(megabytes, cpu, labels)
+    cpu_ratio = cpu_medians["arrow"]["own"] / cpu_medians["executors"]["own"]
     markdown = f"""## Kafka on executors against the same Arrow columns in one process (bench_kafka_executors.py)
 
 Measured {common.now_utc()}{" (BENCH_QUICK)" if common.QUICK else ""}. A Tansu broker (memory
 storage, loopback) holds {total:,} messages of {VALUE_BYTES:,}-byte values ({megabytes:,.0f} MB) in 2
 partitions; every arm reads all of them by offset ranges, the four arms alternating, median of
-{ROUNDS} rounds. The executors read {pieces} ranges of at most {read_kafka.PARTITION_ROWS:,} offsets.
+{ROUNDS} rounds. The executors read {pieces} ranges of at most {read_kafka.PARTITION_ROWS:,} offsets; before the
+rounds the session read the whole topic once and {WARM_SHORT_READS} batches of 1,000 offsets a partition (a
+worker's session is long-lived: a fresh JVM's JIT compilers cost twice as much per batch at first).
 
 | target | measured | verdict |
 | --- | --- | --- |
@@ -299,6 +476,17 @@ The JVM side (task metrics from Spark's REST API, per timed read, with
 time, of which the JVM's own CPU {jvm["jvm_cpu_seconds_per_read"]:.2f} s (the rest is the tasks
 waiting for their Python workers' record batches) and GC {jvm["gc_seconds_per_read"]:.2f} s; peak
 JVM heap {jvm["heap_peak_mb"]:,.0f} MB (storage memory {jvm["max_heap_mb"]:,.0f} MB).
+
+CPU seconds per read (medians): this process (the baselines' work; the driver's for the
+executors), the processes under it (the JVM and its Python workers: the executors' work, and the
+JVM's background work while the other arms run), the JVM alone by thread, the broker (a process
+of its own); "CPU s per GB" counts the arm's own work (the executors': both of the first two
+columns); the 1-minute load average seen after each read:
+
+{common.table(["reader", "CPU s, this process", "CPU s, JVM and Python workers", "of which the JVM (by thread)", "CPU s, broker", "CPU s per GB, the arm's own", "load average"], cpu_table)}
+
+The executors cost {1 / cpu_ratio:.2f}x the arrow baseline's CPU (the baseline over the executors:
+{cpu_ratio:.2f}). {_autogroup_note()}
 
 Consumers opened by the in-process arm over all its rounds: {opened_here} for
 {pieces * ROUNDS} ranges (one per Python worker process and configuration, reused by every task).
@@ -315,6 +503,8 @@ arm may use (the 2 machine cores are shared with other work). Samples (s): {samp
             "median_seconds": median,
             "samples": times,
             "jvm": jvm,
+            "cpu_samples": cpu,
+            "cpu_medians": cpu_medians,
         },
     )
     print(markdown)

@@ -149,3 +149,27 @@ def test_a_range_ending_in_a_gap_stops_at_the_brokers_end(kafka_broker, fresh_po
     assert _rows(reader.read(OffsetRange(0, 3, 4))) == []
     kafka_broker.produce(topic, [(0, b"after")])
     assert _rows(reader.read(OffsetRange(0, 2, 5))) == [(0, 2, b"t2"), (0, 4, b"after")]
+
+
+def test_the_brokers_wait_on_a_consumer_at_its_end_is_shorter_than_one_poll(
+    kafka_broker, fresh_pool, monkeypatch
+):
+    """A consumer that read to its partition's end leaves a fetch the broker holds for
+    `fetch.wait.max.ms`; the next task lent that consumer cannot fetch before the answer, so the
+    wait must stay well under a poll (librdkafka's default, 500 ms, cost each such task ~0.5 s)."""
+    topic = kafka_broker.create_topic(partitions=2)
+    kafka_broker.produce(topic, [(p, f"m{n}".encode()) for p in (0, 1) for n in range(4)])
+    configs = []
+    real = kafka_consumers.Consumer
+
+    def spy(config):
+        configs.append(config)
+        return real(config)
+
+    monkeypatch.setattr(kafka_consumers, "Consumer", spy)
+    reader = _reader(kafka_broker, topic)
+    # a range up to the partition's end, then another partition's on the same consumer
+    assert _rows(reader.read(OffsetRange(0, 0, 4))) == [(0, n, f"m{n}".encode()) for n in range(4)]
+    assert _rows(reader.read(OffsetRange(1, 2, 4))) == [(1, 2, b"m2"), (1, 3, b"m3")]
+    assert len(configs) == 1
+    assert int(configs[0]["fetch.wait.max.ms"]) <= kafka_source._POLL_SECONDS * 1000 / 10

@@ -83,6 +83,12 @@ _READ_SETTINGS = {
     # a task reads one partition: librdkafka's default of 1 MB per partition and fetch request
     # makes that a broker round trip per ~1 MB
     "fetch.message.max.bytes": 16 * 1024 * 1024,
+    # a consumer that reached its partition's end leaves a fetch at the broker that the broker
+    # holds this long waiting for new records; the next task lent that consumer cannot fetch its
+    # own range before that answer (librdkafka's default of 500 ms was 0.4-0.5 s of every such
+    # task's start; docs/performance-notes.md). Below _POLL_SECONDS, so a range ending in a gap
+    # still ends on the broker's end-of-partition event within one poll
+    "fetch.wait.max.ms": 10,
 }
 
 
