@@ -18,6 +18,21 @@ def _spark_schema(table) -> str:
     return from_arrow_schema(arrow, prefer_timestamp_ntz=False).json()
 
 
+def _columns(table) -> list[dict]:
+    """The current schema's top-level columns by field id, with every name the table's name
+    mapping gives that id (older names of a renamed column): the executors take a column from a
+    data file by its field id, or, in a file written without ids, by one of these names."""
+    mapping = table.metadata.name_mapping()
+    names: dict[int, list[str]] = {}
+    for mapped in mapping or []:
+        if mapped.field_id is not None:
+            names[mapped.field_id] = list(mapped.names)
+    return [
+        {"name": f.name, "id": f.field_id, "names": names.get(f.field_id, [f.name])}
+        for f in table.schema().fields
+    ]
+
+
 def _expired(name: str, snapshot: int) -> InvalidInput:
     return InvalidInput(
         "config.table",
@@ -109,6 +124,7 @@ def read_spec(*, connector: Connector, batch: Batch) -> dict:
                 for sid, data_file in files
             ],
             "schema": _spark_schema(table),
+            "columns": _columns(table),
         },
     }
 
