@@ -193,3 +193,30 @@ def test_a_catalog_row_pointing_at_a_metadata_file_outside_the_table_is_refused_
     with sqlite3.connect(catalog) as db:
         db.execute("UPDATE iceberg_tables SET metadata_location = ?", [real])
     assert _post(api, "iceberg", lake.config).status_code == 201
+
+
+def test_viewers_and_operators_cannot_create_or_feed_a_table_format_connector(role_users, tmp_path):
+    """Creating a connector is an admin's; an operator may discover, never announce items (a
+    forged instant or snapshot would be read as the table's); a viewer changes nothing."""
+    table = sample(tmp_path, "sample_table/cow/v8_nonpartitioned")
+    lake = Lake(tmp_path / "lake")
+    lake.table.append(_rows([1]))
+    for role in ("viewer", "operator"):
+        api = token_client(role_users[role])
+        assert _post(api, "hudi", {"path": str(table)}).status_code == 403, role
+        assert _post(api, "iceberg", lake.config).status_code == 403, role
+    admin = token_client(role_users["admin"])
+    for kind, config in (("hudi", {"path": str(table)}), ("iceberg", lake.config)):
+        made = admin.post(
+            "/api/v1/connectors/", {"name": kind, "kind": kind, "config": config}, format="json"
+        )
+        assert made.status_code == 201, made.content
+        operator = token_client(role_users["operator"])
+        assert operator.post(f"/api/v1/connectors/{kind}/discover/").status_code == 200
+        item = {"location": f"{kind}@1", "weight": 1, "extra": {"instant": "1", "snapshot": 1}}
+        forged = operator.post(
+            f"/api/v1/connectors/{kind}/assets/", {"assets": [item]}, format="json"
+        )
+        assert forged.status_code == 400 and "kind" in forged.json(), forged.content
+        viewer = token_client(role_users["viewer"])
+        assert viewer.post(f"/api/v1/connectors/{kind}/discover/").status_code == 403
