@@ -12,6 +12,7 @@ import pytest
 from inventory.services import discovery
 from inventory.services.connectors import connector_create
 from inventory.services.errors import InvalidInput
+from inventory.services.job_config import job_validate_runtime
 from tests.sources.test_hudi import sample
 from tests.sources.test_iceberg import Lake, _rows
 from tests.support.api_support import token_client
@@ -126,6 +127,24 @@ def test_an_iceberg_catalog_file_in_tidemarks_own_folders_or_not_a_catalog_is_a_
     ]:
         message = _refused(_post(api, "iceberg", {**lake.config, "catalog_uri": uri}), field)
         assert says in message, (uri, message)
+    # an Iceberg sink's catalog file or warehouse there neither (it would create them)
+    sink = {
+        "kind": "iceberg",
+        "catalog_uri": f"sqlite:///{tmp_path}/sink/catalog.db",
+        "warehouse": str(tmp_path / "sink" / "warehouse"),
+        "table": "out.t",
+    }
+    job_validate_runtime(sink=sink)
+    for key, value in [
+        ("catalog_uri", f"sqlite:///{own}/sink.db"),
+        ("catalog_uri", f"sqlite:///{tmp_path}/link.db"),
+        ("warehouse", str(own / "warehouse")),
+    ]:
+        with pytest.raises(InvalidInput) as refused:
+            job_validate_runtime(sink={**sink, key: value})
+        assert refused.value.field == f"sink.{key}"
+        assert "Tidemark's own" in refused.value.message
+    assert not (own / "sink.db").exists()
 
 
 @pytest.mark.parametrize(
