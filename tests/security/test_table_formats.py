@@ -125,8 +125,10 @@ def test_an_iceberg_catalog_file_in_tidemarks_own_folders_or_not_a_catalog_is_a_
         (f"sqlite:///{tmp_path}/lake/catalog.db?mode=ro", "config.catalog_uri", "absolute"),
         (f"sqlite:///{tmp_path}/empty.db", "config.table", "has no table ns.t"),
     ]:
-        message = _refused(_post(api, "iceberg", {**lake.config, "catalog_uri": uri}), field)
+        response = _post(api, "iceberg", {**lake.config, "catalog_uri": uri})
+        message = _refused(response, field)
         assert says in message, (uri, message)
+        assert "\n" not in response.json()[field][0]  # one line, for the CLI too
     # an Iceberg sink's catalog file or warehouse there neither (it would create them)
     sink = {
         "kind": "iceberg",

@@ -249,4 +249,6 @@ def catalog_from(config: dict, *, own_database: list[str] | None = None, metadat
         text = scrub_dsn(exc, uri)
         if checked.dsn_env:
             text = scrub_dsn(text, catalog_dsn(checked))
-        raise SinkError(f"cannot open the Iceberg catalog at {where}: {text[:300]}") from None
+        # SQLAlchemy's first line says why; the rest repeats its SQL and a link: one line
+        first = (text.strip().splitlines() or [""])[0]
+        raise SinkError(f"cannot open the Iceberg catalog at {where}: {first[:300]}") from None

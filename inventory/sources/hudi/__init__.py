@@ -78,7 +78,8 @@ def _table(path: str, *, field: str = "config.path"):
     try:
         return HudiTable(path)
     except Exception as exc:  # hudi-rs raises its own HudiCoreError for an unreadable table
-        raise InvalidInput(field, f"{path} is not a readable Hudi table: {exc}") from None
+        first = (str(exc).strip().splitlines() or [""])[0]  # one line, for the CLI too
+        raise InvalidInput(field, f"{path} is not a readable Hudi table: {first}") from None
 
 
 def validate(config: dict) -> dict:
