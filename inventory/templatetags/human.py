@@ -75,7 +75,10 @@ def count(value, noun: str = "") -> str:
         number = float(value)
     except (TypeError, ValueError):
         return str(value)
-    text = f"{int(number):,}" if number == int(number) else f"{number:,.1f}"
+    if isinstance(value, int):
+        text = f"{value:,}"  # exact: a float would round past 2**53
+    else:
+        text = f"{int(number):,}" if number == int(number) else f"{number:,.1f}"
     if not noun:
         return text
     return f"{text} {noun if number == 1 else plural(noun)}"
@@ -115,6 +118,10 @@ def plural(noun: str) -> str:
     return noun + ("es" if noun.endswith(("s", "sh", "ch", "x")) else "s")
 
 
+# result figures that name something rather than count it: shown as their exact digits
+IDENTIFIERS = ("snapshot", "_id", "version", "instant", "token")
+
+
 @register.filter
 def metric(value, name: str = ""):
     """A batch result's figure in its unit: bytes as a size, seconds as a duration, counts
@@ -122,6 +129,8 @@ def metric(value, name: str = ""):
     leaf = str(name).rsplit(".", 1)[-1]
     if isinstance(value, bool) or not isinstance(value, Number):
         return value
+    if leaf.endswith(IDENTIFIERS):
+        return str(value)  # an id to copy (an Iceberg snapshot's 19 digits), not a quantity
     if "bytes" in leaf:
         return size(value)
     if leaf in ("seconds", "duration_seconds") or leaf.endswith("_seconds"):

@@ -49,6 +49,29 @@ def test_a_result_metric_is_shown_in_its_unit():
     assert metric("s3://b/p", "location") == "s3://b/p"
 
 
+def test_a_result_id_is_shown_as_its_exact_digits_and_a_large_count_exactly():
+    """An Iceberg sink's snapshot id (19 digits) was shown as a count through a float:
+    "8,701,054,122,690,156,544" for 8701054122690156263, neither readable nor right."""
+    snapshot = 8701054122690156263
+    assert metric(snapshot, "iceberg_snapshot") == "8701054122690156263"
+    assert metric(12, "delta_version") == "12"
+    assert metric(7, "sink.batch_id") == "7"
+    assert count(snapshot) == "8,701,054,122,690,156,263"
+
+
+@pytest.mark.django_db
+def test_the_batch_page_shows_an_iceberg_sinks_snapshot_id_as_it_is(client, world, role_users):
+    from inventory.models import Batch
+
+    snapshot = 8701054122690156263
+    result = {"rows_out": 12000, "iceberg_table": "out.t", "iceberg_snapshot": snapshot}
+    Batch.objects.filter(pk=world["dead"].pk).update(result=result)
+    client.force_login(role_users["viewer"])
+    page = client.get(f"/batches/{world['dead'].pk}/").content.decode()
+    assert "<td>8701054122690156263</td>" in page
+    assert "<td>12,000</td>" in page
+
+
 def test_the_filters_work_in_a_template():
     html = Template(
         '{% load human %}{{ lag|duration }} behind · {{ b|size }} · {{ n|count:"item" }}'

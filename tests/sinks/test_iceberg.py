@@ -518,3 +518,81 @@ def test_a_worker_runs_a_files_to_iceberg_job_over_several_batches(spark, tmp_pa
     assert latest_rows(sink) == expected_rows(range(5))
     assert len(load(sink).snapshots()) == Batch.objects.filter(job=job).count() == 3
     assert_each_row_at_most_once_at_every_snapshot(sink)
+
+
+# ---- the fence failing after the catalog commit, through the real lifecycle --------------------
+
+
+def _fence_fails_once_after_the_catalog_commit(monkeypatch, batch_id: int, *, recorded: bool):
+    """The real fence, for `batch_id`'s next publish only, fails after the sink's catalog commit:
+    `recorded=False`, tidemark_publish_end fails (the fence's transaction rolls back: nothing
+    recorded); `recorded=True`, the fence's transaction commits but its answer is lost (the
+    connection drops after COMMIT): the control plane has the publish, the sink sees an error."""
+    from workers.spark import fence
+
+    real, failed = fence.database_publish, []
+
+    def database_publish(*, dsn, batch_id: int, attempt: int):
+        publish = real(dsn=dsn, batch_id=batch_id, attempt=attempt)
+        if batch_id != target or failed:
+            return publish
+
+        @contextmanager
+        def failing():
+            failed.append(attempt)
+            if recorded:
+                with publish() as replaced:
+                    yield replaced
+                raise SinkError("publish fence: the connection was lost after COMMIT")
+            with publish() as replaced:
+                yield replaced
+                raise SinkError("publish fence: tidemark_publish_end failed")
+
+        return failing
+
+    target = batch_id
+    monkeypatch.setattr(fence, "database_publish", database_publish)
+    return failed
+
+
+@pytestmark_db
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+@pytest.mark.parametrize("recorded", [False, True], ids=["rolled-back", "answer-lost"])
+def test_a_replay_whose_fence_fails_after_the_catalog_commit_keeps_each_row_once_at_every_snapshot(
+    spark, tmp_path, monkeypatch, mode, recorded
+):
+    """First publish, a replay whose fence fails after its catalog commit (the sink's undo
+    snapshot), the retry: every snapshot, read by pyiceberg and DuckDB, holds each source row
+    once, and none after the first complete one misses any."""
+    extra = {"mode": "upsert", "key": ["key"]} if mode == "upsert" else {}
+    sink = iceberg_sink(tmp_path, **extra)
+    job, _ = make_files_job(tmp_path, f"undo-{mode}-{recorded}", sink, items=6, max_items=2)
+    drain(spark, job)
+    assert latest_rows(sink) == expected_rows(range(6))
+    published = len(load(sink).snapshots())
+
+    second = Batch.objects.filter(job=job, status=BatchStatus.SUCCEEDED).order_by("span")[1]
+    watermark_correct(job=job, value=second.span.lower - 1, actor="a", reason="fix", replay=True)
+    replay = lifecycle.batch_acquire(job=job, worker="w1")
+    failed = _fence_fails_once_after_the_catalog_commit(monkeypatch, replay.pk, recorded=recorded)
+    with pytest.raises(BatchError, match="publish fence"):
+        run_spark(spark, replay)
+    assert failed == [1]
+    lifecycle.batch_fail(batch_id=replay.pk, attempt=1, error={"message": "fence failed"})
+    table = load(sink)
+    # the replay's snapshot, then the undo snapshot putting the replaced output back
+    assert len(table.snapshots()) == published + 2
+    assert table.current_snapshot().summary["tidemark.reverted-snapshot"]
+    assert latest_rows(sink) == expected_rows(range(6))
+
+    drain(spark, job)
+    assert Batch.objects.get(pk=replay.pk).status == BatchStatus.SUCCEEDED
+    assert latest_rows(sink) == expected_rows(range(6))
+    if mode == "append":
+        assert_each_row_exactly_once_at_every_snapshot(sink, items=6)
+    else:
+        for i, rows in enumerate(snapshots(sink)):
+            keys = [key for key, _ in rows]
+            assert len(keys) == len(set(keys)), f"a key twice at snapshot {i}"
+            if i >= published - 1:  # every item was published by then
+                assert rows == expected_rows(range(6)), f"snapshot {i} lost rows"

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from workers.spark.errors import SinkError, scrub_dsn
+from workers.spark.iceberg_files import confined, local_path
 
 # the keys a catalog config may hold (a sink's or a connector's config adds its own)
 KEYS = ("catalog_uri", "catalog_dsn_env", "catalog_name", "warehouse", "table")
@@ -189,13 +190,44 @@ def refuse_own_catalog_database(dsn: str, own_database: list[str] | None) -> Non
         conn.close()
 
 
-def catalog_from(config: dict, *, own_database: list[str] | None = None):
+def _confined_catalog(metadata_check):
+    """pyiceberg's SQL catalog, but a table's metadata file (the location the catalog's row
+    holds, which anyone who can write the catalog may set) is checked before pyiceberg opens it:
+    a local path (no other scheme: pyiceberg would reach an object store or a server with the
+    worker's own credentials), accepted by `metadata_check` (the control plane's allowed roots),
+    and once read, inside the table's own location (workers/spark/iceberg_files.py). The error
+    is the same whether an outside file exists or not."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    class ConfinedSqlCatalog(SqlCatalog):
+        def _convert_orm_to_iceberg(self, orm_table):
+            name = f"{orm_table.table_namespace}.{orm_table.table_name}"
+            where = orm_table.metadata_location
+            path = local_path(where)
+            if where and path is None:
+                raise CatalogError(
+                    "table",
+                    f"names the Iceberg table {name}, whose metadata file is not a local file "
+                    "(only local tables are read): refused",
+                )
+            if where and metadata_check is not None:
+                metadata_check(path)
+            table = super()._convert_orm_to_iceberg(orm_table)
+            confined(table.metadata.location, where, table=name, snapshot=None, what="metadata")
+            return table
+
+    return ConfinedSqlCatalog
+
+
+def catalog_from(config: dict, *, own_database: list[str] | None = None, metadata_check=None):
     """The pyiceberg SQL catalog `config` names (its tables created on first use).
 
     `own_database` is the control plane's [server start, database]: a PostgreSQL catalog that
     lands there is refused before anything is created in it. A config dict is checked without
-    needing a warehouse (a sink checked its own with `check_catalog` before)."""
-    from pyiceberg.catalog.sql import SqlCatalog
+    needing a warehouse (a sink checked its own with `check_catalog` before). `metadata_check`
+    (a local path -> None, or an error) is called on a table's metadata file before it is read
+    (`_confined_catalog`)."""
+    SqlCatalog = _confined_catalog(metadata_check)
 
     checked = config
     if not isinstance(config, CatalogConfig):
@@ -217,4 +249,6 @@ def catalog_from(config: dict, *, own_database: list[str] | None = None):
         text = scrub_dsn(exc, uri)
         if checked.dsn_env:
             text = scrub_dsn(text, catalog_dsn(checked))
-        raise SinkError(f"cannot open the Iceberg catalog at {where}: {text[:300]}") from None
+        # SQLAlchemy's first line says why; the rest repeats its SQL and a link: one line
+        first = (text.strip().splitlines() or [""])[0]
+        raise SinkError(f"cannot open the Iceberg catalog at {where}: {first[:300]}") from None

@@ -163,7 +163,7 @@ def write_iceberg(
             )
     except BaseException:
         if committed is not None:
-            _revert(catalog, config, committed)
+            _revert(catalog, config, committed, info)
         else:
             for path in written:
                 shutil.rmtree(path, ignore_errors=True)
@@ -318,6 +318,7 @@ def _commit(catalog, config, *, staging, owners, info, token, merge) -> dict:
         live = _live_files(table)
         if merge is None:
             adds = _data_files(table, staging)
+            owners = _with_restored(table, job, owners)
             removes = [f for f in live if _owner(f.file_path) in owners]
             rows_out = sum(f.record_count for f in adds)
         else:
@@ -344,6 +345,30 @@ def _commit(catalog, config, *, staging, owners, info, token, merge) -> dict:
             "rows_out": rows_out,
         }
     raise SinkError(f"committing to the Iceberg table {_name(config)} kept losing to other writers")
+
+
+def _with_restored(table, job: str, owners: set[int]) -> set[int]:
+    """`owners` and the batches whose files an undo snapshot (`_revert`) of one of theirs put
+    back, transitively. The fence may have recorded the undone publish after all (its answer lost
+    after COMMIT): the control plane then counts the put-back output as replaced by the undone
+    batch and never names it again, so whoever replaces that batch removes those files too."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    restored: dict[int, set[int]] = {}
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        if props.get("tidemark.reverted-job") == job and props.get("tidemark.restored"):
+            batch = int(props["tidemark.reverted-batch"])
+            restored.setdefault(batch, set()).update(
+                int(i) for i in props["tidemark.restored"].split(",")
+            )
+    found, todo = set(owners), list(owners)
+    while todo:
+        for owner in restored.get(todo.pop(), ()):
+            if owner not in found:
+                found.add(owner)
+                todo.append(owner)
+    return found
 
 
 def _owner(path: str) -> int | None:
@@ -432,8 +457,11 @@ def _same_file(path: str, names: set[str]) -> bool:
     return any(_local(n) == local for n in names)
 
 
-def _revert(catalog, config, committed: dict) -> None:
-    """The fence did not record the publish: undo its snapshot, if it is still the latest."""
+def _revert(catalog, config, committed: dict, info: dict) -> None:
+    """The fence failed after the catalog commit: undo its snapshot, if it is still the latest.
+    The undo snapshot names the batch and the owners of the files it put back
+    (`tidemark.restored`): if the fence recorded the publish after all, a later publish that
+    replaces this batch removes them too (`_with_restored`)."""
     try:
         table = catalog.load_table(config.identifier)
         current = table.current_snapshot()
@@ -442,11 +470,17 @@ def _revert(catalog, config, committed: dict) -> None:
         added = {f.file_path for f in committed["adds"]}
         # the files as the table's manifests describe them: what an overwrite can delete
         undo = [f for f in _live_files(table) if f.file_path in added]
+        restored = {_owner(f.file_path) for f in committed["removes"]} - {None}
         _snapshot(
             table,
             committed["removes"],
             undo,
-            {"tidemark.reverted-snapshot": str(committed["snapshot_id"])},
+            {
+                "tidemark.reverted-snapshot": str(committed["snapshot_id"]),
+                "tidemark.reverted-job": info["job"],
+                "tidemark.reverted-batch": str(info["batch"]),
+                "tidemark.restored": ",".join(str(i) for i in sorted(restored)),
+            },
         )
     except Exception as exc:  # noqa: BLE001 - best effort: the next attempt replaces the output
         log.warning("could not undo Iceberg snapshot %s: %s", committed["snapshot_id"], exc)

@@ -47,6 +47,8 @@ from inventory.services.assets import assets_register
 from inventory.services.errors import InvalidInput
 from inventory.sources.config import check_known_keys
 from inventory.sources.identity import check_local_directory
+from workers.spark.errors import ReadError
+from workers.spark.hudi_files import metadata_confined
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +69,17 @@ RETENTION_DEFAULTS = {"hoodie.cleaner.commits.retained": "10", "hoodie.keep.min.
 def _table(path: str, *, field: str = "config.path"):
     from hudi import HudiTable
 
+    try:
+        metadata_confined(path)  # before anything follows a link: no probing outside
+    except ReadError as exc:
+        raise InvalidInput(field, str(exc)) from None
     if not os.path.isfile(os.path.join(path, ".hoodie", "hoodie.properties")):
         raise InvalidInput(field, f"{path} is not a Hudi table (no .hoodie/hoodie.properties)")
     try:
         return HudiTable(path)
     except Exception as exc:  # hudi-rs raises its own HudiCoreError for an unreadable table
-        raise InvalidInput(field, f"{path} is not a readable Hudi table: {exc}") from None
+        first = (str(exc).strip().splitlines() or [""])[0]  # one line, for the CLI too
+        raise InvalidInput(field, f"{path} is not a readable Hudi table: {first}") from None
 
 
 def validate(config: dict) -> dict:

@@ -15,7 +15,7 @@ from inventory.services.own_database import sink_refuse_own_database
 from inventory.services.secrets import credential_value
 from inventory.sources.config import check_known_keys
 from workers.spark import iceberg_catalog
-from workers.spark.errors import ReadError
+from workers.spark.errors import ReadError, SinkError
 from workers.spark.iceberg_files import table_root
 
 KEYS = (*iceberg_catalog.KEYS, "expired")
@@ -71,10 +71,22 @@ def open_table(config: dict):
     if checked.sqlite_path is not None and not os.path.isfile(checked.sqlite_path):
         raise InvalidInput("config.catalog_uri", f"{checked.sqlite_path} is not a catalog file")
     try:
-        catalog = iceberg_catalog.catalog_from(checked)
-        table = catalog.load_table(checked.identifier)
+        catalog = iceberg_catalog.catalog_from(
+            checked, metadata_check=lambda path: path_confined(path, "config.table")
+        )
     except iceberg_catalog.CatalogError as exc:
         raise InvalidInput(_field(exc.field), str(exc)) from None
+    except SinkError as exc:  # not a catalog database (a file that is not SQLite, say)
+        key = "catalog_uri" if checked.sqlite_path is not None else "catalog_dsn_env"
+        raise InvalidInput(_field(key), f"is not a usable Iceberg catalog: {exc}") from None
+    try:
+        table = catalog.load_table(checked.identifier)
+    except InvalidInput:  # its metadata file outside the allowed roots
+        raise
+    except iceberg_catalog.CatalogError as exc:
+        raise InvalidInput(_field(exc.field), str(exc)) from None
+    except ReadError as exc:  # its metadata file outside the table's location
+        raise InvalidInput("config.table", str(exc)) from None
     except (NoSuchTableError, NoSuchNamespaceError):
         raise InvalidInput("config.table", f"the catalog has no table {config['table']}") from None
     except OSError as exc:  # its metadata file is gone or unreadable

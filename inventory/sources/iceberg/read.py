@@ -18,6 +18,21 @@ def _spark_schema(table) -> str:
     return from_arrow_schema(arrow, prefer_timestamp_ntz=False).json()
 
 
+def _columns(table) -> list[dict]:
+    """The current schema's top-level columns by field id, with every name the table's name
+    mapping gives that id (older names of a renamed column): the executors take a column from a
+    data file by its field id, or, in a file written without ids, by one of these names."""
+    mapping = table.metadata.name_mapping()
+    names: dict[int, list[str]] = {}
+    for mapped in mapping or []:
+        if mapped.field_id is not None:
+            names[mapped.field_id] = list(mapped.names)
+    return [
+        {"name": f.name, "id": f.field_id, "names": names.get(f.field_id, [f.name])}
+        for f in table.schema().fields
+    ]
+
+
 def _expired(name: str, snapshot: int) -> InvalidInput:
     return InvalidInput(
         "config.table",
@@ -109,27 +124,35 @@ def read_spec(*, connector: Connector, batch: Batch) -> dict:
                 for sid, data_file in files
             ],
             "schema": _spark_schema(table),
+            "columns": _columns(table),
         },
     }
 
 
 def _added_and_live(table, chain: list, indexes: list[int], *, name: str) -> list:
     """(snapshot id, DataFile) of the files the snapshots at `indexes` added with a data change
-    and no later data-changing snapshot removed, directly or after a compaction moved them."""
+    and no LATER data-changing snapshot removed, directly or after a compaction moved them. Each
+    snapshot's files are checked against the snapshots after it only: a writer may put back a
+    file an earlier snapshot removed, under its own path (the Iceberg sink's undo snapshot), and
+    that file is live again from the snapshot that put it back."""
     if not indexes:
         return []
-    wanted = set(indexes)
-    files, later = [], []
-    for i in range(min(indexes), len(chain)):
+    wanted, start = set(indexes), min(indexes)
+    added: dict[int, list] = {}
+    later = []  # the actions of chain[start], chain[start + 1], ...
+    for i in range(start, len(chain)):
         snapshot = chain[i]
         found = history.changes(table, snapshot, name=name)
         if i in wanted and history.operation(snapshot) not in history.NO_DATA_CHANGE:
-            files += [(snapshot.snapshot_id, f) for f in found.added]
+            added[i] = [(snapshot.snapshot_id, f) for f in found.added]
         later.append(history.actions(table, snapshot, name=name, with_deletes=False, found=found))
-    try:
-        dead = lineage.dead_files([f.file_path for _, f in files], later)
-    except lineage.Untraceable as exc:
-        raise InvalidInput(
-            "config.table", f"the Iceberg table {name} cannot be read exactly once: {exc}"
-        ) from None
-    return [(sid, f) for sid, f in files if f.file_path not in dead]
+    files = []
+    for i, entries in sorted(added.items()):
+        try:
+            dead = lineage.dead_files([f.file_path for _, f in entries], later[i - start + 1 :])
+        except lineage.Untraceable as exc:
+            raise InvalidInput(
+                "config.table", f"the Iceberg table {name} cannot be read exactly once: {exc}"
+            ) from None
+        files += [(sid, f) for sid, f in entries if f.file_path not in dead]
+    return files

@@ -28,6 +28,7 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from workers.spark.errors import ReadError
+from workers.spark.hudi_files import metadata_confined
 from workers.spark.python_sources import load, note_read, plan_of
 
 COMMIT_TIME = "_hoodie_commit_time"
@@ -37,6 +38,7 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     source = spec["source"]
+    metadata_confined(source["path"])  # as the control plane checked it, again before opening
     try:
         from hudi import HudiTable
 

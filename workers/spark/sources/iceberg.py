@@ -8,13 +8,15 @@ spec["source"] = {
     "files": [{"path": data file, "snapshot": the snapshot that added it, "format": "parquet",
                "deletes": [position delete file, ...]}, ...],
     "schema": the table's schema as Spark's JSON,
+    "columns": [{"name", "id", "names": the name mapping's names for the id}, ...],
 }
 
 The control plane chose the data files from the table's manifests (inventory/sources/iceberg/),
 each confined to the table's location (workers/spark/iceberg_files.py), and each is checked
 again here. The driver reads nothing but the plan: each data file is one partition of a Python
 data source, read on an executor with pyarrow, its rows at the positions the delete files name
-for it dropped, columns taken by name in the table's schema (one the file lacks is null). A file
+for it dropped, columns taken by field id as Iceberg does (`file_columns`; one the file lacks is
+null). A file
 that is gone was deleted with an expired snapshot: the batch fails naming its snapshot.
 """
 
@@ -57,7 +59,12 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
         for path in (file["path"], *file["deletes"]):
             if not os.path.exists(path):
                 raise ReadError(_gone(table, file["snapshot"], path))
-    plan = {"table": table, "files": files, "schema": source["schema"]}
+    plan = {
+        "table": table,
+        "files": files,
+        "schema": source["schema"],
+        "columns": source.get("columns") or [],
+    }
     return load(spark, IcebergSource, {}, plan)
 
 
@@ -148,15 +155,41 @@ class IcebergFileReader(DataSourceReader):
             gone = pa.chunked_array([c for p in deleted for c in p.chunks], pa.int64())
             data = data.filter(pc.invert(pc.is_in(index, value_set=gone.combine_chunks())))
         target = to_arrow_schema(self.schema)
+        found = file_columns(data.schema, self.plan.get("columns") or [])
         columns = [
-            data.column(f.name).cast(f.type)
-            if f.name in data.column_names
+            data.column(found[f.name]).cast(f.type)
+            if found.get(f.name) is not None
             else pa.nulls(data.num_rows, f.type)
             for f in target
         ]
         data = pa.Table.from_arrays(columns, schema=target)
         note_read(f"iceberg file {os.path.basename(file['path'])}", data.num_rows)
         yield from data.to_batches(max_chunksize=10_000)
+
+
+def file_columns(schema, columns: list[dict]) -> dict[str, str | None]:
+    """{the table's column name: the data file's column holding it, or None}. Iceberg matches
+    columns by field id, so a renamed column is found under its old name in older files and a
+    column dropped and added again under the same name is not the old one: a file written with
+    field ids (pyiceberg's, Spark's with Iceberg) is matched by id; one written without (files
+    added by path, the Tidemark sink's) by the names the table's name mapping gives the id;
+    without either, by name."""
+    if not columns:  # a plan made before columns were planned by id: by name
+        return {name: name for name in schema.names}
+    present = set(schema.names)
+    ids = {}
+    for field in schema:
+        value = (field.metadata or {}).get(b"PARQUET:field_id")
+        if value is not None:
+            ids[int(value)] = field.name
+    found = {}
+    for column in columns:
+        if ids:
+            found[column["name"]] = ids.get(column["id"])
+        else:
+            names = [n for n in column.get("names") or [column["name"]] if n in present]
+            found[column["name"]] = names[0] if names else None
+    return found
 
 
 def covered_watermark(spec: dict) -> None:
