@@ -13,9 +13,9 @@ from inventory.services import discovery
 from inventory.services.connectors import connector_create
 from inventory.services.errors import InvalidInput
 from inventory.services.job_config import job_validate_runtime
-from tests.sources.test_hudi import sample
-from tests.sources.test_iceberg import Lake, _rows
 from tests.support.api_support import token_client
+from tests.support.hudi_samples import sample
+from tests.support.iceberg_lake import Lake, arrow_rows
 from workers.spark.errors import ReadError
 from workers.spark.hudi_files import metadata_confined
 
@@ -109,7 +109,7 @@ def test_an_iceberg_catalog_file_in_tidemarks_own_folders_or_not_a_catalog_is_a_
 ):
     api = token_client(role_users["admin"])
     lake = Lake(tmp_path / "lake")
-    lake.table.append(_rows([1]))
+    lake.table.append(arrow_rows([1]))
     own = tmp_path / "data" / "pg"
     settings.TIDEMARK_OWN_DIRECTORIES = [str(own)]
     own.mkdir(parents=True)
@@ -190,7 +190,7 @@ def test_a_catalog_row_pointing_at_a_metadata_file_outside_the_table_is_refused_
     whether the file exists or not."""
     api = token_client(role_users["admin"])
     lake = Lake(tmp_path / "lake")
-    lake.table.append(_rows([1]))
+    lake.table.append(arrow_rows([1]))
     catalog = tmp_path / "lake" / "catalog.db"
 
     def point(location: str) -> str:
@@ -221,7 +221,7 @@ def test_viewers_and_operators_cannot_create_or_feed_a_table_format_connector(ro
     forged instant or snapshot would be read as the table's); a viewer changes nothing."""
     table = sample(tmp_path, "sample_table/cow/v8_nonpartitioned")
     lake = Lake(tmp_path / "lake")
-    lake.table.append(_rows([1]))
+    lake.table.append(arrow_rows([1]))
     for role in ("viewer", "operator"):
         api = token_client(role_users[role])
         assert _post(api, "hudi", {"path": str(table)}).status_code == 403, role

@@ -31,6 +31,7 @@ from tests.support.files_job import (
 )
 from tests.support.iceberg_tables import (
     assert_each_row_at_most_once_at_every_snapshot,
+    assert_each_row_exactly_once_at_every_snapshot,
     iceberg_sink,
     latest_rows,
     load,

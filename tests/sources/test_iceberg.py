@@ -25,6 +25,7 @@ from inventory.services.jobs import job_create
 from inventory.sources.iceberg import discovery as iceberg_discovery
 from tests.support.factories import execute_refused_before_spark
 from tests.support.files_job import drain, run_and_commit
+from tests.support.iceberg_lake import Lake, arrow_rows
 from tests.support.python_source_imports import CREATE, OBJECT_PLAN, PLAN, _planner_imports
 from workers import specs
 from workers.spark import iceberg_catalog
@@ -32,33 +33,6 @@ from workers.spark.errors import BatchError
 from workers.spark.run import run_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _rows(keys, v="a"):
-    return pa.table(
-        {"key": pa.array(keys, pa.int64()), "v": pa.array([v] * len(keys), pa.string())}
-    )
-
-
-class Lake:
-    """A SQLite catalog and a warehouse under `root`, with table `ns.t` of (key, v)."""
-
-    def __init__(self, root):
-        root.mkdir(parents=True, exist_ok=True)
-        self.root = root
-        self.config = {"catalog_uri": f"sqlite:///{root}/catalog.db", "table": "ns.t"}
-        self.catalog = SqlCatalog(
-            "tidemark", uri=self.config["catalog_uri"], warehouse=f"file://{root}/warehouse"
-        )
-        self.catalog.create_namespace("ns")
-        self.catalog.create_table("ns.t", schema=_rows([1]).schema)
-
-    @property
-    def table(self):
-        return self.catalog.load_table("ns.t")
-
-    def snapshot_ids(self) -> list[int]:
-        return [s.snapshot_id for s in self.table.snapshots()]
 
 
 def iceberg_job(name: str, lake: Lake, out, **options):
@@ -142,8 +116,8 @@ def test_snapshots_are_registered_in_commit_order_with_what_each_added(tmp_path)
     lake = Lake(tmp_path / "lake")
     connector = connector_create(name="snaps", kind="iceberg", config=dict(lake.config))
     assert discovery.discover(connector) == 0  # an empty table has no snapshot
-    lake.table.append(_rows([1, 2, 3]))
-    lake.table.append(_rows([4, 5]))
+    lake.table.append(arrow_rows([1, 2, 3]))
+    lake.table.append(arrow_rows([4, 5]))
     assert discovery.discover(connector) == 2
     lake.table.delete(EqualTo("key", 2))
     assert discovery.discover(connector) == 1
@@ -170,8 +144,8 @@ def test_a_look_that_registers_two_restating_snapshots_carries_the_later_one(tmp
     connector = connector_create(name="two-restating", kind="iceberg", config=dict(lake.config))
     for round_ in range(6):
         first, second = 10 * round_ + 1, 10 * round_ + 5
-        lake.table.append(_rows([first, first + 1]))
-        lake.table.append(_rows([second, second + 1]))
+        lake.table.append(arrow_rows([first, first + 1]))
+        lake.table.append(arrow_rows([second, second + 1]))
         discovery.discover(connector)
         lake.table.delete(EqualTo("key", first))  # rewrites the first append's file
         lake.table.delete(EqualTo("key", second))  # rewrites the second append's file
@@ -188,10 +162,10 @@ def test_a_look_that_registers_two_restating_snapshots_carries_the_later_one(tmp
 def test_a_look_after_the_cursors_snapshot_expired_registers_the_later_ones(tmp_path):
     lake = Lake(tmp_path / "lake")
     connector = connector_create(name="after", kind="iceberg", config=dict(lake.config))
-    lake.table.append(_rows([1]))
-    lake.table.append(_rows([2]))
+    lake.table.append(arrow_rows([1]))
+    lake.table.append(arrow_rows([2]))
     assert discovery.discover(connector) == 2
-    lake.table.append(_rows([3]))
+    lake.table.append(arrow_rows([3]))
     lake.table.maintenance.expire_snapshots().by_id(lake.snapshot_ids()[1]).commit()
     assert discovery.discover(connector) == 1
     last = Asset.objects.filter(connector=connector).order_by("id").last()
@@ -216,7 +190,7 @@ def test_a_catalog_in_a_postgresql_database_the_deployment_names(
     config = {"catalog_dsn_env": "TM_ICEBERG", "warehouse": str(tmp_path / "wh"), "table": "ns.t"}
     catalog = iceberg_catalog.catalog_from(config)
     catalog.create_namespace("ns")
-    catalog.create_table("ns.t", schema=_rows([1]).schema).append(_rows([1, 2]))
+    catalog.create_table("ns.t", schema=arrow_rows([1]).schema).append(arrow_rows([1, 2]))
     out = tmp_path / "out"
     connector = connector_create(name="pg-src", kind="iceberg", config=config)
     job = job_create(
@@ -249,8 +223,8 @@ def test_each_batch_reads_what_its_snapshot_added_and_overwrites_and_deletes_res
         drain(spark, job)
         assert sink_state(out) == duckdb_rows(lake)
 
-    lake.table.append(_rows([1, 2, 3]))
-    lake.table.append(_rows([4, 5], "b"))
+    lake.table.append(arrow_rows([1, 2, 3]))
+    lake.table.append(arrow_rows([4, 5], "b"))
     step()
     first, second = Asset.objects.filter(connector=job.connector).order_by("id")
     assert batch_rows(out, _own_batch(job, first)) == [(1, "a"), (2, "a"), (3, "a")]
@@ -281,7 +255,7 @@ def test_each_batch_reads_what_its_snapshot_added_and_overwrites_and_deletes_res
     assert _restatements(job)[-1].reason.endswith(f"snapshots {second.extra['snapshot']}")
     assert sink_state(out) == [(1, "a"), (3, "a")]
 
-    lake.table.overwrite(_rows([9], "c"))  # a delete snapshot, then an append
+    lake.table.overwrite(arrow_rows([9], "c"))  # a delete snapshot, then an append
     step()
     assert _restatements(job)[-1].reason.endswith(f"snapshots {third.extra['snapshot']}")
     assert sink_state(out) == [(9, "c")]
@@ -334,8 +308,8 @@ def test_a_compaction_restates_nothing_and_a_replay_still_reads_each_row_once(
     lake = Lake(tmp_path / "lake")
     out = tmp_path / "out"
     job = iceberg_job("compact", lake, out)
-    lake.table.append(_rows([1, 2]))
-    lake.table.append(_rows([3]))
+    lake.table.append(arrow_rows([1, 2]))
+    lake.table.append(arrow_rows([3]))
     discovery.discover(job.connector)
     drain(spark, job)
     _compact(lake, monkeypatch)
@@ -368,8 +342,8 @@ def test_an_expired_snapshot_fails_its_batch_naming_it_and_a_snapshot_backfill_r
 ):
     lake = Lake(tmp_path / "lake")
     out = tmp_path / "out"
-    lake.table.append(_rows([1, 2]))
-    lake.table.append(_rows([3]))
+    lake.table.append(arrow_rows([1, 2]))
+    lake.table.append(arrow_rows([3]))
     lake.table.delete(EqualTo("key", 3))
     job = iceberg_job("expired", lake, out)
     discovery.discover(job.connector)
@@ -397,7 +371,7 @@ def test_an_expired_snapshot_fails_its_batch_naming_it_and_a_snapshot_backfill_r
 
 def test_a_data_file_gone_after_planning_fails_the_batch_naming_its_snapshot(spark, tmp_path):
     lake = Lake(tmp_path / "lake")
-    lake.table.append(_rows([1]))
+    lake.table.append(arrow_rows([1]))
     job = iceberg_job("gone", lake, tmp_path / "out")
     discovery.discover(job.connector)
     spec = specs.batch_spec(batch=lifecycle.batch_acquire(job=job, worker="w"))
@@ -412,7 +386,7 @@ def test_a_manifest_naming_a_data_file_outside_the_table_is_refused(spark, tmp_p
     (pyiceberg's add_files), discovery refuses the snapshot naming it; a spec naming one (by
     `..`, an absolute path elsewhere or a link leading out) fails the batch before any read."""
     lake = Lake(tmp_path / "lake")
-    lake.table.append(_rows([1]))
+    lake.table.append(arrow_rows([1]))
     job = iceberg_job("outside", lake, tmp_path / "out", max_items=10)
     discovery.discover(job.connector)
     spec = specs.batch_spec(batch=lifecycle.batch_acquire(job=job, worker="w"))
@@ -431,7 +405,7 @@ def test_a_manifest_naming_a_data_file_outside_the_table_is_refused(spark, tmp_p
             run_batch(spark, spec)
 
     elsewhere = tmp_path / "elsewhere.parquet"
-    pq.write_table(_rows([7]), elsewhere)
+    pq.write_table(arrow_rows([7]), elsewhere)
     lake.table.add_files([str(elsewhere)])
     added = lake.snapshot_ids()[-1]
     with pytest.raises(InvalidInput, match=f"snapshot {added} .* outside the table's location"):
@@ -492,7 +466,7 @@ def test_a_position_delete_restates_the_snapshot_whose_rows_it_deleted(spark, tm
     lake = Lake(tmp_path / "lake")
     out = tmp_path / "out"
     job = iceberg_job("positions-restate", lake, out)
-    lake.table.append(_rows([1, 2, 3, 4]))
+    lake.table.append(arrow_rows([1, 2, 3, 4]))
     discovery.discover(job.connector)
     drain(spark, job)
     _delete_positions(lake, [1, 3])
@@ -510,7 +484,7 @@ def test_position_deletes_are_honoured_on_the_executors(spark, tmp_path):
     """A data file's rows at the positions a position delete file names for it are dropped
     (pyiceberg writes copy-on-write deletes only: the delete file is written here)."""
     lake = Lake(tmp_path / "lake")
-    lake.table.append(_rows([1, 2, 3, 4]))
+    lake.table.append(arrow_rows([1, 2, 3, 4]))
     job = iceberg_job("positions", lake, tmp_path / "out")
     discovery.discover(job.connector)
     spec = specs.batch_spec(batch=lifecycle.batch_acquire(job=job, worker="w"))
@@ -542,7 +516,7 @@ def test_the_api_creates_an_iceberg_connector_and_refuses_a_bad_one_naming_the_f
 
     admin = token_client(role_users["admin"])
     lake = Lake(tmp_path / "lake")
-    lake.table.append(_rows([1]))
+    lake.table.append(arrow_rows([1]))
 
     def post(config):
         return admin.post(
@@ -586,7 +560,7 @@ def test_catalog_name_reads_a_table_another_writer_registered_and_re_points_the_
     config = {"catalog_uri": f"sqlite:///{root}/catalog.db", "table": "ns.other"}
     other = SqlCatalog("lakehouse", uri=config["catalog_uri"], warehouse=f"file://{root}/w")
     other.create_namespace("ns")
-    other.create_table("ns.other", schema=_rows([1]).schema).append(_rows([1, 2]))
+    other.create_table("ns.other", schema=arrow_rows([1]).schema).append(arrow_rows([1, 2]))
     with pytest.raises(InvalidInput) as unseen:
         connector_create(name="other", kind="iceberg", config=dict(config))
     assert unseen.value.field == "config.table"
@@ -614,7 +588,7 @@ def test_catalog_name_reads_a_table_another_writer_registered_and_re_points_the_
     ):
         catalog = SqlCatalog(name, uri=uri, warehouse=f"file://{second}/w-{name}")
         catalog.create_namespace("ns")
-        catalog.create_table("ns.other", schema=_rows([1]).schema)
+        catalog.create_table("ns.other", schema=arrow_rows([1]).schema)
     moved = [
         ({**config, "catalog_name": "tidemark"}, "config.catalog_name"),
         (
@@ -680,12 +654,12 @@ def test_a_table_partitioned_by_a_column_value_is_read_once_per_row(spark, tmp_p
 
     lake = Lake(tmp_path / "lake")
     lake.catalog.drop_table("ns.t")
-    schema = lake.catalog.create_table("ns.probe", schema=_rows([1]).schema).schema()
+    schema = lake.catalog.create_table("ns.probe", schema=arrow_rows([1]).schema).schema()
     lake.catalog.drop_table("ns.probe")
     v = schema.find_field("v")
     spec = PartitionSpec(PartitionField(v.field_id, 1000, IdentityTransform(), "v"))
     lake.catalog.create_table("ns.t", schema=schema, partition_spec=spec)
-    lake.table.append(pa.concat_tables([_rows([1, 2], "a"), _rows([3], "b")]))
+    lake.table.append(pa.concat_tables([arrow_rows([1, 2], "a"), arrow_rows([3], "b")]))
     assert any("v=a" in task.file.file_path for task in lake.table.scan().plan_files())
     out = tmp_path / "out"
     job = iceberg_job("parted", lake, out)
@@ -707,7 +681,7 @@ def test_a_batch_over_a_replacing_snapshot_waits_for_the_restatement_of_what_it_
     lake = Lake(tmp_path / "lake")
     out = tmp_path / "out"
     job = iceberg_job("waits", lake, out)
-    lake.table.append(_rows([1, 2, 3]))
+    lake.table.append(arrow_rows([1, 2, 3]))
     discovery.discover(job.connector)
     drain(spark, job)
     lake.table.delete(EqualTo("key", 2))  # rewrites the first snapshot's file without key 2
@@ -758,10 +732,10 @@ def test_a_file_put_back_by_a_later_snapshot_is_read_once_by_the_rebuild(spark, 
         drain(spark, job)
         assert sink_state(out) == duckdb_rows(lake)
 
-    lake.table.append(_rows([1, 2]))
+    lake.table.append(arrow_rows([1, 2]))
     step()
     first = [task.file for task in lake.table.scan().plan_files()]
-    second = _swap(lake, remove=first, rows=_rows([1, 2], "b"))  # a replay's publish
+    second = _swap(lake, remove=first, rows=arrow_rows([1, 2], "b"))  # a replay's publish
     step()
     assert sink_state(out) == [(1, "b"), (2, "b")]
     _swap(lake, remove=second, add=first)  # its undo
@@ -781,7 +755,7 @@ def test_a_column_renamed_between_snapshots_is_read_by_its_field_id_not_lost(spa
     lake = Lake(tmp_path / "lake")
     out = tmp_path / "out"
     job = iceberg_job("renamed", lake, out, max_items=10)
-    lake.table.append(_rows([1, 2], "old"))
+    lake.table.append(arrow_rows([1, 2], "old"))
     with lake.table.update_schema() as update:
         update.rename_column("v", "w")
     lake.table.append(
@@ -796,7 +770,7 @@ def test_a_column_renamed_between_snapshots_is_read_by_its_field_id_not_lost(spa
     assert rows == sorted(duck.fetchall()) == [(1, "old"), (2, "old"), (3, "new")]
 
     again = Lake(tmp_path / "again")
-    again.table.append(_rows([1], "old"))
+    again.table.append(arrow_rows([1], "old"))
     with again.table.update_schema() as update:
         update.delete_column("v")
     with again.table.update_schema() as update:
