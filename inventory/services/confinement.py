@@ -107,15 +107,19 @@ class WalkBudgetExceeded(InvalidInput):
 
 
 def walk(
-    root: str, *, field: str = "config.path", known: Mapping[str, Set[str]] | None = None
+    root: str, *, field: str = "config.path", known: Mapping[str, Set[bytes]] | None = None
 ) -> Iterator[tuple[str, list[str]]]:
     """(directory, names of the files in it) for `root` and every directory below it that
     resolves inside `root`, each directory once.
 
     One `os.listdir` per directory; only the names not in `known[directory]` (the files a
-    discovery registered there before: a set difference) are looked at, one `lstat` each, and
-    yielded: a scan of a directory of known files costs its listing and a set lookup per name. A known name is taken
+    discovery registered there before, as the file system's bytes: `os.fsencode` of the name; a
+    set difference) are looked at, one `lstat` each, and yielded: a scan of a directory of known
+    files costs its listing and a set lookup per name. A known name is taken
     for the file it was (a directory that later takes a registered file's name is not walked).
+    The directory is listed as bytes: no name is decoded but the unknown ones (`os.fsdecode`, as
+    a listing by a `str` path decodes every name), and the set difference of bytes costs less
+    than that of the same names as `str` (measured: docs/performance-notes.md, Discovery).
     Confinement is decided per directory: a directory reached without a symlink lies at its
     parent's resolved path plus its name; only a symlink is resolved (`os.path.realpath`)."""
     real_root = os.path.realpath(root)
@@ -128,7 +132,7 @@ def walk(
     while pending:
         directory, real_directory, depth = pending.pop()
         try:
-            listing = os.listdir(directory)
+            listing = os.listdir(os.fsencode(directory))
         except OSError:
             if directory == root:
                 raise
@@ -145,7 +149,8 @@ def walk(
         # a set difference (hashing and probing in C) costs a known file less than a filter
         # calling `skip.__contains__` per name: the known set is the one structure a scan reads
         # that the listing does not, and it is seldom still in the CPU cache
-        for name in set(listing) - skip if skip else listing:
+        for raw in set(listing) - skip if skip else listing:
+            name = os.fsdecode(raw)
             path = os.path.join(directory, name)
             try:
                 mode = os.lstat(path).st_mode
