@@ -88,6 +88,10 @@ class KnownFiles:
     # directory -> names registered in it, as the file system's bytes (`known_name`): the walk
     # lists a directory as bytes and compares them (confinement.walk)
     by_directory: dict[str, set[bytes]] = field(default_factory=dict)
+    # directory -> its last listing less the names not registered (confinement.unknown_names:
+    # the next listing is compared with it in step); valid while `by_directory` only grows, which
+    # it does for the life of this object (a copy that lost rows is a new one)
+    listings: dict[str, list] = field(default_factory=dict)
     # files registered lately, in id order (so in registration order): see _Recent
     recent: "_Recent" = field(default_factory=lambda: _Recent())
     # where the next recheck starts in `recent`
