@@ -19,6 +19,7 @@ it is looked at within ceil(files in window / recheck_per_scan) scans of this pr
 
 import logging
 import os
+import sys
 import threading
 import time
 from array import array
@@ -156,11 +157,14 @@ def _load(connector: Connector, known: KnownFiles, *, upto: int, recheck_seconds
     known.max_id = upto
 
 
+_ENCODING, _ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+
+
 def known_name(name: str) -> bytes:
     """A file name as `KnownFiles.by_directory` holds it: the bytes a listing by a bytes path
-    returns for it (the inverse of the decoding a listing by a `str` path makes, so a name
-    compares the same either way)."""
-    return os.fsencode(name)
+    returns for it (`os.fsencode`, the inverse of the decoding a listing by a `str` path makes,
+    so a name compares the same either way; written out, as the object store calls it per key)."""
+    return name.encode(_ENCODING, _ERRORS)
 
 
 def _add(known: KnownFiles, rows) -> None:
