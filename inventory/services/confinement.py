@@ -16,7 +16,9 @@ symlink loops cannot tie up a worker.
 
 import os
 import stat
-from collections.abc import Iterator, Mapping, Set
+from collections.abc import Iterator, Mapping, MutableMapping, Set
+from itertools import filterfalse
+from operator import ne
 
 from django.conf import settings
 
@@ -107,15 +109,28 @@ class WalkBudgetExceeded(InvalidInput):
 
 
 def walk(
-    root: str, *, field: str = "config.path", known: Mapping[str, Set[str]] | None = None
+    root: str,
+    *,
+    field: str = "config.path",
+    known: Mapping[str, Set[bytes]] | None = None,
+    listings: MutableMapping[str, list] | None = None,
 ) -> Iterator[tuple[str, list[str]]]:
     """(directory, names of the files in it) for `root` and every directory below it that
     resolves inside `root`, each directory once.
 
     One `os.listdir` per directory; only the names not in `known[directory]` (the files a
-    discovery registered there before: a set difference) are looked at, one `lstat` each, and
-    yielded: a scan of a directory of known files costs its listing and a set lookup per name. A known name is taken
+    discovery registered there before, as the file system's bytes: `os.fsencode` of the name; a
+    set difference) are looked at, one `lstat` each, and yielded: a scan of a directory of known
+    files costs its listing and a set lookup per name. A known name is taken
     for the file it was (a directory that later takes a registered file's name is not walked).
+    The directory is listed as bytes: no name is decoded but the unknown ones (`os.fsdecode`, as
+    a listing by a `str` path decodes every name), and the set difference of bytes costs less
+    than that of the same names as `str` (measured: docs/performance-notes.md, Discovery).
+
+    `listings`, when given, keeps each directory's listing less its unknown names for the next
+    walk with the same `known` (`unknown_names`: a listing is compared with the previous one in
+    order, so most names cost a comparison with their neighbour in memory, not a hash probe).
+    The caller keeps it only as long as `known` only grows (files/known.py: with its copy).
     Confinement is decided per directory: a directory reached without a symlink lies at its
     parent's resolved path plus its name; only a symlink is resolved (`os.path.realpath`)."""
     real_root = os.path.realpath(root)
@@ -128,7 +143,7 @@ def walk(
     while pending:
         directory, real_directory, depth = pending.pop()
         try:
-            listing = os.listdir(directory)
+            listing = os.listdir(os.fsencode(directory))
         except OSError:
             if directory == root:
                 raise
@@ -142,10 +157,14 @@ def walk(
             )
         names = []
         skip = known.get(directory)
-        # a set difference (hashing and probing in C) costs a known file less than a filter
-        # calling `skip.__contains__` per name: the known set is the one structure a scan reads
-        # that the listing does not, and it is seldom still in the CPU cache
-        for name in set(listing) - skip if skip else listing:
+        if skip and listings is not None:
+            unseen, listings[directory] = unknown_names(listing, listings.get(directory), skip)
+        else:
+            # a set difference (hashing and probing in C) costs a known file less than a filter
+            # calling `skip.__contains__` per name
+            unseen = set(listing) - skip if skip else listing
+        for raw in unseen:
+            name = os.fsdecode(raw)
             path = os.path.join(directory, name)
             try:
                 mode = os.lstat(path).st_mode
@@ -176,3 +195,75 @@ def walk(
             seen.add(real)
             pending.append((path, real, depth + 1))
         yield directory, names
+
+
+# closes every listing `unknown_names` keeps, so two listings compared in step end together
+_END = object()
+# how far ahead in the previous listing a known name out of step is looked for (files deleted
+# next to one another), and how many names out of step a comparison takes before the rest of
+# the listing is taken by a set difference (a listing in another order than the previous one)
+_LOOKAHEAD = 16
+_OUT_OF_STEP = 256
+
+
+def unknown_names(listing: list, previous: list | None, known: Set) -> tuple[list, list]:
+    """(the names of `listing` that are not in `known`, the listing to pass as `previous` next
+    time). `previous` is what an earlier call returned for the same directory and a `known` that
+    has only grown since: every name in it is in `known`, and it ends with `_END`.
+
+    A directory is listed in the same order from one look to the next for the names it still
+    holds (the order of its entries on disk: a hash of the name on ext4 and XFS, the order of
+    creation on btrfs and tmpfs), so the two listings are compared in step, in C (`map(ne, ...)`):
+    a name equal to the previous listing's name at its place is known, without hashing it or
+    reading `known`, whose names lie all over memory (at 1,000,000 names, a set difference waits
+    on the memory for every name). Only a name out of step is looked up in `known`: unknown, it is
+    new and the previous listing waits for the next name; known, the previous names up to it
+    were deleted (looked for up to `_LOOKAHEAD` ahead), or it was registered by someone else.
+    Past `_OUT_OF_STEP` such names (another order), the rest of the listing is taken by a set
+    difference, which is what every look did before. A name is therefore reported unknown
+    exactly when it is not in `known` whatever the order: the comparison in step only decides
+    how fast. `listing` is consumed (the returned listing may be it)."""
+    if previous is None:
+        unseen = set(listing) - known
+        kept = list(filterfalse(unseen.__contains__, listing)) if unseen else listing
+        kept.append(_END)
+        return list(unseen), kept
+    listing.append(_END)
+    size, previous_size = len(listing), len(previous)
+    ahead, behind = iter(listing), iter(previous)
+    out_of_step = []  # indexes in `listing` of the unknown names found in step
+    rest: list = []  # unknown names of the rest of the listing (after too many out of step)
+    steps = 0
+    for _ in filter(None, map(ne, ahead, behind)):
+        i = size - ahead.__length_hint__() - 1
+        j = previous_size - behind.__length_hint__() - 1
+        name = listing[i]
+        if name is _END:
+            break  # the listing ended: the previous names left were deleted
+        steps += 1
+        if previous[j] is _END or steps > _OUT_OF_STEP:
+            rest = list(set(listing[i:-1]) - known)
+            break
+        if name not in known:
+            out_of_step.append(i)
+            behind.__setstate__(j)  # the previous name waits for the next listed one
+            continue
+        for k in range(j + 1, min(j + 1 + _LOOKAHEAD, previous_size - 1)):
+            if previous[k] == name:
+                behind.__setstate__(k + 1)  # previous[j:k] were deleted
+                break
+        else:
+            behind.__setstate__(j)  # known but not listed before: registered meanwhile
+    unseen = [listing[i] for i in out_of_step] + rest
+    if rest:
+        dropped = set(unseen)
+        return unseen, list(filterfalse(dropped.__contains__, listing))
+    if not out_of_step:
+        return unseen, listing
+    kept = []
+    start = 0
+    for i in out_of_step:
+        kept += listing[start:i]
+        start = i + 1
+    kept += listing[start:]
+    return unseen, kept

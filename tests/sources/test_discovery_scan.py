@@ -295,3 +295,46 @@ def test_a_registration_that_commits_after_another_does_not_extend_the_copy_twic
     with CaptureQueriesContext(connection) as queries:
         assert directory_discover(connector=connector) == 0
     assert len(queries.captured_queries) == 1
+
+
+def test_names_not_ascii_are_known_by_the_next_look_and_a_name_not_utf8_never_registered(
+    tmp_path, stats, caplog
+):
+    # the walk lists a directory as bytes and compares them with the copy's names (known_name):
+    # a registered name in UTF-8 beyond ASCII, in a directory named so too, is known afterwards;
+    # a name in another encoding is never registered and does not stop the others
+    connector, folder = _connector(tmp_path, recheck_seconds=0)
+    café = _old_file(folder / "été" / "café.json")
+    kanji = _old_file(folder / "日本.csv")
+    latin1 = os.path.join(os.fsencode(folder), b"caf\xe9.json")
+    with open(latin1, "wb") as out:
+        out.write(b"{}")
+    os.utime(latin1, (1, 1))
+    with caplog.at_level("WARNING"):
+        assert directory_discover(connector=connector) == 2
+    registered = set(Asset.objects.filter(connector=connector).values_list("location", flat=True))
+    assert registered == {str(café), str(kanji)}
+    stats.clear()
+    caplog.clear()
+    with caplog.at_level("WARNING"), CaptureQueriesContext(connection) as queries:
+        assert directory_discover(connector=connector) == 0
+    # the known names are neither stat-ed nor sent; only the unregistrable one is looked at again
+    assert stats == [os.fsdecode(latin1)]
+    sent = " ".join(str(q["sql"]) for q in queries.captured_queries)
+    assert "café" not in sent and "日本" not in sent
+    assert "caf\\udce9.json" in " ".join(r.getMessage() for r in caplog.records)
+
+
+def test_the_walk_takes_the_known_names_as_the_file_systems_bytes(tmp_path):
+    from inventory.services.confinement import walk
+
+    for name in ("a.csv", "café.csv"):
+        _old_file(tmp_path / name)
+    known = {str(tmp_path): {files_known.known_name("a.csv"), files_known.known_name("café.csv")}}
+    assert list(walk(str(tmp_path), known=known)) == [(str(tmp_path), [])]
+    copy = files_known.known_files
+    connector, folder = _connector(tmp_path / "c")
+    _old_file(folder / "b.csv")
+    assert directory_discover(connector=connector) == 1
+    names = copy(connector, recheck_seconds=3600).by_directory[str(folder)]
+    assert names == {b"b.csv"}

@@ -239,7 +239,8 @@ def directory_discover(*, connector: Connector) -> int:
     known = known_files(connector, recheck_seconds=recheck)
     wanted = _Patterns(config.get("patterns"))
     found = {}
-    for directory, unseen in walk(path, field="config.path", known=known.by_directory):
+    walked = walk(path, field="config.path", known=known.by_directory, listings=known.listings)
+    for directory, unseen in walked:
         under = _relative_directory(directory, path)
         for name in unseen:
             location = os.path.join(directory, name)

@@ -19,6 +19,7 @@ it is looked at within ceil(files in window / recheck_per_scan) scans of this pr
 
 import logging
 import os
+import sys
 import threading
 import time
 from array import array
@@ -85,8 +86,13 @@ class _Recent:
 class KnownFiles:
     count: int = 0
     max_id: int = 0
-    # directory -> names registered in it
-    by_directory: dict[str, set[str]] = field(default_factory=dict)
+    # directory -> names registered in it, as the file system's bytes (`known_name`): the walk
+    # lists a directory as bytes and compares them (confinement.walk)
+    by_directory: dict[str, set[bytes]] = field(default_factory=dict)
+    # directory -> its last listing less the names not registered (confinement.unknown_names:
+    # the next listing is compared with it in step); valid while `by_directory` only grows, which
+    # it does for the life of this object (a copy that lost rows is a new one)
+    listings: dict[str, list] = field(default_factory=dict)
     # files registered lately, in id order (so in registration order): see _Recent
     recent: "_Recent" = field(default_factory=lambda: _Recent())
     # where the next recheck starts in `recent`
@@ -151,13 +157,24 @@ def _load(connector: Connector, known: KnownFiles, *, upto: int, recheck_seconds
     known.max_id = upto
 
 
+_ENCODING, _ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+
+
+def known_name(name: str) -> bytes:
+    """A file name as `KnownFiles.by_directory` holds it: the bytes a listing by a bytes path
+    returns for it (`os.fsencode`, the inverse of the decoding a listing by a `str` path makes,
+    so a name compares the same either way; written out, as the object store calls it per key)."""
+    return name.encode(_ENCODING, _ERRORS)
+
+
 def _add(known: KnownFiles, rows) -> None:
     """Put rows (location, id or None, size, mtime_ns, registered at) into the copy: every
     location by its directory, and those with an id into the recheck's `recent` (in id order)."""
     by_directory = known.by_directory
     recent = known.recent
     for location, pk, size, mtime_ns, at in rows:
-        directory, _, name = location.rpartition("/")
+        directory, _, text = location.rpartition("/")
+        name = known_name(text)
         names = by_directory.get(directory)
         if names is None:
             by_directory[directory] = {name}
@@ -203,13 +220,13 @@ def known_files_add(
         known.max_id = added.assets[-1][0]
 
 
-def _compact(by_directory: dict[str, set[str]]) -> None:
+def _compact(by_directory: dict[str, set[bytes]]) -> None:
     """Copy a first load's names next to one another in memory. Every scan probes the known set
     once per listed name, and between scans it leaves the CPU cache: names cut from the rows one
     by one lie scattered among the rows' other objects, and a probe then costs more (a set
     difference of 50,000 names, measured: a third less time on the copies)."""
     for directory, names in by_directory.items():
-        by_directory[directory] = {name.encode().decode() for name in names}
+        by_directory[directory] = {known_name(os.fsdecode(name)) for name in names}
 
 
 def _stat(location: str) -> os.stat_result:

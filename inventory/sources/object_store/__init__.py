@@ -228,7 +228,7 @@ def _discover_full(connector: Connector, config: dict, scheme: str) -> int:
     unseen = []
     for entry in listed:
         directory, _, name = entry[0].rpartition("/")
-        if name not in known.by_directory.get(directory, ()):
+        if files_known.known_name(name) not in known.by_directory.get(directory, ()):
             unseen.append(entry)
     items, _decided = _decide(unseen, config)
     return assets.assets_register(connector=connector, items=items)
