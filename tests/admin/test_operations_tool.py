@@ -23,15 +23,6 @@ from tests.support.api_support import make_inventory
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def admin_client_for(client):
-    def login(user):
-        client.force_login(user)
-        return client
-
-    return login
-
-
 def _committed_job(count=2):
     _, job = make_inventory(weights=[40] * 6)
     done = []
