@@ -142,6 +142,21 @@ def fenced(token, replaced=()):
             },
             "sink.path",
         ),
+        *(
+            (
+                {
+                    "kind": "iceberg",
+                    "catalog_uri": "sqlite:////c.db",
+                    "warehouse": "/w",
+                    "table": "a.b",
+                    "mode": "upsert",
+                    "key": ["k"],
+                    "version_column": column,
+                },
+                "sink.version_column",
+            )
+            for column in ("a.b", "v`", "v\n", "", 5, "k")
+        ),
     ],
 )
 def test_a_bad_iceberg_sink_is_refused_naming_the_field(sink, field):

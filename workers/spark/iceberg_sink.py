@@ -74,7 +74,9 @@ def check_iceberg(sink: dict) -> tuple[CatalogConfig, str, list[str], str | None
         ):
             raise _field("key", "sink 'key' must list the key columns an upsert merges on")
         if version_column is not None and (
-            not isinstance(version_column, str) or version_column in key
+            not isinstance(version_column, str)
+            or not _IDENT.fullmatch(version_column)
+            or version_column in key
         ):
             raise _field(
                 "version_column", "sink 'version_column' must name one column outside the key"
