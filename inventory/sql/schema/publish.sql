@@ -7,7 +7,11 @@
 -- Locks the job's watermark row (one publish per job at a time; lock order watermark -> batch),
 -- then the batch row, and refuses (TM409) unless the batch is running on this attempt with a live
 -- lease. Returns the batches whose output the new one replaces; a committed output must lie
--- wholly inside the new batch's range, otherwise the publish is refused (TM422). A batch one of
+-- wholly inside the new batch's range, otherwise the publish is refused (TM422). Besides the
+-- recorded outputs, the batches inside the new range that ran, never recorded a publish and can
+-- never publish again (cancelled, skipped, superseded): a worker killed after its sink committed
+-- and before the fence did left an output nobody recorded, and the new batch rewrites its items,
+-- so that output leaves with the others (a sink removes nothing where a batch wrote nothing). A batch one of
 -- whose items restates outputs not rebuilt yet (tidemark_stale_outputs) is told to wait (TM425):
 -- the fence (workers/spark/fence.py) asks again until the restatement has published.
 CREATE OR REPLACE FUNCTION tidemark_publish_begin(p_batch bigint, p_attempt integer)
@@ -48,11 +52,22 @@ BEGIN
             USING ERRCODE = 'TM422';
     END IF;
     RETURN QUERY
-        SELECT o.id, o.status = ANY(tidemark_output_statuses()) FROM inventory_batch AS o
-        WHERE o.job_id = b.job_id AND o.id <> b.id
-          AND o.published_attempt IS NOT NULL AND o.replaced_by_id IS NULL
-          AND o.span && b.span
-        ORDER BY lower(o.span);
+        SELECT r.id, r.recorded FROM (
+            SELECT o.id, o.status = ANY(tidemark_output_statuses()) AS recorded, lower(o.span) AS lo
+            FROM inventory_batch AS o
+            WHERE o.job_id = b.job_id AND o.id <> b.id
+              AND o.published_attempt IS NOT NULL AND o.replaced_by_id IS NULL
+              AND o.span && b.span
+            UNION ALL
+            -- the outputs a killed attempt may have left unrecorded (batch_job_lower_idx)
+            SELECT o.id, false, lower(o.span) FROM inventory_batch AS o
+            WHERE o.job_id = b.job_id AND o.id <> b.id
+              AND lower(o.span) >= lower(b.span) AND lower(o.span) < upper(b.span)
+              AND b.span @> o.span
+              AND o.status IN ('cancelled', 'skipped', 'superseded')
+              AND o.attempt >= 1 AND o.published_attempt IS NULL AND o.replaced_by_id IS NULL
+        ) AS r
+        ORDER BY r.lo, r.id;
 END
 $$;
 

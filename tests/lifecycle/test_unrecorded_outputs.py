@@ -1,0 +1,65 @@
+"""An output nobody recorded (a worker killed after its sink committed and before the fence's
+transaction did) leaves the sink when the batch that rewrites its items publishes, if its batch
+is cancelled, skipped or superseded instead of retried (tidemark_publish_begin, 0052)."""
+
+import pytest
+
+from inventory.models import Batch, BatchStatus
+from inventory.services import lifecycle
+from inventory.services.corrections import watermark_correct
+from tests.support.files_job import (
+    drain,
+    expected_rows,
+    expire_and_reap,
+    make_files_job,
+    sink_rows,
+    source_rows,
+)
+from workers.spark.sinks import write_sink
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _sink(kind, tmp_path, sink_dsn, table):
+    if kind == "files":
+        return {"kind": "files", "path": str(tmp_path / "out")}
+    return {"kind": "postgres", "dsn_env": sink_dsn, "table": table, "mode": "append"}
+
+
+def _killed_after_the_sink_committed(spark, batch: Batch, sink: dict, item_of: dict) -> None:
+    """What a worker killed between the sink's commit and the fence's leaves: the batch's output
+    in the sink, no publish recorded, the lease running out."""
+    rows = [
+        row for asset, item in item_of.items() if asset in batch.span for row in source_rows(item)
+    ]
+    df = spark.createDataFrame(rows, "key BIGINT, v STRING")
+    write_sink(df, sink, batch_id=batch.pk, attempt=batch.attempt)
+    expire_and_reap(batch)
+    assert Batch.objects.get(pk=batch.pk).published_attempt is None
+
+
+@pytest.mark.parametrize("kind", ["files", "postgres"])
+@pytest.mark.parametrize("then", ["cancelled", "skipped then replayed"])
+def test_an_unrecorded_output_leaves_when_its_items_are_published_again(
+    spark, tmp_path, sink_dsn, kind, then
+):
+    sink = _sink(kind, tmp_path, sink_dsn, f"unrecorded_{then[:4]}")
+    job, item_of = make_files_job(tmp_path, f"unrec-{kind}-{then[:4]}", sink, items=4)
+    first = lifecycle.batch_acquire(job=job, worker="w")
+    _killed_after_the_sink_committed(spark, first, sink, item_of)
+    assert sink_rows(spark, sink) == expected_rows(i for a, i in item_of.items() if a in first.span)
+    if then == "cancelled":
+        lifecycle.batch_cancel(batch_id=first.pk, actor="ops", reason="stuck")
+        drain(spark, job)
+    else:
+        Batch.objects.filter(pk=first.pk).update(status=BatchStatus.DEAD)
+        lifecycle.batch_skip(batch_id=first.pk, actor="ops", reason="bad file")
+        drain(spark, job)
+        # the skipped range was never processed: its rows are the unrecorded output's alone
+        watermark_correct(
+            job=job, position=first.span.lower, actor="ops", reason="reprocess", replay=True
+        )
+        drain(spark, job)
+    assert sink_rows(spark, sink) == expected_rows(range(4))
+    gone = Batch.objects.get(pk=first.pk)
+    assert gone.published_attempt is None and gone.replaced_by_id is not None
