@@ -44,6 +44,9 @@ OPEN_STATUSES = (BatchStatus.QUEUED, BatchStatus.RUNNING, BatchStatus.FAILED)
 OUTPUT_STATUSES = (*COMMITTED_STATUSES, BatchStatus.SUPERSEDED)
 # A backfill is completed once every one of its batches is in one of these.
 BACKFILL_DONE_STATUSES = (BatchStatus.SUCCEEDED, BatchStatus.SKIPPED, BatchStatus.CANCELLED)
+# Batches that can never run, so never publish, again (no move leads from these to running): the
+# publish fence hands their unrecorded outputs to the sink as replaced.
+RETIRED_STATUSES = (BatchStatus.SKIPPED, BatchStatus.CANCELLED, BatchStatus.SUPERSEDED)
 # The SQL functions use the same lists (inventory/sql/schema/statuses.sql; tests/sql/test_schema_home.py).
 
 

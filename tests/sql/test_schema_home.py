@@ -116,6 +116,7 @@ STATUS_LISTS = {
     "tidemark_open_statuses": models.OPEN_STATUSES,
     "tidemark_output_statuses": models.OUTPUT_STATUSES,
     "tidemark_backfill_done_statuses": models.BACKFILL_DONE_STATUSES,
+    "tidemark_retired_statuses": models.RETIRED_STATUSES,
 }
 
 
@@ -182,3 +183,16 @@ def test_the_numbered_sql_files_are_each_applied_by_one_migration():
     )
     for path in (SQL_DIR / "migrations").glob("*.sql"):
         assert applied.count(f'"{path.name}"') == 1, path.name
+
+
+def test_no_move_leads_from_a_retired_status_back_to_running():
+    """The fence removes a retired batch's unrecorded output: it must never publish again."""
+    from inventory.models.moves import BATCH_MOVES
+
+    reached = {str(status) for status in models.RETIRED_STATUSES}
+    while True:
+        more = {to for frm, to in BATCH_MOVES if frm in reached} - reached
+        if not more:
+            break
+        reached |= more
+    assert str(models.BatchStatus.RUNNING) not in reached

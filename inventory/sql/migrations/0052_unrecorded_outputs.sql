@@ -5,7 +5,14 @@
 -- wrote beside that output, and a reader saw those rows twice. tidemark_publish_begin now also
 -- returns the batches wholly inside the publishing batch's range that ran, recorded no publish and
 -- can never publish again, so the sink removes what they may have left (nothing, where they
--- wrote nothing).
+-- wrote nothing). The list of those statuses is tidemark_retired_statuses (statuses.sql).
+
+-- batches that can never run, so never publish, again (no move leads from these to running): the
+-- publish fence hands their unrecorded outputs to the sink as replaced
+CREATE OR REPLACE FUNCTION tidemark_retired_statuses() RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ARRAY['skipped', 'cancelled', 'superseded']
+$$;
 
 CREATE OR REPLACE FUNCTION tidemark_publish_begin(p_batch bigint, p_attempt integer)
 RETURNS TABLE(batch_id bigint, committed boolean) LANGUAGE plpgsql AS $$
@@ -57,7 +64,7 @@ BEGIN
             WHERE o.job_id = b.job_id AND o.id <> b.id
               AND lower(o.span) >= lower(b.span) AND lower(o.span) < upper(b.span)
               AND b.span @> o.span
-              AND o.status IN ('cancelled', 'skipped', 'superseded')
+              AND o.status = ANY(tidemark_retired_statuses())
               AND o.attempt >= 1 AND o.published_attempt IS NULL AND o.replaced_by_id IS NULL
         ) AS r
         ORDER BY r.lo, r.id;

@@ -64,7 +64,7 @@ BEGIN
             WHERE o.job_id = b.job_id AND o.id <> b.id
               AND lower(o.span) >= lower(b.span) AND lower(o.span) < upper(b.span)
               AND b.span @> o.span
-              AND o.status IN ('cancelled', 'skipped', 'superseded')
+              AND o.status = ANY(tidemark_retired_statuses())
               AND o.attempt >= 1 AND o.published_attempt IS NULL AND o.replaced_by_id IS NULL
         ) AS r
         ORDER BY r.lo, r.id;

@@ -28,6 +28,13 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT ARRAY['succeeded', 'skipped', 'superseded']
 $$;
 
+-- batches that can never run, so never publish, again (no move leads from these to running): the
+-- publish fence hands their unrecorded outputs to the sink as replaced
+CREATE OR REPLACE FUNCTION tidemark_retired_statuses() RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ARRAY['skipped', 'cancelled', 'superseded']
+$$;
+
 -- a backfill is completed once every one of its batches is in one of these
 CREATE OR REPLACE FUNCTION tidemark_backfill_done_statuses() RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
