@@ -97,3 +97,50 @@ def test_a_file_without_bounds_for_a_key_column_is_read(spark, tmp_path, bounds)
     far = key_ranges(_batch(spark, [500], "x"), ["key"], schema)
     # 500 lies above the file's keys 1..10: only the upper bound can rule the file out
     assert may_hold(data_file, far, schema) is (bounds in ("upper", "both"))
+
+
+def test_the_bounds_never_rule_out_a_file_that_holds_a_key(spark, tmp_path):
+    """Differential: the files' bounds as pyiceberg decodes them from what Spark wrote, against
+    the keys the files hold as pyarrow reads them, for integer and string keys (non-ASCII, beyond
+    the 16 characters a bound keeps, sharing long prefixes), over random batches of keys."""
+    import random
+
+    import pyarrow.parquet as pq
+
+    rng = random.Random(46)
+    alphabet = ["a", "z", "é", "ÿ", "中", "😀", "\u0100", "~", " "]
+
+    def word() -> str:
+        prefix = "p" * rng.choice([0, 15, 16, 17])
+        return prefix + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 20)))
+
+    for kind, make, schema_sql in (
+        ("int", lambda: rng.randint(-(2**40), 2**40), "key BIGINT, v STRING"),
+        ("str", word, "key STRING, v STRING"),
+    ):
+        sink = {**_sink(tmp_path / kind, ["key"]), "mode": "append"}
+        sink.pop("key")
+        written = []
+        for batch in range(1, 7):
+            keys = {make() for _ in range(40)}
+            written += keys
+            df = spark.createDataFrame([(k, "x") for k in keys], schema_sql).coalesce(1)
+            write_sink(df, sink, batch_id=batch, job="j")
+        table = _table(sink)
+        schema = table.schema()
+        held = {
+            f.file_path: set(
+                pq.read_table(f.file_path.removeprefix("file://")).column("key").to_pylist()
+            )
+            for f in _live(sink)
+        }
+        files = _live(sink)
+        # each file's own smallest and largest key alone (a bound met exactly), then random batches
+        edges = [[edge(held[f.file_path])] for f in files for edge in (min, max)]
+        for asked in edges + [rng.sample(written, rng.randint(1, 3)) + [make()] for _ in range(60)]:
+            ranges = key_ranges(
+                spark.createDataFrame([(k, "x") for k in asked], schema_sql), ["key"], schema
+            )
+            for data_file in files:
+                if held[data_file.file_path] & set(asked):
+                    assert may_hold(data_file, ranges, schema), (kind, asked, data_file.file_path)
