@@ -414,10 +414,9 @@ def _merge(table, staging, live, merge) -> tuple[list, list, int]:
         )
     newest = ranked.where(F.col("_tm_rank") == 1).drop("_tm_rank")
     columns = new.columns
-    ranges = key_ranges(newest, key, table.schema()) if live else None
-    paths = {
-        f.file_path: f for f in live if ranges is not None and may_hold(f, ranges, table.schema())
-    }
+    schema = table.schema()
+    ranges = key_ranges(newest, key, schema) if live else None
+    paths = {f.file_path: f for f in live if ranges is not None and may_hold(f, ranges, schema)}
     touched = []
     if paths:
         stored = spark.read.parquet(*(_local(p) for p in paths)).withColumn(
