@@ -249,6 +249,36 @@ class Tidemark:
         data = self.post(f"jobs/{_quote(job)}/acquire/", body)
         return None if data is None else AcquiredBatch.from_json(data)
 
+    def acquire_batches(
+        self, job: str, *, worker: str, count: int, lease_seconds: int | None = None
+    ) -> list[AcquiredBatch]:
+        """Take up to `count` of the job's batches in one call (empty when nothing is waiting);
+        each is the batch `acquire` would have given next."""
+        body = {"worker": worker, "count": count}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        data = self.post(f"jobs/{_quote(job)}/acquire-batches/", body)
+        return [AcquiredBatch.from_json(item) for item in data["batches"]]
+
+    def succeed_batches(
+        self, batches: list[AcquiredBatch], *, results: dict[int, dict] | None = None
+    ) -> dict:
+        """Commit several batches of one job in one call; `results`: batch id -> its result.
+        Returns {"committed": [batch, ...], "refused": [{"id", "reason"}, ...]}: a batch whose
+        lease was lost is refused and the others commit."""
+        if not batches:
+            return {"committed": [], "refused": []}
+        jobs = {batch.job for batch in batches}
+        if len(jobs) != 1:
+            raise ValueError("succeed_batches commits batches of one job at a time")
+        results = results or {}
+        body = {
+            "batches": [
+                {"id": b.id, "attempt": b.attempt, "result": results.get(b.id, {})} for b in batches
+            ]
+        }
+        return self.post(f"jobs/{_quote(jobs.pop())}/succeed-batches/", body)
+
     def heartbeat(self, batch: AcquiredBatch, *, lease_seconds: int | None = None) -> str:
         """Extend the lease; returns the new expiry. Raises Conflict when the lease is lost."""
         body = {"attempt": batch.attempt}

@@ -1,6 +1,7 @@
 """Throttling for token clients (scripts, external processors); browser sessions are not throttled.
 
-Scopes: `read` (GET), `processing` (acquire/heartbeat/succeed/fail: an external processor's loop),
+Scopes: `read` (GET), `processing` (acquire/heartbeat/succeed/fail, one batch or several: an
+external processor's loop),
 `write` (everything else). Rates come from REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], read at
 request time so they can be changed per deployment and in tests.
 """
@@ -12,7 +13,14 @@ from rest_framework.permissions import SAFE_METHODS
 from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
 
-PROCESSING_ACTIONS = {"acquire", "heartbeat", "succeed", "fail"}
+PROCESSING_ACTIONS = {
+    "acquire",
+    "acquire_batches",
+    "heartbeat",
+    "succeed",
+    "succeed_batches",
+    "fail",
+}
 
 
 class TokenScopedRateThrottle(SimpleRateThrottle):

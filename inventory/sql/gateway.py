@@ -345,6 +345,33 @@ def batch_acquire(
         return _first_batch(query("batch_acquire"), params)
 
 
+def batches_acquire(
+    *,
+    job_id: int,
+    items: str,
+    worker: str,
+    lease_seconds: int,
+    snapshot: dict,
+    limit: int | None,
+    count: int,
+    source_field: str,
+) -> list[Batch]:
+    """Up to `count` batches started for `worker` (tidemark_acquire_batches), in the order they
+    started; empty when there is no work."""
+    params = {
+        "job": job_id,
+        "items": items,
+        "worker": worker,
+        "lease": lease_seconds,
+        "snapshot": json.dumps(snapshot),
+        "limit": limit,
+        "count": count,
+    }
+    with _refusals(source_field=source_field), single_call(), connection.cursor() as cursor:
+        cursor.execute(query("batches_acquire"), params)
+        return _batches(cursor)
+
+
 def job_lock_for_start(*, job_id: int) -> None:
     """The job's row, shared: a pause waits for a start in progress."""
     with connection.cursor() as cursor:
@@ -371,6 +398,20 @@ def batch_succeed(*, batch_id: int, attempt: int, result: dict, watermark) -> Ba
     }
     with _refusals(), single_call():
         return _first_batch(query("batch_succeed"), params)
+
+
+def batches_succeed(*, commits: Sequence[tuple[int, int, dict, Any]]) -> list[Batch]:
+    """The batches of `commits` ((batch id, attempt, result, watermark value) each, of one job)
+    that committed (tidemark_succeed_batches); the others' attempts may not commit."""
+    params = {
+        "batches": [c[0] for c in commits],
+        "attempts": [c[1] for c in commits],
+        "results": [json.dumps(c[2]) for c in commits],
+        "values": [_json(c[3]) for c in commits],
+    }
+    with _refusals(), single_call(), connection.cursor() as cursor:
+        cursor.execute(query("batches_succeed"), params)
+        return _batches(cursor)
 
 
 def job_reap_expired(*, job_id: int, lock_timeout: str) -> list[int]:

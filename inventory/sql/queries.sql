@@ -8,6 +8,12 @@ SELECT * FROM tidemark_acquire(
     %(job)s, %(items)s, %(worker)s, %(lease)s, %(snapshot)s::jsonb, %(limit)s
 );
 
+-- name: batches_acquire
+-- Up to %(count)s batches started for one worker in one call (tidemark_acquire_batches).
+SELECT * FROM tidemark_acquire_batches(
+    %(job)s, %(items)s, %(worker)s, %(lease)s, %(snapshot)s::jsonb, %(limit)s, %(count)s
+);
+
 -- name: batch_plan_next
 -- The next incremental batch, queued (tidemark_plan_next; the caller holds the job's row).
 SELECT * FROM tidemark_plan_next(%(job)s, %(items)s, '', NULL, %(snapshot)s::jsonb);
@@ -49,6 +55,13 @@ RETURNING b.lease_expires_at;
 
 -- name: batch_succeed
 SELECT * FROM tidemark_succeed(%(batch)s, %(attempt)s, %(result)s::jsonb, %(watermark)s::jsonb);
+
+-- name: batches_succeed
+-- Several batches of one job committed in one call (tidemark_succeed_batches): the rows of those
+-- that committed.
+SELECT * FROM tidemark_succeed_batches(
+    %(batches)s::bigint[], %(attempts)s::integer[], %(results)s::jsonb[], %(values)s::jsonb[]
+);
 
 -- name: backfill_complete_if_done
 SELECT tidemark_complete_backfill(%(backfill)s);

@@ -19,6 +19,8 @@ from inventory.api.serializers.backfills import (
     TimeOrValueField,
 )
 from inventory.api.serializers.batches import (
+    AcquireBatchesSerializer,
+    AcquiredBatchesSerializer,
     AcquiredBatchSerializer,
     AcquireSerializer,
     AttemptSerializer,
@@ -31,6 +33,8 @@ from inventory.api.serializers.batches import (
     HeartbeatSerializer,
     LeaseSerializer,
     SkipSerializer,
+    SucceedBatchesSerializer,
+    SucceededBatchesSerializer,
     SucceedSerializer,
 )
 from inventory.api.serializers.connectors import (
@@ -71,6 +75,8 @@ from inventory.api.serializers.jobs import (
 
 __all__ = [
     "AcquireSerializer",
+    "AcquireBatchesSerializer",
+    "AcquiredBatchesSerializer",
     "AcquiredBatchSerializer",
     "AnnounceAssetsSerializer",
     "AnnounceResultSerializer",
@@ -100,6 +106,8 @@ __all__ = [
     "DiscoverResultSerializer",
     "ErrorSerializer",
     "FailSerializer",
+    "SucceedBatchesSerializer",
+    "SucceededBatchesSerializer",
     "HeartbeatSerializer",
     "INT",
     "JobDetailSerializer",

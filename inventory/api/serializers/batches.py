@@ -4,9 +4,10 @@ heartbeat, succeed, fail)."""
 from rest_framework import serializers
 
 from inventory.api.serializers.connectors import WEIGHT_UNIT_HELP
-from inventory.api.serializers.fields import SMALLINT, AnyJSONField, PublicJSONField
+from inventory.api.serializers.fields import BIGINT, SMALLINT, AnyJSONField, PublicJSONField
 from inventory.api.serializers.strict import Input
 from inventory.models import Batch, BatchAttempt
+from inventory.services.lifecycle import MAX_BATCHES_PER_CALL
 
 
 class BatchSerializer(serializers.ModelSerializer):
@@ -94,6 +95,18 @@ class AcquireSerializer(Input):
     )
 
 
+class AcquireBatchesSerializer(AcquireSerializer):
+    count = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_BATCHES_PER_CALL,
+        help_text=f"how many batches to take at most (1 to {MAX_BATCHES_PER_CALL})",
+    )
+
+
+class AcquiredBatchesSerializer(Input):
+    batches = AcquiredBatchSerializer(many=True, read_only=True)
+
+
 class AttemptSerializer(Input):
     attempt = serializers.IntegerField(
         min_value=1, max_value=SMALLINT, help_text="the fencing token from acquire/"
@@ -118,6 +131,30 @@ class SucceedSerializer(AttemptSerializer):
         default=None,
         help_text="datetime / key_value / file_set watermarks: the value this batch reached",
     )
+
+
+class BatchCommitSerializer(SucceedSerializer):
+    id = serializers.IntegerField(min_value=1, max_value=BIGINT, help_text="the batch's id")
+
+
+class SucceedBatchesSerializer(Input):
+    batches = BatchCommitSerializer(
+        many=True,
+        allow_empty=False,
+        max_length=MAX_BATCHES_PER_CALL,
+        help_text=f"1 to {MAX_BATCHES_PER_CALL} batches of the job, each committed as succeed/ "
+        "commits one",
+    )
+
+
+class RefusedCommitSerializer(Input):
+    id = serializers.IntegerField()
+    reason = serializers.CharField()
+
+
+class SucceededBatchesSerializer(Input):
+    committed = BatchDetailSerializer(many=True, read_only=True)
+    refused = RefusedCommitSerializer(many=True, read_only=True)
 
 
 class FailSerializer(AttemptSerializer):

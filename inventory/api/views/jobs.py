@@ -1,5 +1,5 @@
 """/api/v1/jobs/: list, read, create, change, delete; run, pause, resume; the watermark and its
-correction; acquire for external processing."""
+correction; acquire (one batch or several) and commit several for external processing."""
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
@@ -177,6 +177,62 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
         batch = Batch.objects.select_related("job__connector").get(pk=batch.pk)
         batch.items = selectors.batch_items(batch=batch)
         return Response(s.AcquiredBatchSerializer(batch).data)
+
+    @extend_schema(
+        summary="Take up to `count` batches at once to process outside Tidemark (operator)",
+        description="Starts each batch's next attempt under a lease, in one transaction: each is "
+        "the batch `acquire/` would have given next, by the same rules. Fewer than `count` (or "
+        "none: an empty list) when the work runs out or a concurrency limit is reached. Commit "
+        "them together with `succeed-batches/`, or one by one with `batches/{id}/succeed/`.",
+        request=s.AcquireBatchesSerializer,
+        responses=with_errors({200: s.AcquiredBatchesSerializer}, 400, 404, 409),
+    )
+    @action(detail=True, methods=["post"], url_path="acquire-batches")
+    def acquire_batches(self, request, name=None):
+        job = self.get_object()
+        data = validated(s.AcquireBatchesSerializer, request)
+        started = run(
+            "job.acquire_batches",
+            request.user,
+            job=job,
+            worker=data.get("worker") or f"api:{actor_name(request.user)}",
+            count=data["count"],
+            lease_seconds=data.get("lease_seconds"),
+        )
+        by_id = Batch.objects.select_related("job__connector").in_bulk([b.pk for b in started])
+        batches = []
+        for batch in started:
+            batch = by_id[batch.pk]
+            batch.items = selectors.batch_items(batch=batch)
+            batches.append(batch)
+        return Response(s.AcquiredBatchesSerializer({"batches": batches}).data)
+
+    @extend_schema(
+        summary="Commit several of the job's batches whose output is written (operator)",
+        description="Each batch commits as `batches/{id}/succeed/` commits one (its status and "
+        "the watermark move together, only for the current attempt holding a live lease), all in "
+        "one transaction. A batch whose attempt may not commit is left as it is and listed in "
+        "`refused` with the reason; the others commit. 400 naming `batches[i].id` when a batch "
+        "is named twice or is not the job's: then nothing commits.",
+        request=s.SucceedBatchesSerializer,
+        responses=with_errors({200: s.SucceededBatchesSerializer}, 400, 404),
+    )
+    @action(detail=True, methods=["post"], url_path="succeed-batches")
+    def succeed_batches(self, request, name=None):
+        job = self.get_object()
+        data = validated(s.SucceedBatchesSerializer, request)
+        outcome = run("job.succeed_batches", request.user, job=job, commits=list(data["batches"]))
+        committed = Batch.objects.select_related("job__connector").in_bulk(
+            [b.pk for b in outcome.committed]
+        )
+        return Response(
+            s.SucceededBatchesSerializer(
+                {
+                    "committed": [committed[b.pk] for b in outcome.committed],
+                    "refused": [{"id": k, "reason": v} for k, v in outcome.refused.items()],
+                }
+            ).data
+        )
 
     @extend_schema(
         methods=["GET"],

@@ -16,17 +16,19 @@ Rows are locked in one order on every path, job -> watermark -> backfill -> batc
 docs/architecture.md, "Lock order"); a path may skip a level, never go back up one.
 
 - `shared`: the transition call, "due", "blocked", row locks and fences;
-- `starting`: plan the next batch, acquire, a named start, heartbeat;
-- `ending`: succeed, fail, the reaper, the requeue of due retries;
+- `starting`: plan the next batch, acquire (one batch or several), a named start, heartbeat;
+- `ending`: succeed (one batch or several), fail, the reaper, the requeue of due retries;
 - `operator`: retry, cancel, skip, supersede, cancel many, a batch born skipped.
 """
 
 from inventory.services.lifecycle.ending import (
     REAPER_LOCK_TIMEOUT,
+    Commits,
     batch_fail,
     batch_succeed,
     batches_reap_expired,
     batches_requeue_due,
+    batches_succeed,
     fail_locked,
 )
 from inventory.services.lifecycle.operator import (
@@ -49,6 +51,7 @@ from inventory.services.lifecycle.shared import (
     job_blocked_reason,
 )
 from inventory.services.lifecycle.starting import (
+    MAX_BATCHES_PER_CALL,
     backfill_start_blocked,
     batch_acquire,
     batch_heartbeat,
@@ -56,10 +59,12 @@ from inventory.services.lifecycle.starting import (
     batch_plan_next,
     batch_start,
     batch_start_locked,
+    batches_acquire,
     batches_plan,
 )
 
 __all__ = [
+    "MAX_BATCHES_PER_CALL",
     "REAPER_LOCK_TIMEOUT",
     "SUPERSEDABLE_STATUSES",
     "WAITING_STATUSES",
@@ -78,14 +83,17 @@ __all__ = [
     "batch_start",
     "batch_start_locked",
     "batch_succeed",
+    "batches_acquire",
     "batches_cancel",
     "batches_cancel_waiting",
     "batches_insert",
     "batches_plan",
     "batches_reap_expired",
     "batches_requeue_due",
+    "batches_succeed",
     "batches_supersede",
     "batches_transition",
+    "Commits",
     "config_snapshot",
     "fail_locked",
     "job_blocked_reason",

@@ -2,11 +2,12 @@
 batches whose backoff is over."""
 
 import logging
+from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models.functions import Now
 
-from inventory.models import Batch, BatchStatus
+from inventory.models import Batch, BatchStatus, Job
 from inventory.services import secrets, signals, watermarks
 from inventory.services.errors import InvalidInput, NotFound, StaleAttempt
 from inventory.services.lifecycle.shared import (
@@ -55,6 +56,69 @@ def batch_succeed(
         # outputs it replaced may have been read by jobs down a chain (restatements.py listens)
         transaction.on_commit(lambda: _committed(batch.pk))
     return batch
+
+
+@dataclass(frozen=True)
+class Commits:
+    """What a succeed of several batches did: the batches committed, in the order given, and why
+    each of the others may not commit (batch id -> reason)."""
+
+    committed: list[Batch]
+    refused: dict[int, str]
+
+
+def batches_succeed(*, job: Job, commits: list[dict]) -> Commits:
+    """Commit several batches of `job` in one call and one transaction, each as `batch_succeed`
+    commits one: its status and the watermark move together, only for the current attempt holding
+    a live lease. `commits`: {"id", "attempt", "result" (optional), "watermark_value" (optional)}
+    each. A batch whose attempt may not commit is left as it is and named in `refused`; the others
+    commit. A batch named twice, of another job, or missing is refused before anything commits
+    (InvalidInput naming `batches[i].id`)."""
+    from inventory.services.lifecycle.starting import MAX_BATCHES_PER_CALL
+
+    if not commits or len(commits) > MAX_BATCHES_PER_CALL:
+        raise InvalidInput("batches", f"name 1 to {MAX_BATCHES_PER_CALL} batches")
+    ids = [c["id"] for c in commits]
+    of_job = set(Batch.objects.filter(pk__in=ids, job_id=job.pk).values_list("pk", flat=True))
+    seen: set[int] = set()
+    for i, batch_id in enumerate(ids):
+        if batch_id in seen:
+            raise InvalidInput(f"batches[{i}].id", f"batch {batch_id} is named twice")
+        if batch_id not in of_job:
+            raise InvalidInput(f"batches[{i}].id", f"job {job.name} has no batch {batch_id}")
+        seen.add(batch_id)
+    rows = []
+    for i, c in enumerate(commits):
+        result = c.get("result") or {}
+        if not isinstance(result, dict):
+            raise InvalidInput(f"batches[{i}].result", "must be an object")
+        value = c.get("watermark_value")
+        if value is not None:
+            value = watermarks.parse_value(
+                job.watermark_type, value, field=f"batches[{i}].watermark_value"
+            )
+        # what an external processor reports is stored and shown: no configured credential in it
+        rows.append((c["id"], c["attempt"], secrets.scrub(result), value))
+    committed = gateway.batches_succeed(commits=rows)
+    done = {batch.pk for batch in committed}
+    refused = {}
+    for batch_id, attempt, _, _ in rows:
+        if batch_id not in done:
+            refused[batch_id] = _why_refused(batch_id, attempt)
+    for batch in committed:
+        if batch.published_attempt is not None:
+            transaction.on_commit(lambda pk=batch.pk: _committed(pk))
+    return Commits(committed=committed, refused=refused)
+
+
+def _why_refused(batch_id: int, attempt: int) -> str:
+    """Why `attempt` of the batch may not commit, as batch_succeed's StaleAttempt says it."""
+    try:
+        with transaction.atomic():
+            fence(locked(batch_id), attempt, require_lease=True)
+    except (StaleAttempt, NotFound) as exc:
+        return str(exc)
+    return f"batch {batch_id} attempt {attempt} may not commit"
 
 
 def _committed(batch_id: int) -> None:

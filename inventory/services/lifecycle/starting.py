@@ -85,6 +85,44 @@ def batch_acquire(
     )
 
 
+# the most batches one call may start or commit (acquire-batches/, succeed-batches/)
+MAX_BATCHES_PER_CALL = 100
+
+
+def batches_acquire(
+    *,
+    job: Job,
+    worker: str,
+    count: int,
+    lease_seconds: int | None = None,
+    limit: int | None = None,
+    source: ItemSource | None = None,
+) -> list[Batch]:
+    """Take up to `count` batches of `job` and start them for `worker`, in one call and one
+    transaction: each is the batch `batch_acquire` would have started next, by the same rules
+    (tidemark_acquire_batches calls tidemark_acquire again under the job's row lock). Fewer when
+    the work runs out or a limit is reached; empty when there is none."""
+    if not worker:
+        raise InvalidInput("worker", "name the worker taking the batches")
+    if (
+        isinstance(count, bool)
+        or not isinstance(count, int)
+        or not (1 <= count <= MAX_BATCHES_PER_CALL)
+    ):
+        raise InvalidInput("count", f"must be an integer from 1 to {MAX_BATCHES_PER_CALL}")
+    source = source or source_for_connector(job.connector)
+    return gateway.batches_acquire(
+        job_id=job.pk,
+        items=source.planning_query(),
+        worker=worker,
+        lease_seconds=lease_seconds or job.lease_seconds,
+        snapshot=config_snapshot(job),
+        limit=limit,
+        count=count,
+        source_field=source.config_field,
+    )
+
+
 def batch_lock_for_start(batch_id: int) -> Batch | None:
     """Lock what starting `batch_id` needs, in the lock order (docs/architecture.md): the job's
     row shared (a pause waits for a start in progress, and a start after the pause sees it), the

@@ -285,3 +285,29 @@ BEGIN
     END IF;
 END
 $$;
+
+-- Up to `p_count` batches of the job started for one worker in one call (the REST API's
+-- acquire-batches/): tidemark_acquire called again until it finds no work or `p_count` batches
+-- have started, all in the caller's one transaction and under the job's row lock, which the first
+-- call takes. Each batch is what that call alone would have started, in the same order, so every
+-- rule of tidemark_acquire holds for each of them (a backfill's max_concurrency, the incremental
+-- lane's `p_limit`, the throttles). In the order they started.
+CREATE OR REPLACE FUNCTION tidemark_acquire_batches(
+    p_job bigint, p_items_sql text, p_worker text, p_lease_seconds integer, p_snapshot jsonb,
+    p_limit integer, p_count integer
+) RETURNS SETOF inventory_batch
+LANGUAGE plpgsql AS $$
+DECLARE
+    started inventory_batch%ROWTYPE;
+BEGIN
+    IF p_count IS NULL OR p_count < 1 THEN
+        RAISE EXCEPTION 'count must be at least 1, not %', p_count USING ERRCODE = 'TM400';
+    END IF;
+    FOR i IN 1 .. p_count LOOP
+        SELECT * INTO started
+        FROM tidemark_acquire(p_job, p_items_sql, p_worker, p_lease_seconds, p_snapshot, p_limit);
+        EXIT WHEN started.id IS NULL;
+        RETURN NEXT started;
+    END LOOP;
+END
+$$;

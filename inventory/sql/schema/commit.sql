@@ -203,3 +203,24 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Several batches committed in one call (the REST API's succeed-batches/), in the order given:
+-- each by tidemark_succeed, as alone, in the caller's one transaction. A batch whose attempt may
+-- not commit is left as it is and missing from the rows returned (the caller says why), and the
+-- others commit. The caller passes batches of one job: their commits then queue on that job's
+-- watermark row, which the first takes, so two such calls never hold each other's locks.
+CREATE OR REPLACE FUNCTION tidemark_succeed_batches(
+    p_batches bigint[], p_attempts integer[], p_results jsonb[], p_values jsonb[]
+) RETURNS SETOF inventory_batch LANGUAGE plpgsql AS $$
+DECLARE
+    done inventory_batch%ROWTYPE;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_batches, 1), 0) LOOP
+        SELECT * INTO done
+        FROM tidemark_succeed(p_batches[i], p_attempts[i], p_results[i], p_values[i]);
+        IF done.id IS NOT NULL THEN
+            RETURN NEXT done;
+        END IF;
+    END LOOP;
+END
+$$;
