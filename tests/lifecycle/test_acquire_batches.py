@@ -12,6 +12,7 @@ from django.utils import timezone
 from inventory.models import Batch, BatchStatus, Job, Watermark
 from inventory.services import lifecycle
 from inventory.services.assets import assets_register
+from inventory.services.backfills import backfill_create
 from inventory.services.errors import Conflict, InvalidInput
 from tests.support.factories import ConnectorFactory, make_assets, make_job
 from tests.support.processes import _run_in_processes
@@ -66,6 +67,30 @@ def test_the_incremental_lane_limit_holds_for_the_whole_call():
     assert len(taken) == 2
     assert lifecycle.batches_acquire(job=job, worker="w", count=10, limit=2) == []
     running = Batch.objects.filter(job=job, status=BatchStatus.RUNNING).count()
+    assert running == 2
+
+
+@pytest.mark.django_db
+def test_an_urgent_backfill_goes_first_and_its_max_concurrency_holds_for_the_whole_call():
+    connector = ConnectorFactory()
+    assets = make_assets(connector, [10] * 12)
+    job = make_job(connector=connector, batch_weight=10, max_items=1)
+    for batch in lifecycle.batches_acquire(job=job, worker="w", count=6):
+        lifecycle.batch_succeed(batch_id=batch.pk, attempt=batch.attempt)
+    backfill = backfill_create(
+        job=job,
+        range_start=assets[0].pk,
+        range_end=assets[3].pk,
+        max_concurrency=2,
+        priority=1,
+        reason="rewrite",
+    )
+
+    taken = lifecycle.batches_acquire(job=job, worker="w", count=5)
+
+    assert [b.backfill_id for b in taken] == [backfill.pk, backfill.pk, None, None, None]
+    assert [b.first_item for b in taken[2:]] == [a.pk for a in assets[6:9]]
+    running = Batch.objects.filter(backfill=backfill, status=BatchStatus.RUNNING).count()
     assert running == 2
 
 
