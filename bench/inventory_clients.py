@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from inventory_setup import META, SQL_BATCHES, WARM_PAIRS  # noqa: E402
+from inventory_setup import K_PER_CALL, META, SQL_BATCHES, WARM_PAIRS  # noqa: E402
 
 
 def run_clients(target, clients: int, spec: dict) -> dict:
@@ -113,7 +113,7 @@ def client_loop(index, spec, barrier, counters, queue, warm_up, acquire, succeed
                 _unclaim(counters, job_index, quota)
                 continue
             t1 = time.perf_counter()
-            if batch is None:  # the job's items are exhausted
+            if not batch:  # the job's items are exhausted (None, or no batch of several)
                 _unclaim(counters, job_index, quota)
                 break
             try:
@@ -124,7 +124,8 @@ def client_loop(index, spec, barrier, counters, queue, warm_up, acquire, succeed
             t2 = time.perf_counter()
             acquire_s.append(t1 - t0)
             succeed_s.append(t2 - t1)
-            done += 1
+            # a call of the k arm takes and commits a list of batches
+            done += len(batch) if isinstance(batch, list) else 1
     queue.put(
         {
             "index": index,
@@ -152,7 +153,7 @@ def _warm_session(state, spec, counters, acquire, succeed, worker) -> None:
             except Conflicted:
                 _unclaim(counters, job_index, spec["quota"])
                 continue
-            if batch is None:
+            if not batch:
                 _unclaim(counters, job_index, spec["quota"])
                 break
             succeed(state, batch)
@@ -204,6 +205,42 @@ def tidemark_client(index, spec, barrier, counters, queue):
         _tidemark_warm_up,
         _tidemark_acquire,
         _tidemark_succeed,
+    )
+
+
+def _tidemark_acquire_k(state, job_id, worker):
+    from inventory.services.lifecycle import batches_acquire
+
+    return batches_acquire(
+        job=state["jobs"][job_id], worker=worker, count=K_PER_CALL, source=state["sources"][job_id]
+    )
+
+
+def _tidemark_succeed_k(state, batches):
+    from inventory.services.lifecycle import batches_succeed
+
+    outcome = batches_succeed(
+        job=state["jobs"][batches[0].job_id],
+        commits=[
+            {"id": b.pk, "attempt": b.attempt, "result": {"rows": b.item_count}} for b in batches
+        ],
+    )
+    if outcome.refused:
+        raise RuntimeError(f"batches not committed: {outcome.refused}")
+
+
+def tidemark_k_client(index, spec, barrier, counters, queue):
+    """Tidemark taking and committing K_PER_CALL batches a call (batches_acquire +
+    batches_succeed); its latencies are per call, its batches counted one by one."""
+    client_loop(
+        index,
+        spec,
+        barrier,
+        counters,
+        queue,
+        _tidemark_warm_up,
+        _tidemark_acquire_k,
+        _tidemark_succeed_k,
     )
 
 

@@ -9,7 +9,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from inventory_checks import check_ranges, check_tidemark  # noqa: E402
-from inventory_clients import baseline_client, run_clients, tidemark_client  # noqa: E402
+from inventory_clients import (  # noqa: E402
+    baseline_client,
+    run_clients,
+    tidemark_client,
+    tidemark_k_client,
+)
 from inventory_setup import (  # noqa: E402
     BACKLOGS,
     BUDGET,
@@ -81,13 +86,21 @@ def merge(parts: list[dict]) -> dict:
 def tidemark_and_baseline(connector, conn: dict, clients: int, seq: list) -> dict:
     """Tidemark and the SQL baseline at both backlogs, in alternating slices.
 
-    Slices go round-robin (Tidemark 1M, SQL 1M, Tidemark 10k, SQL 10k, and again), so every
+    Slices go round-robin (Tidemark 1M, Tidemark k at a time 1M, SQL 1M, Tidemark 10k, SQL 10k,
+    and again), so every
     system and backlog sees the same machine load. Backlog 1M: one job per system, continued from
     slice to slice. Backlog 10k: fresh jobs in every slice, each taking SMALL_QUOTA batches.
     """
     state = {}
     for backlog in BACKLOGS:
-        state[backlog] = {"t_all": [], "s_all": [], "t_parts": [], "s_parts": []}
+        state[backlog] = {
+            "t_all": [],
+            "s_all": [],
+            "k_all": [],
+            "t_parts": [],
+            "s_parts": [],
+            "k_parts": [],
+        }
     for index in range(ROUNDS):
         for backlog in BACKLOGS:
             st = state[backlog]
@@ -98,6 +111,9 @@ def tidemark_and_baseline(connector, conn: dict, clients: int, seq: list) -> dic
                 st["s_jobs"] = baseline_jobs(backlog, count, seq)
                 st["t_all"] += st["t_jobs"]
                 st["s_all"] += st["s_jobs"]
+                if not small:  # the k arm: at the 1M backlog only, a job of its own
+                    st["k_jobs"] = tidemark_jobs(connector, backlog, 1, seq)
+                    st["k_all"] += st["k_jobs"]
             quota = SMALL_QUOTA if small else None
             seconds = SECONDS / ROUNDS
             st["t_parts"].append(
@@ -107,6 +123,14 @@ def tidemark_and_baseline(connector, conn: dict, clients: int, seq: list) -> dic
                     {"jobs": st["t_jobs"], "quota": quota, "seconds": seconds},
                 )
             )
+            if not small:
+                st["k_parts"].append(
+                    run_clients(
+                        tidemark_k_client,
+                        clients,
+                        {"jobs": st["k_jobs"], "quota": None, "seconds": seconds},
+                    )
+                )
             st["s_parts"].append(
                 run_clients(
                     baseline_client,
@@ -137,6 +161,10 @@ def tidemark_and_baseline(connector, conn: dict, clients: int, seq: list) -> dic
         )
         results[("tidemark", backlog)] = tidemark
         results[("sql", backlog)] = baseline
+        if st["k_parts"]:
+            k_arm = merge(st["k_parts"])
+            k_arm["check"] = check_tidemark(st["k_all"], first)
+            results[("tidemark_k", backlog)] = k_arm
     return results
 
 

@@ -21,7 +21,10 @@ SMALL_QUOTA = 50  # batches per job in the 10k-backlog runs
 SMALL_JOBS = 16  # jobs per 10k-backlog slice (800 batches at most)
 ROUNDS = 8  # Tidemark and the baseline, at both backlogs, alternate in this many rounds of slices
 BACKLOGS = (ROWS, SMALL_BACKLOG)
-SYSTEMS = ("tidemark", "sql", "pybatchintory", "pybatchintory_nocap")
+SYSTEMS = ("tidemark", "tidemark_k", "sql", "pybatchintory", "pybatchintory_nocap")
+# batches per call of the `tidemark_k` arm (batches_acquire + batches_succeed; issue 48's "k > 1 is
+# extra": the targets hold at k = 1), run at the 1M backlog beside the others
+K_PER_CALL = 8
 PEER_SMALL_JOBS = 40  # jobs for pybatchintory's 10k-backlog run (2,000 batches at most)
 PROFILE_BATCHES = 100 if common.QUICK else 300
 CLIENT_COUNTS = (1, 4)
