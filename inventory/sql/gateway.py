@@ -333,7 +333,14 @@ def batch_acquire(
     source_field: str,
 ) -> Batch | None:
     """The batch started for `worker` (tidemark_acquire), or None when there is no work."""
-    params = {
+    params = _acquire_params(job_id, items, worker, lease_seconds, snapshot, limit)
+    with _refusals(source_field=source_field), single_call():
+        return _first_batch(query("batch_acquire"), params)
+
+
+def _acquire_params(job_id, items, worker, lease_seconds, snapshot, limit) -> dict:
+    """The parameters of an acquire's statement, one batch or several."""
+    return {
         "job": job_id,
         "items": items,
         "worker": worker,
@@ -341,8 +348,6 @@ def batch_acquire(
         "snapshot": json.dumps(snapshot),
         "limit": limit,
     }
-    with _refusals(source_field=source_field), single_call():
-        return _first_batch(query("batch_acquire"), params)
 
 
 def batches_acquire(
@@ -358,15 +363,8 @@ def batches_acquire(
 ) -> list[Batch]:
     """Up to `count` batches started for `worker` (tidemark_acquire_batches), in the order they
     started; empty when there is no work."""
-    params = {
-        "job": job_id,
-        "items": items,
-        "worker": worker,
-        "lease": lease_seconds,
-        "snapshot": json.dumps(snapshot),
-        "limit": limit,
-        "count": count,
-    }
+    params = _acquire_params(job_id, items, worker, lease_seconds, snapshot, limit)
+    params["count"] = count
     with _refusals(source_field=source_field), single_call(), connection.cursor() as cursor:
         cursor.execute(query("batches_acquire"), params)
         return _batches(cursor)

@@ -71,18 +71,25 @@ def batch_acquire(
     and API client takes work there, and outside an atomic block that one call is the whole
     transaction. `source`: the job's item source when the caller has built it already.
     """
+    return gateway.batch_acquire(**_acquire_call(job, worker, lease_seconds, limit, source))
+
+
+def _acquire_call(
+    job: Job, worker: str, lease_seconds: int | None, limit: int | None, source: ItemSource | None
+) -> dict:
+    """The arguments of an acquire's SQL call, one batch or several."""
     if not worker:
         raise InvalidInput("worker", "name the worker taking the batch")
     source = source or source_for_connector(job.connector)
-    return gateway.batch_acquire(
-        job_id=job.pk,
-        items=source.planning_query(),
-        worker=worker,
-        lease_seconds=lease_seconds or job.lease_seconds,
-        snapshot=config_snapshot(job),
-        limit=limit,
-        source_field=source.config_field,
-    )
+    return {
+        "job_id": job.pk,
+        "items": source.planning_query(),
+        "worker": worker,
+        "lease_seconds": lease_seconds or job.lease_seconds,
+        "snapshot": config_snapshot(job),
+        "limit": limit,
+        "source_field": source.config_field,
+    }
 
 
 # the most batches one call may start or commit (acquire-batches/, succeed-batches/)
@@ -102,24 +109,14 @@ def batches_acquire(
     transaction: each is the batch `batch_acquire` would have started next, by the same rules
     (tidemark_acquire_batches calls tidemark_acquire again under the job's row lock). Fewer when
     the work runs out or a limit is reached; empty when there is none."""
-    if not worker:
-        raise InvalidInput("worker", "name the worker taking the batches")
     if (
         isinstance(count, bool)
         or not isinstance(count, int)
         or not (1 <= count <= MAX_BATCHES_PER_CALL)
     ):
         raise InvalidInput("count", f"must be an integer from 1 to {MAX_BATCHES_PER_CALL}")
-    source = source or source_for_connector(job.connector)
     return gateway.batches_acquire(
-        job_id=job.pk,
-        items=source.planning_query(),
-        worker=worker,
-        lease_seconds=lease_seconds or job.lease_seconds,
-        snapshot=config_snapshot(job),
-        limit=limit,
-        count=count,
-        source_field=source.config_field,
+        **_acquire_call(job, worker, lease_seconds, limit, source), count=count
     )
 
 
