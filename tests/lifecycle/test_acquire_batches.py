@@ -178,6 +178,10 @@ def test_a_batch_named_twice_or_of_another_job_commits_nothing():
     with pytest.raises(InvalidInput) as refused:
         lifecycle.batches_succeed(job=job, commits=[])
     assert refused.value.field == "batches"
+    for bad, field in (({"id": mine[0].pk}, "attempt"), ({"id": "1", "attempt": 1}, "id")):
+        with pytest.raises(InvalidInput) as refused:
+            lifecycle.batches_succeed(job=job, commits=[bad])
+        assert refused.value.field == f"batches[0].{field}"
     assert not Batch.objects.filter(status=BatchStatus.SUCCEEDED).exists()
     assert Watermark.objects.get(job=job).position == job.start_position
 

@@ -44,6 +44,7 @@ from inventory.services.lifecycle.operator import (
     batches_supersede,
 )
 from inventory.services.lifecycle.shared import (
+    MAX_BATCHES_PER_CALL,
     backfills_transition,
     batch_due,
     batches_transition,
@@ -51,7 +52,6 @@ from inventory.services.lifecycle.shared import (
     job_blocked_reason,
 )
 from inventory.services.lifecycle.starting import (
-    MAX_BATCHES_PER_CALL,
     backfill_start_blocked,
     batch_acquire,
     batch_heartbeat,

@@ -11,6 +11,7 @@ from inventory.models import Batch, BatchStatus, Job
 from inventory.services import secrets, signals, watermarks
 from inventory.services.errors import InvalidInput, NotFound, StaleAttempt
 from inventory.services.lifecycle.shared import (
+    MAX_BATCHES_PER_CALL,
     batch_due,
     batches_transition,
     fence,
@@ -74,10 +75,12 @@ def batches_succeed(*, job: Job, commits: list[dict]) -> Commits:
     each. A batch whose attempt may not commit is left as it is and named in `refused`; the others
     commit. A batch named twice, of another job, or missing is refused before anything commits
     (InvalidInput naming `batches[i].id`)."""
-    from inventory.services.lifecycle.starting import MAX_BATCHES_PER_CALL
-
     if not commits or len(commits) > MAX_BATCHES_PER_CALL:
         raise InvalidInput("batches", f"name 1 to {MAX_BATCHES_PER_CALL} batches")
+    for i, c in enumerate(commits):
+        for key in ("id", "attempt"):
+            if isinstance(c.get(key), bool) or not isinstance(c.get(key), int):
+                raise InvalidInput(f"batches[{i}].{key}", "must be an integer")
     ids = [c["id"] for c in commits]
     of_job = set(Batch.objects.filter(pk__in=ids, job_id=job.pk).values_list("pk", flat=True))
     seen: set[int] = set()

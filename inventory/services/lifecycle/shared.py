@@ -9,6 +9,9 @@ from inventory.services import secrets
 from inventory.services.errors import NotFound, StaleAttempt
 from inventory.sql import gateway
 
+# the most batches one call may start or commit (acquire-batches/, succeed-batches/)
+MAX_BATCHES_PER_CALL = 100
+
 
 def config_snapshot(job: Job) -> dict:
     return {

@@ -7,6 +7,7 @@ from django.db.models.functions import Now
 from inventory.models import Backfill, BackfillStatus, Batch, BatchStatus, Job
 from inventory.services.errors import Conflict, InvalidInput, NotFound, StaleAttempt
 from inventory.services.lifecycle.shared import (
+    MAX_BATCHES_PER_CALL,
     batch_due,
     batches_transition,
     config_snapshot,
@@ -90,10 +91,6 @@ def _acquire_call(
         "limit": limit,
         "source_field": source.config_field,
     }
-
-
-# the most batches one call may start or commit (acquire-batches/, succeed-batches/)
-MAX_BATCHES_PER_CALL = 100
 
 
 def batches_acquire(
