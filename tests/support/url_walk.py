@@ -95,6 +95,8 @@ WRITE_ROLES = {
     ("post", "/api/v1/jobs/{job}/pause/"): "operator",
     ("post", "/api/v1/jobs/{job}/resume/"): "operator",
     ("post", "/api/v1/jobs/{job}/acquire/"): "operator",
+    ("post", "/api/v1/jobs/{job}/acquire-batches/"): "operator",
+    ("post", "/api/v1/jobs/{job}/succeed-batches/"): "operator",
     ("post", "/api/v1/batches/{batch}/skip/"): "admin",
     ("post", "/api/v1/batches/{batch}/retry/"): "operator",
     ("post", "/api/v1/batches/{batch}/cancel/"): "operator",
