@@ -141,9 +141,13 @@ def watermark_history(*, job: Job) -> QuerySet[WatermarkEvent]:
     return WatermarkEvent.objects.filter(watermark__job=job).select_related("batch")
 
 
-def batch_items(*, batch: Batch, offset: int = 0, limit: int | None = None) -> list[dict]:
-    """The items a batch covers, in id order: id, item (a file location or meta-table item), weight."""
-    source = source_for_connector(batch.job.connector)
+def batch_items(
+    *, batch: Batch, offset: int = 0, limit: int | None = None, source=None
+) -> list[dict]:
+    """The items a batch covers, in id order: id, item (a file location or meta-table item), weight.
+    `source`: the job's item source when the caller has built it already (several batches of one
+    job: its checks run once, not once per batch)."""
+    source = source or source_for_connector(batch.job.connector)
     items_sql, params = source.select(
         lower=batch.span.lower, upper=batch.span.upper, limit=limit, with_item=True
     )
@@ -153,6 +157,17 @@ def batch_items(*, batch: Batch, offset: int = 0, limit: int | None = None) -> l
         {"id": uid, "item": item, "weight": weight}
         for uid, weight, item in fetch_items(source, items_sql, params)
     ]
+
+
+def batches_with_items(batches: list[Batch]) -> list[Batch]:
+    """The batches of one job, each with its items (`.items`, as batch_items reads them), the
+    job's item source built once for all of them."""
+    if not batches:
+        return batches
+    source = source_for_connector(batches[0].job.connector)
+    for batch in batches:
+        batch.items = batch_items(batch=batch, source=source)
+    return batches
 
 
 def batch_item_bounds(*, batch: Batch) -> tuple[int, int] | None:

@@ -198,3 +198,35 @@ def test_both_calls_count_against_the_processing_budget(role_users):
         assert commit.status_code == 200
         assert _acquire(client, job, count=1).status_code == 429
     cache.delete_many(keys)
+
+
+def _counted(client, url: str, body: dict) -> tuple[dict, int]:
+    """The answer to a POST and how many queries it sent."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        response = client.post(url, body, format="json")
+    assert response.status_code == 200, response.content
+    return response.json(), len(captured.captured_queries)
+
+
+def test_more_batches_a_call_add_only_their_items_read_not_a_query_of_attempts_each(role_users):
+    client = token_client(role_users["operator"])
+    sizes = {}
+    for count in (2, 6):
+        _, job = make_inventory(name=f"sized-{count}", weights=(40,) * 12, batch_weight=40)
+        body, acquired = _counted(
+            client, f"/api/v1/jobs/{job.name}/acquire-batches/", {"worker": "w", "count": count}
+        )
+        batches = body["batches"]
+        assert len(batches) == count and all(len(b["items"]) == 1 for b in batches)
+        commits = [{"id": b["id"], "attempt": b["attempt"]} for b in batches]
+        body, committed = _counted(
+            client, f"/api/v1/jobs/{job.name}/succeed-batches/", {"batches": commits}
+        )
+        assert len(body["committed"]) == count
+        sizes[count] = (acquired, committed)
+    # four batches more: four reads of their items on acquire, nothing more on commit
+    assert sizes[6][0] - sizes[2][0] == 4, sizes
+    assert sizes[6][1] == sizes[2][1], sizes

@@ -1,6 +1,7 @@
 """/api/v1/jobs/: list, read, create, change, delete; run, pause, resume; the watermark and its
 correction; acquire (one batch or several) and commit several for external processing."""
 
+from django.db.models import Prefetch
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
@@ -20,7 +21,7 @@ from inventory.api.views.base import (
     validated,
     with_errors,
 )
-from inventory.models import Batch, Job, WatermarkSource
+from inventory.models import Batch, BatchAttempt, Job, WatermarkSource
 from inventory.roles import actor_name
 
 
@@ -29,6 +30,16 @@ def _with_state(job: Job) -> Job:
     job.lag = selectors.job_lag(job=job)
     job.blocked_by = selectors.job_blocker(job=job)
     return job
+
+
+def _with_attempts(ids: list[int]) -> dict[int, Batch]:
+    """The batches `ids` by id, with their job, connector and attempts in two more queries (not a
+    query of attempts per batch)."""
+    return (
+        Batch.objects.select_related("job__connector")
+        .prefetch_related(Prefetch("attempts", queryset=BatchAttempt.objects.order_by("number")))
+        .in_bulk(ids)
+    )
 
 
 def _watermark_state(job: Job):
@@ -199,12 +210,8 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
             count=data["count"],
             lease_seconds=data.get("lease_seconds"),
         )
-        by_id = Batch.objects.select_related("job__connector").in_bulk([b.pk for b in started])
-        batches = []
-        for batch in started:
-            batch = by_id[batch.pk]
-            batch.items = selectors.batch_items(batch=batch)
-            batches.append(batch)
+        by_id = _with_attempts([b.pk for b in started])
+        batches = selectors.batches_with_items([by_id[b.pk] for b in started])
         return Response(s.AcquiredBatchesSerializer({"batches": batches}).data)
 
     @extend_schema(
@@ -222,9 +229,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
         job = self.get_object()
         data = validated(s.SucceedBatchesSerializer, request)
         outcome = run("job.succeed_batches", request.user, job=job, commits=list(data["batches"]))
-        committed = Batch.objects.select_related("job__connector").in_bulk(
-            [b.pk for b in outcome.committed]
-        )
+        committed = _with_attempts([b.pk for b in outcome.committed])
         return Response(
             s.SucceededBatchesSerializer(
                 {
