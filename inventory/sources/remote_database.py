@@ -34,7 +34,9 @@ class source_connection:  # noqa: N801 - a context manager used as a function
             )
             self.conn.set_session(readonly=True, autocommit=True)
             with self.conn.cursor() as cursor:
-                cursor.execute("SET statement_timeout = '60s'")
+                # UTC: a timestamptz comes back as the instant it is, whatever the role's
+                # TimeZone, so a value near the end of year 9999 stays in Python's range
+                cursor.execute("SET statement_timeout = '60s'; SET TimeZone = 'UTC'")
         except psycopg2.Error as exc:
             if self.conn is not None:
                 self.conn.close()

@@ -19,8 +19,23 @@ SELECT (SELECT system_identifier FROM pg_control_system())::text, current_databa
 SELECT extract(epoch FROM pg_postmaster_start_time())::text, current_database();
 
 -- name: table_bounds
--- the smallest and largest value of the column, read at planning time (the source's clock)
-SELECT min({column}), max({column}) FROM {table};
+-- the smallest and largest value of an integer column, read at planning time (the source's
+-- clock), and how many rows no slice holds: those whose column is NULL (counted up to 1,001)
+SELECT min({column}), max({column}),
+       (SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {column} IS NULL LIMIT 1001) AS nulls)
+FROM {table};
+
+-- name: table_time_bounds
+-- the smallest and largest value of a timestamp column within [first, last], what Tidemark can
+-- hold (a value with a successor in years 1 to 9999: never 'infinity'), each by one probe of an
+-- index on the column, and how many rows lie outside it, 'infinity' and NULL included (counted
+-- up to 1,001: they are in no slice, and discovery says so). The session's TimeZone is UTC.
+SELECT (SELECT min({column}) FROM {table} WHERE {column} >= %(first)s AND {column} <= %(last)s),
+       (SELECT max({column}) FROM {table} WHERE {column} >= %(first)s AND {column} <= %(last)s),
+       (SELECT count(*) FROM (
+            SELECT 1 FROM {table}
+            WHERE {column} < %(first)s OR {column} > %(last)s OR {column} IS NULL LIMIT 1001
+        ) AS outside);
 
 -- name: table_next_slice
 -- the next slice from lower (inclusive) up to horizon (inclusive): at most `rows` rows in

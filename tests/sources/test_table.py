@@ -321,3 +321,63 @@ def test_late_rows_before_the_first_slice_inside_the_lookback_reach_the_sink_at_
     assert discover(connector) == 0
     drain(spark, job)
     assert 200 not in dict(_sink_rows("orders_early_rows"))
+
+
+@pytest.mark.parametrize("column_type", ["timestamptz", "timestamp"])
+def test_values_a_datetime_cannot_hold_are_counted_and_the_rest_flows(
+    spark, source_dsn, role_users, column_type
+):
+    """NULL, 'infinity', '-infinity' and a year past 9999 order no slice: discovery slices the rest,
+    counts them on the connector (`unreadable_rows`, shown by the API) and the other rows reach
+    the sink. A sentinel at the very end of year 9999 is an ordinary value, also when the source
+    role's TimeZone is ahead of UTC (where that instant reads as year 10000)."""
+    name = source_dsn.split("dbname='")[1].split("'")[0]
+    with psycopg2.connect(source_dsn) as conn, conn.cursor() as cursor:
+        cursor.execute(f"ALTER DATABASE \"{name}\" SET timezone TO 'Asia/Kolkata'")
+        cursor.execute("ALTER TABLE orders ALTER COLUMN updated_at DROP NOT NULL")
+        if column_type == "timestamp":
+            cursor.execute("ALTER TABLE orders ALTER COLUMN updated_at TYPE timestamp")
+    insert(source_dsn, range(1, 6))
+    end_of_9999 = "9999-12-31 23:30:00" + ("+00" if column_type == "timestamptz" else "")
+    with psycopg2.connect(source_dsn) as conn, conn.cursor() as cursor:
+        for key, value in ((90, end_of_9999), (96, None), (97, "-infinity"), (98, "infinity")):
+            cursor.execute("INSERT INTO orders VALUES (%s, 1, 'x', %s)", [key, value])
+        # past 9999 in any time zone
+        cursor.execute("INSERT INTO orders VALUES (99, 1, 'x', '10000-01-02 12:00')")
+    connector = table_connector(name=f"orders-inf-{column_type}", column="updated_at", slice_rows=2)
+    assert connector.config["column_type"] == column_type
+    admin = token_client(role_users["admin"])
+    response = admin.post(f"/api/v1/connectors/{connector.name}/discover/")
+    assert response.status_code == 200, response.content
+    assert response.json()["registered"] == 3  # rows 1-2, 3-4, then 5 and the end of 9999
+    shown = admin.get(f"/api/v1/connectors/{connector.name}/").json()
+    assert shown["cursor"]["unreadable_rows"] == 4
+    job = job_create(
+        name=f"orders-inf-{column_type}",
+        connector=connector,
+        batch_weight=100,
+        watermark_type="datetime",
+        sink=_sink(f"orders_inf_{column_type}"),
+    )
+    connector.refresh_from_db()
+    drain(spark, job)
+    assert _sink_rows(f"orders_inf_{column_type}") == [(i, 1) for i in (1, 2, 3, 4, 5, 90)]
+    # the unreadable rows leave: the count goes with them
+    with psycopg2.connect(source_dsn) as conn, conn.cursor() as cursor:
+        cursor.execute("DELETE FROM orders WHERE id IN (96, 97, 98, 99)")
+    assert discover(connector) == 0
+    connector.refresh_from_db()
+    assert "unreadable_rows" not in connector.cursor
+
+
+def test_rows_whose_integer_column_is_null_are_counted_on_the_connector(source_dsn):
+    insert(source_dsn, range(1, 4))
+    with psycopg2.connect(source_dsn) as conn, conn.cursor() as cursor:
+        cursor.execute("ALTER TABLE orders ADD COLUMN seq bigint")
+        cursor.execute("UPDATE orders SET seq = id WHERE id < 3")
+    connector = table_connector(name="orders-seq", column="seq", slice_rows=10)
+    assert connector.config["column_type"] == "int"
+    assert discover(connector) == 1
+    assert slices(connector) == [(2, {"lower": 1, "upper": 3})]
+    connector.refresh_from_db()
+    assert connector.cursor["unreadable_rows"] == 1

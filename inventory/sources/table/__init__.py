@@ -15,10 +15,16 @@ A row that commits later with a value below what is registered (a timestamp that
 long transaction) is late data: a job's `lookback` re-reads that much before each batch's range and
 its upsert sink removes the duplicates. `snapshot: true` registers only up to the maximum seen on
 the first look; the connector is completed once its jobs committed all of it (orchestration).
+
+A row whose column is NULL, or a timestamp a Python `datetime` cannot hold ('infinity',
+'-infinity', a year past 9999), is in no slice: discovery slices the values it can hold, and counts
+the other rows into the connector's cursor (`unreadable_rows`, with a warning in the log at every
+look that finds some).
 """
 
+import logging
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 from psycopg2 import sql
@@ -46,7 +52,13 @@ ALLOWED_KEYS = {
     "lineage",
 }
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+log = logging.getLogger(__name__)
+
 DEFAULT_SLICE_ROWS = 10_000
+# what a timestamp column's slices can hold: a Python datetime whose successor (a slice's end,
+# one microsecond on) is one too
+TIME_FIRST = datetime.min
+TIME_LAST = datetime.max - timedelta(microseconds=1)
 MAX_SLICES_PER_LOOK = 1_000
 _INT_TYPES = {"int2", "int4", "int8"}
 _TIME_TYPES = {"timestamp": "timestamp", "timestamptz": "timestamptz"}
@@ -168,11 +180,16 @@ def discover(connector: Connector) -> int:
     with source_connection(config, field="config.dsn_env") as conn:
         statements = _statements(config)
         with conn.cursor() as cursor:
-            cursor.execute(statements["bounds"])
-            low, high = cursor.fetchone()
+            cursor.execute(statements["bounds"], _time_domain(column_type))
+            low, high, outside = cursor.fetchone()
+        _unreadable_note(connector, outside)
+        cursor_state = dict(connector.cursor or {})  # with the count just noted
         if high is None:
             return 0  # an empty table: nothing yet
-        horizon = high - _lag(config)
+        try:
+            horizon = high - _lag(config)
+        except OverflowError:
+            return 0  # a lag reaching before year 1: no value is old enough yet
         if config.get("snapshot"):
             if "snapshot_until" not in cursor_state:
                 cursor_state["snapshot_until"] = to_json(horizon)
@@ -194,6 +211,43 @@ def discover(connector: Connector) -> int:
         locked.save(update_fields=["cursor", "updated_at"])
     connector.cursor = cursor_state
     return registered
+
+
+def _time_domain(column_type: str) -> dict | None:
+    """The bounds `table_time_bounds` takes: the values a slice of this column can hold (an
+    integer column's bounds statement takes none)."""
+    if column_type == "int":
+        return None
+    if column_type == "timestamptz":
+        return {"first": TIME_FIRST.replace(tzinfo=UTC), "last": TIME_LAST.replace(tzinfo=UTC)}
+    return {"first": TIME_FIRST, "last": TIME_LAST}
+
+
+def _unreadable_note(connector: Connector, outside: int) -> None:
+    """Keep the count of rows no slice can hold in the connector's cursor (`unreadable_rows`,
+    "1001" meaning more than 1,000), written only when it changes, and warn while there are any:
+    they are never read, and the operator must know why."""
+    if outside:
+        log.warning(
+            "connector %s: %s%s rows hold NULL or a value Tidemark cannot order ('infinity', a "
+            "year outside 1-9999) in %s: they are in no slice and never read",
+            connector.name,
+            "more than " if outside > 1000 else "",
+            min(outside, 1000),
+            connector.config["column"],
+        )
+    if (connector.cursor or {}).get("unreadable_rows", 0) == outside:
+        return
+    with transaction.atomic():
+        locked = Connector.objects.select_for_update().get(pk=connector.pk)
+        state = dict(locked.cursor or {})
+        if outside:
+            state["unreadable_rows"] = outside
+        else:
+            state.pop("unreadable_rows", None)
+        locked.cursor = state
+        locked.save(update_fields=["cursor", "updated_at"])
+    connector.cursor = state
 
 
 def _slice_items(config: dict, slices) -> list[tuple]:
@@ -318,7 +372,9 @@ def _statements(config: dict) -> dict[str, sql.Composed]:
         "column": sql.Identifier(config["column"]),
     }
     return {
-        "bounds": sql.SQL(source_query("table_bounds")).format(**names),
+        "bounds": sql.SQL(
+            source_query("table_bounds" if config["column_type"] == "int" else "table_time_bounds")
+        ).format(**names),
         "next_slice": sql.SQL(source_query("table_next_slice")).format(**names),
         "next_value": sql.SQL(source_query("table_next_value")).format(**names),
     }

@@ -75,6 +75,12 @@ def _connect(dsn: str, dsn_env: str):
         reason = scrub_dsn(exc, dsn).splitlines()[0]
         raise ReadError(f"cannot connect to the database in ${dsn_env}: {reason}") from None
     conn.set_session(readonly=True)
+    # UTC for the session (committed, so each slice's rollback keeps it): a timestamptz comes
+    # back as the instant it is, and one near the end of year 9999 stays in Python's range
+    # whatever the role's TimeZone
+    with conn.cursor() as cursor:
+        cursor.execute("SET TimeZone = 'UTC'")
+    conn.commit()
     return conn
 
 
