@@ -2,6 +2,10 @@
 transaction did) leaves the sink when the batch that rewrites its items publishes, if its batch
 is cancelled, skipped or superseded instead of retried (tidemark_publish_begin, 0052)."""
 
+import shutil
+from pathlib import Path
+
+import duckdb
 import pytest
 
 from inventory.models import Batch, BatchStatus
@@ -61,6 +65,18 @@ def _killed_after_the_sink_committed(spark, batch: Batch, sink: dict, item_of: d
     assert Batch.objects.get(pk=batch.pk).published_attempt is None
 
 
+def _killed_mid_write_and_mid_swap(sink: dict, batch: Batch) -> None:
+    """What two more killed attempts of `batch` leave under a files sink's `_staging`, as the
+    writer names them: a write that had not published, and an output moved aside by a swap whose
+    fence never committed."""
+    out = Path(sink["path"])
+    for name in (
+        f"batch_id={batch.pk}-a2-0123456789ab",
+        f"replaced-batch_id={batch.pk}-ba9876543210",
+    ):
+        shutil.copytree(out / f"batch_id={batch.pk}", out / "_staging" / name)
+
+
 @pytest.mark.parametrize("kind", ["files", "postgres", "delta", "iceberg"])
 @pytest.mark.parametrize("then", ["cancelled", "skipped then replayed"])
 def test_an_unrecorded_output_leaves_when_its_items_are_published_again(
@@ -71,6 +87,8 @@ def test_an_unrecorded_output_leaves_when_its_items_are_published_again(
     first = lifecycle.batch_acquire(job=job, worker="w")
     _killed_after_the_sink_committed(spark, first, sink, item_of)
     assert _rows(spark, sink) == expected_rows(i for a, i in item_of.items() if a in first.span)
+    if kind == "files":
+        _killed_mid_write_and_mid_swap(sink, first)
     if then == "cancelled":
         lifecycle.batch_cancel(batch_id=first.pk, actor="ops", reason="stuck")
         drain(spark, job)
@@ -87,3 +105,14 @@ def test_an_unrecorded_output_leaves_when_its_items_are_published_again(
     _each_row_at_most_once_at_every_version(sink)
     gone = Batch.objects.get(pk=first.pk)
     assert gone.published_attempt is None and gone.replaced_by_id is not None
+    if kind == "files":
+        # what the killed attempts left in staging went with the output they never published: a
+        # reader globbing every file below the sink counts each row once too
+        left = [p.name for p in (tmp_path / "out" / "_staging").iterdir()]
+        assert not [
+            n for n in left if n.removeprefix("replaced-").startswith(f"batch_id={first.pk}-")
+        ]
+        every_file = duckdb.sql(
+            f"SELECT key, v FROM read_parquet('{tmp_path / 'out'}/**/*.parquet')"
+        ).fetchall()
+        assert sorted(every_file) == expected_rows(range(4))
