@@ -240,21 +240,29 @@ def redact(value, *, names: set[str] = frozenset()):
 
 def scrub(value, *, names: set[str] = frozenset()):
     """`value` with every configured credential's value (and the named variables' values, and any
-    credential in a string) replaced by the mask; keys left as they are (a result's metrics)."""
-    secrets = []
-    for name in set(names) | configured_credentials():
-        secret = os.environ.get(name)
-        if secret and len(secret) >= 4:
-            secrets.append(secret)
-            secrets.extend(_credentials_in(secret))
-    secrets.sort(key=len, reverse=True)
+    credential in a string) replaced by the mask; keys left as they are (a result's metrics).
+    The credentials' values are read from the environment at the first string met: a value of
+    numbers alone (a batch's row counts) costs no walk of the environment."""
+    secrets = None
+
+    def values() -> list[str]:
+        found = []
+        for name in set(names) | configured_credentials():
+            secret = os.environ.get(name)
+            if secret and len(secret) >= 4:
+                found.append(secret)
+                found.extend(_credentials_in(secret))
+        return sorted(found, key=len, reverse=True)
 
     def walk(inner):
+        nonlocal secrets
         if isinstance(inner, dict):
             return {key: walk(item) for key, item in inner.items()}
         if isinstance(inner, list):
             return [walk(item) for item in inner]
         if isinstance(inner, str):
+            if secrets is None:
+                secrets = values()
             for secret in secrets:
                 inner = inner.replace(secret, MASK)
             return mask_text(inner)

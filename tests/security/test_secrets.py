@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 
 from inventory.models import Batch, BatchAttempt, BatchStatus, Connector, Job
-from inventory.services import dispatch
+from inventory.services import dispatch, secrets
 from inventory.services.assets import assets_register
 from inventory.services.secrets import mask, secret_in_text
 from tests.support.api_support import session_client, token_client
@@ -275,3 +275,23 @@ def test_an_error_reported_through_the_api_is_stored_without_the_secret(
     stored = Batch.objects.get(pk=taken["id"]).error
     assert "refused" in stored["message"]
     assert CANARY not in repr(stored)
+
+
+def test_a_result_is_scrubbed_of_configured_credentials_at_any_depth(monkeypatch, settings):
+    settings.TIDEMARK_CREDENTIALS = ["TM_TEST_SCRUB_*"]
+    monkeypatch.setenv("TM_TEST_SCRUB_TOKEN", CANARY)
+    result = {"rows": 3, "notes": [{"said": f"token {CANARY} rejected"}], "ok": True}
+    assert secrets.scrub(result) == {
+        "rows": 3,
+        "notes": [{"said": f"token {secrets.MASK} rejected"}],
+        "ok": True,
+    }
+
+
+def test_a_result_of_numbers_alone_is_kept_without_reading_the_credentials(monkeypatch):
+    def unread():
+        raise AssertionError("the credentials were read for a value holding no text")
+
+    monkeypatch.setattr(secrets, "configured_credentials", unread)
+    result = {"rows": 3, "bytes": [1, 2.5, None], "ok": False}
+    assert secrets.scrub(result) == result
