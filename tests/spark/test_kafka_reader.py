@@ -173,3 +173,6 @@ def test_the_brokers_wait_on_a_consumer_at_its_end_is_shorter_than_one_poll(
     assert _rows(reader.read(OffsetRange(1, 2, 4))) == [(1, 2, b"m2"), (1, 3, b"m3")]
     assert len(configs) == 1
     assert int(configs[0]["fetch.wait.max.ms"]) <= kafka_source._POLL_SECONDS * 1000 / 10
+    # nor does a full prefetch queue postpone the next fetch by more than that (librdkafka's
+    # default of 1 s stalled a task reading as fast as the broker sends)
+    assert int(configs[0]["fetch.queue.backoff.ms"]) <= kafka_source._POLL_SECONDS * 1000 / 10

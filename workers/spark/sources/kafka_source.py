@@ -89,6 +89,12 @@ _READ_SETTINGS = {
     # task's start; docs/performance-notes.md). Below _POLL_SECONDS, so a range ending in a gap
     # still ends on the broker's end-of-partition event within one poll
     "fetch.wait.max.ms": 10,
+    # once the consumer's prefetch queue holds queued.max.messages.kbytes (64 MB by default: 16 MB
+    # fetches of a partition read as fast as it is consumed), librdkafka postpones the partition's
+    # next fetch by this long; a task that drains the queue meanwhile waits out the rest (its
+    # default of 1 s stalled a 128 MB task by 0.6-0.8 s in about half the reads of
+    # bench_kafka_executors; docs/performance-notes.md)
+    "fetch.queue.backoff.ms": 10,
 }
 
 
