@@ -381,3 +381,22 @@ def test_rows_whose_integer_column_is_null_are_counted_on_the_connector(source_d
     assert slices(connector) == [(2, {"lower": 1, "upper": 3})]
     connector.refresh_from_db()
     assert connector.cursor["unreadable_rows"] == 1
+
+
+def test_a_row_holding_a_timestamp_spark_cannot_read_fails_the_batch_naming_the_slice(
+    spark, source_dsn
+):
+    insert(source_dsn, range(1, 4))
+    with psycopg2.connect(source_dsn) as conn, conn.cursor() as cursor:
+        cursor.execute("ALTER TABLE orders ADD COLUMN shipped_at timestamptz")
+        cursor.execute("UPDATE orders SET shipped_at = '10000-01-02 00:00+00' WHERE id = 2")
+    connector = table_connector(name="orders-shipped", slice_rows=10)
+    job = job_create(
+        name="orders-shipped", connector=connector, batch_weight=100, sink=_sink("shipped")
+    )
+    discover(connector)
+    batch = lifecycle.batch_acquire(job=job, worker="t")
+    with pytest.raises(BatchError) as failed:
+        run_spark(spark, batch)
+    assert failed.value.stage == "read"
+    assert "orders" in failed.value.message and "10000" in failed.value.message

@@ -153,11 +153,14 @@ def executor_read_error(exc: BaseException) -> ReadError | None:
     """The ReadError that a reader raised on an executor (a Python data source's partition),
     carried back inside Spark's error; None if the failure was something else."""
     root = _root_spark_error(exc)
-    found = _EXECUTOR_READ_ERROR.findall(error_text(root))
+    # a sink that kept only Spark's text (the postgres sink scrubs its DSN out of it) holds the
+    # executor's lines in its `detail`
+    kept = getattr(exc, "detail", "") or ""
+    found = _EXECUTOR_READ_ERROR.findall(f"{error_text(root)}\n{kept}")
     if not found:
         return None
     error = ReadError(found[-1].strip())
-    error.detail = spark_error_detail(root)
+    error.detail = kept if root is exc and kept else spark_error_detail(root)
     return error
 
 

@@ -141,6 +141,8 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
     finally:
         conn.close()
 
+    table = source.get("table")
+
     def fetch(partition):
         conn = _connect(dsn, dsn_env)
         try:
@@ -149,8 +151,17 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
                 with conn.cursor(name="tidemark_slice") as cursor:
                     cursor.itersize = 5_000
                     cursor.execute(f"{select} ORDER BY {column}", {"lower": lower, "upper": upper})
-                    for row in cursor:
-                        yield tuple(_convert(v, t) for v, t in zip(row, type_codes, strict=True))
+                    try:
+                        for row in cursor:
+                            yield tuple(
+                                _convert(v, t) for v, t in zip(row, type_codes, strict=True)
+                            )
+                    except (ValueError, OverflowError) as exc:
+                        # the driver's typecasting: a date or timestamp outside years 1-9999
+                        raise ReadError(
+                            f"cannot read {table} rows from {lower} to {upper}: a value Python "
+                            f"cannot hold ({exc}; a date or timestamp outside years 1-9999)"
+                        ) from None
                 conn.rollback()
         finally:
             conn.close()
