@@ -10,7 +10,7 @@ which earlier batches' outputs the new one replaces; those leave in the same ste
   staged one renamed into place, the old ones deleted. Spark skips paths starting with `_`, so
   `spark.read.parquet(<path>)` sees each row once (with a `batch_id` partition column) and never a
   half-written batch. An attempt cleans up only the staging of earlier attempts of its batch,
-  never a later one's, and, once its fence committed, what the batches it replaced left there. The renames are not one atomic step: a reader listing the directory in
+  never a later one's. The renames are not one atomic step: a reader listing the directory in
   the milliseconds between them may miss the replaced rows, never see them twice.
 - "postgres": see workers/spark/pgsink.py.
 - "delta": a Delta Lake table, one Delta commit per batch; see workers/spark/delta_sink.py.
@@ -224,12 +224,9 @@ def write_files(
                 files.rename(aside, old)
         files.delete(staging)
         raise
-    # only once the fence committed: the replaced outputs are gone for good, and so is what their
-    # batches' killed attempts left in staging (those batches never publish again)
+    # only once the fence committed: the replaced outputs are gone for good
     for _, aside in retired:
         files.delete(aside)
-    if replaced:
-        _drop_staging_of(files, path, {int(i) for i in replaced})
     return {
         "rows_out": rows_out,
         "bytes": written_bytes if written_bytes is not None else _data_bytes(files, final),
@@ -245,16 +242,6 @@ def _drop_earlier_attempts(files, path: str, *, batch_id: int, attempt: int) -> 
             continue
         earlier = match["attempt"] is None or int(match["attempt"]) < int(attempt)
         if earlier:
-            files.delete(f"{path}/_staging/{name}")
-
-
-def _drop_staging_of(files, path: str, batches: set[int]) -> None:
-    """What the attempts of `batches` left in staging (a write or a swap killed half-way): their
-    outputs were replaced, so nothing of them is published again. A reader that globs every file
-    below the sink (`**/*.parquet`) would count those rows too."""
-    for name in files.matching(f"{path}/_staging/*batch_id=*"):
-        match = _STAGED.match(name)
-        if match is not None and int(match["batch"]) in batches:
             files.delete(f"{path}/_staging/{name}")
 
 
