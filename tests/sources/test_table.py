@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 import psycopg2
 import pytest
+from psycopg2 import sql as psql
 
 from inventory.models import Asset, Backfill, Batch, BatchStatus, Watermark
 from inventory.services import lifecycle
@@ -16,8 +17,10 @@ from inventory.services.discovery import discover
 from inventory.services.errors import InvalidInput
 from inventory.services.jobs import job_create
 from inventory.services.outputs import control_plane_dsn
+from inventory.sources import table as table_source
 from tests.support.api_support import token_client
 from tests.support.files_job import run_spark
+from tests.support.query_plans import plan_nodes
 from tests.support.sink_database import sink_cursor
 from tests.support.table_source import (
     SINK_ENV,
@@ -400,3 +403,25 @@ def test_a_row_holding_a_timestamp_spark_cannot_read_fails_the_batch_naming_the_
         run_spark(spark, batch)
     assert failed.value.stage == "read"
     assert "orders" in failed.value.message and "10000" in failed.value.message
+
+
+@pytest.mark.parametrize("column, column_type", [("updated_at", "timestamptz"), ("id", "int")])
+def test_a_looks_bounds_are_read_by_the_columns_index_alone(source_dsn, column, column_type):
+    """The smallest and largest value and the count of rows no slice holds: index probes, never a
+    read of the table (sequential scans priced out: a statement the index cannot answer then reads
+    a whole index with a filter, which has no index condition)."""
+    insert(source_dsn, range(1, 50))
+    config = {"table": "orders", "column": column, "column_type": column_type}
+    statement = table_source._statements(config)["bounds"]
+    with psycopg2.connect(source_dsn) as conn, conn.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        cursor.execute(
+            psql.Composed([psql.SQL("EXPLAIN (FORMAT JSON) "), statement]),
+            table_source._time_domain(column_type),
+        )
+        plan = cursor.fetchone()[0][0]["Plan"]
+    scans = [node for node in plan_nodes(plan) if node["Node Type"].endswith("Scan")]
+    index_scans = [n for n in scans if n["Node Type"] != "Bitmap Heap Scan"]
+    assert index_scans, scans
+    # a probe: an index searched by a condition on the column, never read whole with a filter
+    assert all("Index Cond" in node for node in index_scans), scans
