@@ -157,10 +157,12 @@ def read(spark: SparkSession, spec: dict) -> DataFrame:
                                 _convert(v, t) for v, t in zip(row, type_codes, strict=True)
                             )
                     except (ValueError, OverflowError) as exc:
-                        # the driver's typecasting: a date or timestamp outside years 1-9999
+                        # the driver's typecasting: a date or timestamp outside years 1-9999, an
+                        # interval past Python's timedelta
                         raise ReadError(
                             f"cannot read {table} rows from {lower} to {upper}: a value Python "
-                            f"cannot hold ({exc}; a date or timestamp outside years 1-9999)"
+                            f"cannot hold ({exc}), such as a date or timestamp outside years "
+                            "1-9999 or an interval of more than 999,999,999 days"
                         ) from None
                 conn.rollback()
         finally:
