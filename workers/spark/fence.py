@@ -17,7 +17,11 @@ attempt's leftovers of a refilled hole); the sink removes them in the same step.
 
 What the fence yields is a `Replaced` list; its `token` is a number that grows with every publish
 (tidemark_publish_token, drawn after tidemark_publish_begin, so in publish order; None without a
-control plane). The Delta sink writes it as its application-transaction version.
+control plane). The Delta sink writes it as its application-transaction version. Its
+`outputs(ids)` says, for batches of the job, the attempt whose publish was last recorded and
+whether that output is the one the sink should show (tidemark_publish_outputs, read in the fence's
+transaction); the files sink uses it to undo a swap whose worker died before its fence committed.
+Without a control plane it is None.
 
 `publish_from_spec` picks one from run_batch's spec: {"fence": {"dsn_env": VAR}} or
 {"replaces": [ids]}.
@@ -28,16 +32,33 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import NamedTuple
 
 from workers.spark.errors import SinkError
 
 
 class Replaced(list):
-    """The ids of the batches whose output the publishing one replaces, and the publish's token."""
+    """The ids of the batches whose output the publishing one replaces, the publish's token, and
+    how to ask about the job's other outputs (`outputs`, None without a control plane)."""
 
-    def __init__(self, ids, *, token: int | None = None):
+    def __init__(
+        self,
+        ids,
+        *,
+        token: int | None = None,
+        outputs: Callable[[list[int]], dict[int, "Output"]] | None = None,
+    ):
         super().__init__(int(i) for i in ids)
         self.token = token
+        self.outputs = outputs
+
+
+class Output(NamedTuple):
+    """A batch's publish as the control plane recorded it: the attempt that last published (None:
+    never) and whether its output is the one to show (published and not replaced since)."""
+
+    published_attempt: int | None
+    shown: bool
 
 
 Publish = Callable[[], AbstractContextManager[Replaced]]
@@ -101,7 +122,11 @@ def database_publish(*, dsn: str, batch_id: int, attempt: int) -> Publish:
                     pause = min(pause * 2, 2.0)
             with conn.cursor() as cur:
                 cur.execute("SELECT tidemark_publish_token()")
-                replaced = Replaced(ids, token=cur.fetchone()[0])
+                replaced = Replaced(
+                    ids,
+                    token=cur.fetchone()[0],
+                    outputs=lambda asked: _outputs(cur, batch_id, asked),
+                )
                 yield replaced
                 cur.execute(
                     "SELECT tidemark_publish_end(%s, %s, %s::bigint[])",
@@ -162,6 +187,14 @@ def _begin(conn, batch_id: int, attempt: int) -> list[int]:
     with conn.cursor() as cur:
         cur.execute("SELECT batch_id FROM tidemark_publish_begin(%s, %s)", [batch_id, attempt])
         return [row[0] for row in cur.fetchall()]
+
+
+def _outputs(cur, batch_id: int, ids: list[int]) -> dict[int, Output]:
+    cur.execute(
+        "SELECT batch_id, published_attempt, shown FROM tidemark_publish_outputs(%s, %s::bigint[])",
+        [batch_id, [int(i) for i in ids]],
+    )
+    return {row[0]: Output(row[1], row[2]) for row in cur.fetchall()}
 
 
 def _begin_error(exc) -> SinkError:

@@ -11,7 +11,10 @@ which earlier batches' outputs the new one replaces; those leave in the same ste
   `spark.read.parquet(<path>)` sees each row once (with a `batch_id` partition column) and never a
   half-written batch. An attempt cleans up only the staging of earlier attempts of its batch,
   never a later one's. The renames are not one atomic step: a reader listing the directory in
-  the milliseconds between them may miss the replaced rows, never see them twice.
+  the milliseconds between them may miss the replaced rows, never see them twice. A worker killed
+  during a swap leaves outputs moved aside (`_staging/replaced-batch_id=<id>-by-<batch>-a<attempt>-
+  <token>`) and perhaps its own output in place, with its fence rolled back; the next publish of
+  the job undoes that swap inside its fence, before its own (`_undo_interrupted_swaps`).
 - "postgres": see workers/spark/pgsink.py.
 - "delta": a Delta Lake table, one Delta commit per batch; see workers/spark/delta_sink.py.
 - "iceberg": an Iceberg table, one catalog commit per batch; see workers/spark/iceberg_sink.py.
@@ -214,7 +217,10 @@ def write_files(
     retired = None
     try:
         with publish() as replaced:
-            retired = _swap_in(files, path, staging, final, replaced, token=token)
+            _undo_interrupted_swaps(files, path, replaced)
+            retired = _swap_in(
+                files, path, staging, final, replaced, mover=f"{batch_id}-a{int(attempt)}-{token}"
+            )
     except BaseException:
         if retired is not None:
             # swapped in, but the fence did not commit: the replaced outputs are still the
@@ -248,14 +254,15 @@ def _drop_earlier_attempts(files, path: str, *, batch_id: int, attempt: int) -> 
 _STAGED = re.compile(r"^(?:replaced-)?batch_id=(?P<batch>\d+)-(?:a(?P<attempt>\d+)-)?[0-9a-f]+$")
 
 
-def _swap_in(files, path, staging, final, replaced, *, token) -> list:
-    """Inside the fence: move the outputs being replaced aside, the staged one into place.
-    Returns the (old, aside) pairs; the caller deletes them once the fence has committed."""
+def _swap_in(files, path, staging, final, replaced, *, mover) -> list:
+    """Inside the fence: move the outputs being replaced aside (the batch's own first, then the
+    others; each named for the attempt moving it, `mover`), the staged one into place. Returns the
+    (old, aside) pairs; the caller deletes them once the fence has committed."""
     retired = []
     try:
         for old in [final, *(f"{path}/batch_id={int(i)}" for i in replaced)]:
             if files.exists(old):
-                aside = f"{path}/_staging/replaced-{old.rsplit('/', 1)[1]}-{token}"
+                aside = f"{path}/_staging/replaced-{old.rsplit('/', 1)[1]}-by-{mover}"
                 if not files.rename(old, aside):
                     raise SinkError(f"cannot move the replaced output {old} aside")
                 retired.append((old, aside))
@@ -266,6 +273,58 @@ def _swap_in(files, path, staging, final, replaced, *, token) -> list:
             files.rename(aside, old)
         raise
     return retired
+
+
+_MOVED_ASIDE = re.compile(
+    r"^replaced-batch_id=(?P<batch>\d+)-by-(?P<mover>\d+)-a(?P<attempt>\d+)-[0-9a-f]+$"
+)
+
+
+def _undo_interrupted_swaps(files, path: str, replaced) -> None:
+    """Inside the fence, before this publish's own swap: undo the swaps of the job's earlier
+    attempts that were killed between moving outputs aside and their fence's commit.
+
+    An aside names the batch it held and the attempt that moved it. When the control plane
+    recorded a publish of that attempt or a later one of its batch, the swap took effect and the
+    aside is what its worker had not yet deleted: it goes. Otherwise the fence rolled back, and the
+    sink goes back to what the control plane records: the moving attempt's output, if it reached
+    its place, leaves first; then each aside whose batch's output is still recorded as shown goes
+    back to its place, and the others go. Every publish of the job runs this first under the job's
+    fence, so no other swap of the job runs meanwhile, and a swap undone half-way is finished by
+    the next call: the moving batch's own earlier output goes back last, and while any aside of
+    that attempt is left, its batch's place holds nothing recorded. Asides of batches outside the
+    job, or without a control plane to ask, are left as they are."""
+    ask = getattr(replaced, "outputs", None)  # a hand-made publish may yield a plain list
+    if ask is None:
+        return
+    moved: dict[tuple[int, int], list[tuple[int, str]]] = {}
+    for name in files.matching(f"{path}/_staging/replaced-batch_id=*-by-*"):
+        match = _MOVED_ASIDE.match(name)
+        if match is not None:
+            key = (int(match["mover"]), int(match["attempt"]))
+            moved.setdefault(key, []).append((int(match["batch"]), name))
+    if not moved:
+        return
+    asked = {batch for batch, _ in moved} | {b for entries in moved.values() for b, _ in entries}
+    outputs = ask(sorted(asked))
+    for (mover, attempt), entries in sorted(moved.items()):
+        if mover not in outputs or any(batch not in outputs for batch, _ in entries):
+            continue  # another job's, or a batch the control plane no longer has
+        published = outputs[mover].published_attempt
+        if published is not None and published >= attempt:
+            for _, name in entries:
+                files.delete(f"{path}/_staging/{name}")
+            continue
+        # what the killed attempt put in its batch's place, if it got that far, was never recorded
+        files.delete(f"{path}/batch_id={mover}")
+        for batch, name in sorted(entries, key=lambda entry: entry[0] == mover):
+            aside = f"{path}/_staging/{name}"
+            place = f"{path}/batch_id={batch}"
+            if outputs[batch].shown and not files.exists(place):
+                if not files.rename(aside, place):
+                    raise SinkError(f"cannot put the output of batch {batch} back in {place}")
+            else:
+                files.delete(aside)  # replaced since, or back in its place already
 
 
 def _data_bytes(files, root: str) -> int:

@@ -1,0 +1,17 @@
+"""A files sink undoes a swap whose worker died before the fence committed: the fence answers
+which outputs it moved aside are still recorded (tidemark_publish_outputs,
+0054_interrupted_swaps.sql)."""
+
+from django.db import migrations
+
+from inventory.sql.migrations_utils import RunSQLFile
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("inventory", "0053_batches_in_one_call"),
+    ]
+
+    operations = [
+        RunSQLFile("0054_interrupted_swaps.sql", reverse="noop"),
+    ]
