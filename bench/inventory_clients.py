@@ -39,6 +39,7 @@ def run_clients(target, clients: int, spec: dict) -> dict:
         proc.join()
     fatal = [r["fatal"] for r in results if "fatal" in r]
     if fatal:
+        fatal.sort(key=lambda text: text.startswith("another client"))  # the cause first
         raise RuntimeError(f"a benchmark client failed:\n{fatal[0]}")
     errors: dict = {}
     for r in results:
@@ -315,4 +316,136 @@ def baseline_client(index, spec, barrier, counters, queue):
         _baseline_warm_up,
         _baseline_acquire,
         _baseline_succeed,
+    )
+
+
+# The write floor: what every write shape keeping Tidemark's guarantees must write per pair, and
+# nothing else. Issue 48 let the write shape change (the attempt on the batch row, fewer indexes,
+# planning inlined) as long as the watermark moves in the commit's transaction; this arm is that
+# shape taken to its end: two prepared statements, plain psycopg2, on Tidemark's own tables. The
+# acquire (a PL/pgSQL function of two statements, as one statement's snapshot would be older than
+# the job's row lock it waits for) locks the job's row, finds the start after the job's last
+# batch, reads the next items as the SQL baseline does and inserts the running batch (the attempt
+# kept on its row); the succeed moves the batch to succeeded and the job's watermark (never
+# backwards) with its event, in one transaction. Left out, and so not priced: the attempt's history and the hourly rates, the
+# job's blocked check, the lease reaper and backfill probes, the restatement and live-output
+# checks, the settled-row check of the item read, the publish fence's record, the watermark
+# moving only over a gapless prefix of commits.
+
+FLOOR_ACQUIRE = f"""
+CREATE OR REPLACE FUNCTION tm_floor_acquire(
+    p_job bigint, p_first bigint, p_budget bigint, p_max_items integer, p_worker text,
+    p_snapshot jsonb
+) RETURNS TABLE(id bigint, attempt smallint) LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM inventory_job AS j WHERE j.id = p_job FOR UPDATE;
+    -- a statement of its own, so its snapshot is taken once the job's row is held
+    RETURN QUERY
+    WITH start AS (
+        SELECT coalesce(max(upper(b.span)), p_first) AS lo FROM inventory_batch AS b
+        WHERE b.job_id = p_job AND b.backfill_id IS NULL
+    ), items AS (
+        SELECT m.uid, m.weight,
+               sum(m.weight) OVER (ORDER BY m.uid) AS cum_weight,
+               row_number() OVER (ORDER BY m.uid) AS n
+        FROM (SELECT t.uid, t.weight FROM {META} AS t WHERE t.uid >= (SELECT lo FROM start)
+              ORDER BY t.uid LIMIT p_max_items) AS m
+    ), picked AS (
+        SELECT items.uid, items.weight FROM items WHERE cum_weight <= p_budget OR n = 1
+    )
+    INSERT INTO inventory_batch AS b (
+        kind, status, span, item_count, weight, attempt, max_attempts, lease_expires_at, worker,
+        created_at, started_at, result, error, skip_reason, config_snapshot, job_id
+    )
+    SELECT 'incremental', 'running', int8range(start.lo, max(picked.uid) + 1), count(*),
+           sum(picked.weight), 1, 3, now() + interval '120 seconds', p_worker, now(), now(),
+           '{{}}', '{{}}', '', p_snapshot, p_job
+    FROM picked, start GROUP BY start.lo
+    RETURNING b.id, b.attempt;
+END
+$$
+"""
+
+FLOOR_SUCCEED = """
+PREPARE tm_floor_succeed(bigint, smallint, jsonb) AS
+WITH batch AS (
+    UPDATE inventory_batch
+    SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = $3,
+        commit_seq = upper(span)
+    WHERE id = $1 AND status = 'running' AND attempt = $2
+    RETURNING job_id, span
+), moved AS (
+    UPDATE inventory_watermark AS w
+    SET position = greatest(w.position, upper(batch.span)),
+        value = to_jsonb(greatest(w.position, upper(batch.span)) - 1), updated_at = now()
+    FROM batch WHERE w.job_id = batch.job_id
+    RETURNING w.id, w.position
+)
+INSERT INTO inventory_watermarkevent (
+    old_position, new_position, old_value, new_value, source, actor, reason, is_replay,
+    created_at, batch_id, watermark_id
+)
+SELECT 0, moved.position, NULL, NULL, 'commit', '', '', false, now(), $1, moved.id FROM moved
+"""
+
+
+def _floor_warm_up(spec):
+    import json
+
+    import psycopg2
+
+    from inventory.models import Job
+    from inventory.services.lifecycle.shared import config_snapshot
+
+    conn = psycopg2.connect(**spec["conn"])
+    cur = conn.cursor()
+    cur.execute("SELECT pg_advisory_xact_lock(48)")  # the clients define it one at a time
+    cur.execute(FLOOR_ACQUIRE)
+    conn.commit()
+    conn.autocommit = True
+    cur.execute(FLOOR_SUCCEED)
+    snapshots = {
+        job.pk: json.dumps(config_snapshot(job)) for job in Job.objects.filter(pk__in=spec["jobs"])
+    }
+    return {"cur": cur, "spec": spec, "snapshots": snapshots}
+
+
+def _floor_acquire(state, job_id, worker):
+    import psycopg2.errors
+
+    spec = state["spec"]
+    try:
+        state["cur"].execute(
+            "SELECT id, attempt FROM tm_floor_acquire(%s, %s, %s, %s, %s, %s)",
+            [
+                job_id,
+                spec["first"],
+                spec["budget"],
+                spec["max_items"],
+                worker,
+                state["snapshots"][job_id],
+            ],
+        )
+    except psycopg2.errors.ExclusionViolation:
+        raise Conflicted from None  # not expected: the function plans under the job's row lock
+    return state["cur"].fetchone()
+
+
+def _floor_succeed(state, batch):
+    batch_id, attempt = batch
+    state["cur"].execute("EXECUTE tm_floor_succeed(%s, %s, %s)", [batch_id, attempt, '{"rows": 1}'])
+    if state["cur"].rowcount != 1:
+        raise RuntimeError(f"floor batch {batch_id} was not running")
+
+
+def floor_client(index, spec, barrier, counters, queue):
+    client_loop(
+        index,
+        spec,
+        barrier,
+        counters,
+        queue,
+        _floor_warm_up,
+        _floor_acquire,
+        _floor_succeed,
     )

@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from inventory_checks import check_ranges, check_tidemark  # noqa: E402
 from inventory_clients import (  # noqa: E402
     baseline_client,
+    floor_client,
     run_clients,
     tidemark_client,
     tidemark_k_client,
@@ -97,9 +98,11 @@ def tidemark_and_baseline(connector, conn: dict, clients: int, seq: list) -> dic
             "t_all": [],
             "s_all": [],
             "k_all": [],
+            "f_all": [],
             "t_parts": [],
             "s_parts": [],
             "k_parts": [],
+            "f_parts": [],
         }
     for index in range(ROUNDS):
         for backlog in BACKLOGS:
@@ -111,9 +114,11 @@ def tidemark_and_baseline(connector, conn: dict, clients: int, seq: list) -> dic
                 st["s_jobs"] = baseline_jobs(backlog, count, seq)
                 st["t_all"] += st["t_jobs"]
                 st["s_all"] += st["s_jobs"]
-                if not small:  # the k arm: at the 1M backlog only, a job of its own
+                if not small:  # the k and floor arms: at the 1M backlog only, a job each
                     st["k_jobs"] = tidemark_jobs(connector, backlog, 1, seq)
                     st["k_all"] += st["k_jobs"]
+                    st["f_jobs"] = tidemark_jobs(connector, backlog, 1, seq)
+                    st["f_all"] += st["f_jobs"]
             quota = SMALL_QUOTA if small else None
             seconds = SECONDS / ROUNDS
             st["t_parts"].append(
@@ -129,6 +134,21 @@ def tidemark_and_baseline(connector, conn: dict, clients: int, seq: list) -> dic
                         tidemark_k_client,
                         clients,
                         {"jobs": st["k_jobs"], "quota": None, "seconds": seconds},
+                    )
+                )
+                st["f_parts"].append(
+                    run_clients(
+                        floor_client,
+                        clients,
+                        {
+                            "jobs": st["f_jobs"],
+                            "quota": None,
+                            "seconds": seconds,
+                            "conn": conn,
+                            "first": first_item(backlog),
+                            "budget": BUDGET,
+                            "max_items": MAX_ITEMS,
+                        },
                     )
                 )
             st["s_parts"].append(
@@ -165,6 +185,10 @@ def tidemark_and_baseline(connector, conn: dict, clients: int, seq: list) -> dic
             k_arm = merge(st["k_parts"])
             k_arm["check"] = check_tidemark(st["k_all"], first)
             results[("tidemark_k", backlog)] = k_arm
+        if st["f_parts"]:
+            floor = merge(st["f_parts"])
+            floor["check"] = check_tidemark(st["f_all"], first)
+            results[("floor", backlog)] = floor
     return results
 
 

@@ -21,7 +21,7 @@ SMALL_QUOTA = 50  # batches per job in the 10k-backlog runs
 SMALL_JOBS = 16  # jobs per 10k-backlog slice (800 batches at most)
 ROUNDS = 8  # Tidemark and the baseline, at both backlogs, alternate in this many rounds of slices
 BACKLOGS = (ROWS, SMALL_BACKLOG)
-SYSTEMS = ("tidemark", "tidemark_k", "sql", "pybatchintory", "pybatchintory_nocap")
+SYSTEMS = ("tidemark", "tidemark_k", "floor", "sql", "pybatchintory", "pybatchintory_nocap")
 # batches per call of the `tidemark_k` arm (batches_acquire + batches_succeed; issue 48's "k > 1 is
 # extra": the targets hold at k = 1), run at the 1M backlog beside the others
 K_PER_CALL = 8
