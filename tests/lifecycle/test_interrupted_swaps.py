@@ -23,6 +23,7 @@ from tests.support.files_job import (
     source_rows,
 )
 from workers.spark import sinks
+from workers.spark.sink_files import HadoopFiles
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -201,4 +202,28 @@ def test_a_worker_killed_after_its_fence_committed_leaves_asides_the_next_publis
     assert sink_rows(spark, sink) == expected_rows(range(8))
     assert mover.pk in _batch_dirs(out)
     assert not set(_batch_dirs(out)) & {b.pk for b in committed[:2]}
+    assert _asides(out) == []
+
+
+def test_the_undo_works_through_hadoops_file_system_too(spark, tmp_path, monkeypatch):
+    """Object stores and HDFS go through Hadoop's FileSystem (sink_files.HadoopFiles): the same
+    killed swap and undo, with every file operation made through it (here on the local disk)."""
+    monkeypatch.setattr(sinks, "sink_files", HadoopFiles)
+    out = tmp_path / "out"
+    sink = {"kind": "files", "path": str(out)}
+    job, item_of = make_files_job(tmp_path, "swap-hadoop", sink, items=6)
+    drain(spark, job)
+    committed = list(Batch.objects.filter(job=job).order_by("span"))
+    ids = sorted(item_of)
+    backfill = backfill_create(job=job, range_start=ids[0], range_end=ids[3], whole=True)
+    mover = lifecycle.batch_acquire(job=job, worker="doomed")
+    _run_killed(spark, monkeypatch, mover, renames=3)
+    assert len(_asides(out)) == 2 and mover.pk in _batch_dirs(out)
+
+    backfill_set_status(backfill=Backfill.objects.get(pk=backfill.pk), status="cancelled")
+    _add_items(job, [6, 7])
+    drain(spark, job)
+    newest = Batch.objects.filter(job=job).order_by("-span").first()
+    assert sink_rows(spark, sink) == expected_rows(range(8))
+    assert _batch_dirs(out) == sorted([*(b.pk for b in committed), newest.pk])
     assert _asides(out) == []
