@@ -305,7 +305,8 @@ def _undo_interrupted_swaps(files, path: str, replaced) -> None:
             moved.setdefault(key, []).append((int(match["batch"]), name))
     if not moved:
         return
-    asked = {batch for batch, _ in moved} | {b for entries in moved.values() for b, _ in entries}
+    asked = {mover for mover, _attempt in moved}
+    asked |= {batch for entries in moved.values() for batch, _name in entries}
     outputs = ask(sorted(asked))
     for (mover, attempt), entries in sorted(moved.items()):
         if mover not in outputs or any(batch not in outputs for batch, _ in entries):
