@@ -95,6 +95,24 @@ def _add_items(job, items) -> None:
         Asset.objects.create(connector=job.connector, location=str(path), weight=1)
 
 
+def _backfill_over_two_committed(spark, tmp_path, name: str):
+    """A files job of 6 items in 3 committed batches, and a backfill of one batch (as a
+    restatement plans it) over the first two, acquired: (out, sink, job, committed, backfill,
+    the backfill's batch)."""
+    out = tmp_path / "out"
+    sink = {"kind": "files", "path": str(out)}
+    job, item_of = make_files_job(tmp_path, name, sink, items=6)
+    drain(spark, job)
+    committed = list(Batch.objects.filter(job=job).order_by("span"))
+    assert [b.status for b in committed] == [BatchStatus.SUCCEEDED] * 3
+    ids = sorted(item_of)
+    backfill = backfill_create(job=job, range_start=ids[0], range_end=ids[3], whole=True)
+    assert backfill.batches.count() == 1
+    mover = lifecycle.batch_acquire(job=job, worker="doomed")
+    assert mover.backfill_id == backfill.pk
+    return out, sink, job, committed, backfill, mover
+
+
 # renames of a backfill batch over two committed batches: the first one's output aside, the
 # second one's, then its own output into place
 @pytest.mark.parametrize(
@@ -105,18 +123,9 @@ def _add_items(job, items) -> None:
 def test_a_swap_killed_half_way_is_undone_by_the_next_publish_of_the_job(
     spark, tmp_path, monkeypatch, renames, seen_meanwhile, then
 ):
-    out = tmp_path / "out"
-    sink = {"kind": "files", "path": str(out)}
-    job, item_of = make_files_job(tmp_path, f"swap-{renames}-{then[:3]}", sink, items=6)
-    drain(spark, job)
-    committed = list(Batch.objects.filter(job=job).order_by("span"))
-    assert [b.status for b in committed] == [BatchStatus.SUCCEEDED] * 3
-    ids = sorted(item_of)
-    # one batch over the two first committed ones (as a restatement plans it)
-    backfill = backfill_create(job=job, range_start=ids[0], range_end=ids[3], whole=True)
-    assert backfill.batches.count() == 1
-    mover = lifecycle.batch_acquire(job=job, worker="doomed")
-    assert mover.backfill_id == backfill.pk
+    out, sink, job, committed, backfill, mover = _backfill_over_two_committed(
+        spark, tmp_path, f"swap-{renames}-{then[:3]}"
+    )
 
     _run_killed(spark, monkeypatch, mover, renames)
     # what readers see until the job publishes again: the rows of the outputs moved aside are
@@ -183,14 +192,9 @@ def test_a_worker_killed_after_its_fence_committed_leaves_asides_the_next_publis
 ):
     """The swap took effect (the fence committed) and the worker died deleting what it had moved
     aside: those go, and nothing comes back; the killed batch's output stays in its place."""
-    out = tmp_path / "out"
-    sink = {"kind": "files", "path": str(out)}
-    job, item_of = make_files_job(tmp_path, "swap-after", sink, items=6)
-    drain(spark, job)
-    committed = list(Batch.objects.filter(job=job).order_by("span"))
-    ids = sorted(item_of)
-    backfill = backfill_create(job=job, range_start=ids[0], range_end=ids[3], whole=True)
-    mover = lifecycle.batch_acquire(job=job, worker="doomed")
+    out, sink, job, committed, backfill, mover = _backfill_over_two_committed(
+        spark, tmp_path, "swap-after"
+    )
     _run_killed(spark, monkeypatch, mover, renames=0, deletes=1)
     assert len(_asides(out)) == 1  # one of the two deleted before the worker died
     assert sink_rows(spark, sink) == expected_rows(range(6))
@@ -209,14 +213,9 @@ def test_the_undo_works_through_hadoops_file_system_too(spark, tmp_path, monkeyp
     """Object stores and HDFS go through Hadoop's FileSystem (sink_files.HadoopFiles): the same
     killed swap and undo, with every file operation made through it (here on the local disk)."""
     monkeypatch.setattr(sinks, "sink_files", HadoopFiles)
-    out = tmp_path / "out"
-    sink = {"kind": "files", "path": str(out)}
-    job, item_of = make_files_job(tmp_path, "swap-hadoop", sink, items=6)
-    drain(spark, job)
-    committed = list(Batch.objects.filter(job=job).order_by("span"))
-    ids = sorted(item_of)
-    backfill = backfill_create(job=job, range_start=ids[0], range_end=ids[3], whole=True)
-    mover = lifecycle.batch_acquire(job=job, worker="doomed")
+    out, sink, job, committed, backfill, mover = _backfill_over_two_committed(
+        spark, tmp_path, "swap-hadoop"
+    )
     _run_killed(spark, monkeypatch, mover, renames=3)
     assert len(_asides(out)) == 2 and mover.pk in _batch_dirs(out)
 
