@@ -1,6 +1,6 @@
-"""A files sink undoes a swap whose worker died before the fence committed: the fence answers
-which outputs it moved aside are still recorded (tidemark_publish_outputs,
-0054_interrupted_swaps.sql)."""
+"""A files sink puts its staging in order inside each publish's fence (a swap whose worker died
+before the fence committed undone, dead attempts' staging dropped): the fence answers what it
+asks about those batches (tidemark_publish_outputs, 0054_interrupted_swaps.sql)."""
 
 from django.db import migrations
 

@@ -2,8 +2,9 @@
 `_staging`, perhaps its own output already in its place, and its fence rolled back with its
 connection. The control plane still records the outputs it moved as the ones shown, so the next
 publish of the job puts them back inside its fence, and takes away what the killed attempt put in
-place (workers/spark/sinks.py, `_undo_interrupted_swaps`)."""
+place (workers/spark/sinks.py, `_tidy_staging`)."""
 
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from tests.support.files_job import (
     expected_rows,
     expire_and_reap,
     make_files_job,
+    run_and_commit,
     run_spark,
     sink_rows,
     source_rows,
@@ -226,3 +228,32 @@ def test_the_undo_works_through_hadoops_file_system_too(spark, tmp_path, monkeyp
     assert sink_rows(spark, sink) == expected_rows(range(8))
     assert _batch_dirs(out) == sorted([*(b.pk for b in committed), newest.pk])
     assert _asides(out) == []
+
+
+def test_a_publish_drops_the_staging_of_attempts_that_can_no_longer_publish_and_keeps_live_ones(
+    spark, tmp_path
+):
+    """Another batch's publish, inside its fence, drops what a dead attempt of the job left in
+    `_staging/` and keeps what a running attempt is writing there."""
+    out = tmp_path / "out"
+    sink = {"kind": "files", "path": str(out)}
+    job, _ = make_files_job(tmp_path, "staging-tidy", sink, items=4)
+    first = lifecycle.batch_acquire(job=job, worker="w1")
+    expire_and_reap(first)
+    retry = lifecycle.batch_acquire(job=job, worker="w2")
+    assert (retry.pk, retry.attempt) == (first.pk, 2)
+    dead = out / "_staging" / f"batch_id={first.pk}-a1-0123456789ab"  # the killed attempt's
+    live = out / "_staging" / f"batch_id={first.pk}-a2-ba9876543210"  # being written now
+    for staged in (dead, live):
+        staged.mkdir(parents=True)
+        (staged / "part-0.parquet").write_bytes(b"not yet")
+
+    second = lifecycle.batch_acquire(job=job, worker="w3")
+    assert second.pk != first.pk
+    run_and_commit(spark, second)
+    assert not dead.exists() and live.exists()
+
+    shutil.rmtree(live)  # attempt 2's real write takes its place
+    run_and_commit(spark, retry)
+    assert sink_rows(spark, sink) == expected_rows(range(4))
+    assert list((out / "_staging").iterdir()) == []

@@ -18,10 +18,11 @@ attempt's leftovers of a refilled hole); the sink removes them in the same step.
 What the fence yields is a `Replaced` list; its `token` is a number that grows with every publish
 (tidemark_publish_token, drawn after tidemark_publish_begin, so in publish order; None without a
 control plane). The Delta sink writes it as its application-transaction version. Its
-`outputs(ids)` says, for batches of the job, the attempt whose publish was last recorded and
-whether that output is the one the sink should show (tidemark_publish_outputs, read in the fence's
-transaction); the files sink uses it to undo a swap whose worker died before its fence committed.
-Without a control plane it is None.
+`outputs(ids)` says, for batches of the job, the attempt whose publish was last recorded, whether
+that output is the one the sink should show, and the batch's current attempt and whether it runs
+(tidemark_publish_outputs, read in the fence's transaction); the files sink uses it to undo a swap
+whose worker died before its fence committed and to drop dead attempts' staging. Without a
+control plane it is None.
 
 `publish_from_spec` picks one from run_batch's spec: {"fence": {"dsn_env": VAR}} or
 {"replaces": [ids]}.
@@ -54,11 +55,14 @@ class Replaced(list):
 
 
 class Output(NamedTuple):
-    """A batch's publish as the control plane recorded it: the attempt that last published (None:
-    never) and whether its output is the one to show (published and not replaced since)."""
+    """A batch as a sink's publish sees it: the attempt that last published (None: never), whether
+    its output is the one to show (published and not replaced since), its current attempt and
+    whether it is running."""
 
     published_attempt: int | None
     shown: bool
+    attempt: int
+    running: bool
 
 
 Publish = Callable[[], AbstractContextManager[Replaced]]
@@ -191,10 +195,11 @@ def _begin(conn, batch_id: int, attempt: int) -> list[int]:
 
 def _outputs(cur, batch_id: int, ids: list[int]) -> dict[int, Output]:
     cur.execute(
-        "SELECT batch_id, published_attempt, shown FROM tidemark_publish_outputs(%s, %s::bigint[])",
+        "SELECT batch_id, published_attempt, shown, attempt, running "
+        "FROM tidemark_publish_outputs(%s, %s::bigint[])",
         [batch_id, [int(i) for i in ids]],
     )
-    return {row[0]: Output(row[1], row[2]) for row in cur.fetchall()}
+    return {row[0]: Output(*row[1:]) for row in cur.fetchall()}
 
 
 def _begin_error(exc) -> SinkError:

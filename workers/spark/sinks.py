@@ -14,7 +14,8 @@ which earlier batches' outputs the new one replaces; those leave in the same ste
   the milliseconds between them may miss the replaced rows, never see them twice. A worker killed
   during a swap leaves outputs moved aside (`_staging/replaced-batch_id=<id>-by-<batch>-a<attempt>-
   <token>`) and perhaps its own output in place, with its fence rolled back; the next publish of
-  the job undoes that swap inside its fence, before its own (`_undo_interrupted_swaps`).
+  the job undoes that swap inside its fence, before its own, and drops the staging of attempts
+  that can no longer publish (`_tidy_staging`).
 - "postgres": see workers/spark/pgsink.py.
 - "delta": a Delta Lake table, one Delta commit per batch; see workers/spark/delta_sink.py.
 - "iceberg": an Iceberg table, one catalog commit per batch; see workers/spark/iceberg_sink.py.
@@ -217,7 +218,7 @@ def write_files(
     retired = None
     try:
         with publish() as replaced:
-            _undo_interrupted_swaps(files, path, replaced)
+            _tidy_staging(files, path, replaced)
             retired = _swap_in(
                 files, path, staging, final, replaced, mover=f"{batch_id}-a{int(attempt)}-{token}"
             )
@@ -278,54 +279,67 @@ def _swap_in(files, path, staging, final, replaced, *, mover) -> list:
 _MOVED_ASIDE = re.compile(
     r"^replaced-batch_id=(?P<batch>\d+)-by-(?P<mover>\d+)-a(?P<attempt>\d+)-[0-9a-f]+$"
 )
+_ATTEMPT_STAGING = re.compile(r"^batch_id=(?P<batch>\d+)-a(?P<attempt>\d+)-[0-9a-f]+$")
 
 
-def _undo_interrupted_swaps(files, path: str, replaced) -> None:
-    """Inside the fence, before this publish's own swap: undo the swaps of the job's earlier
-    attempts that were killed between moving outputs aside and their fence's commit.
-
-    An aside names the batch it held and the attempt that moved it. When the control plane
-    recorded a publish of that attempt or a later one of its batch, the swap took effect and the
-    aside is what its worker had not yet deleted: it goes. Otherwise the fence rolled back, and the
-    sink goes back to what the control plane records: the moving attempt's output, if it reached
-    its place, leaves first; then each aside whose batch's output is still recorded as shown goes
-    back to its place, and the others go. Every publish of the job runs this first under the job's
-    fence, so no other swap of the job runs meanwhile, and a swap undone half-way is finished by
-    the next call: the moving batch's own earlier output goes back last, and while any aside of
-    that attempt is left, its batch's place holds nothing recorded. Asides of batches outside the
+def _tidy_staging(files, path: str, replaced) -> None:
+    """Inside the fence, before this publish's own swap, put `_staging/` in order for the job:
+    undo the swaps its killed attempts left half-done (`_undo_swap`), and drop the staging of
+    attempts that can no longer publish (their batch is not running on that attempt: a later
+    attempt took over, or it ended, was cancelled or skipped). What this publish's own batch is
+    writing is its running attempt's, so it stays. Every publish of the job runs this first under
+    the job's fence, so no other swap of the job runs meanwhile. Entries of batches outside the
     job, or without a control plane to ask, are left as they are."""
     ask = getattr(replaced, "outputs", None)  # a hand-made publish may yield a plain list
     if ask is None:
         return
     moved: dict[tuple[int, int], list[tuple[int, str]]] = {}
-    for name in files.matching(f"{path}/_staging/replaced-batch_id=*-by-*"):
-        match = _MOVED_ASIDE.match(name)
-        if match is not None:
+    staged: list[tuple[int, int, str]] = []
+    for name in files.matching(f"{path}/_staging/*batch_id=*"):
+        if match := _MOVED_ASIDE.match(name):
             key = (int(match["mover"]), int(match["attempt"]))
             moved.setdefault(key, []).append((int(match["batch"]), name))
-    if not moved:
+        elif match := _ATTEMPT_STAGING.match(name):
+            staged.append((int(match["batch"]), int(match["attempt"]), name))
+    if not moved and not staged:
         return
-    asked = {mover for mover, _attempt in moved}
+    asked = {mover for mover, _attempt in moved} | {batch for batch, _attempt, _name in staged}
     asked |= {batch for entries in moved.values() for batch, _name in entries}
     outputs = ask(sorted(asked))
     for (mover, attempt), entries in sorted(moved.items()):
-        if mover not in outputs or any(batch not in outputs for batch, _ in entries):
-            continue  # another job's, or a batch the control plane no longer has
-        published = outputs[mover].published_attempt
-        if published is not None and published >= attempt:
-            for _, name in entries:
-                files.delete(f"{path}/_staging/{name}")
-            continue
-        # what the killed attempt put in its batch's place, if it got that far, was never recorded
-        files.delete(f"{path}/batch_id={mover}")
-        for batch, name in sorted(entries, key=lambda entry: entry[0] == mover):
-            aside = f"{path}/_staging/{name}"
-            place = f"{path}/batch_id={batch}"
-            if outputs[batch].shown and not files.exists(place):
-                if not files.rename(aside, place):
-                    raise SinkError(f"cannot put the output of batch {batch} back in {place}")
-            else:
-                files.delete(aside)  # replaced since, or back in its place already
+        if mover in outputs and all(batch in outputs for batch, _ in entries):
+            _undo_swap(files, path, outputs, mover, attempt, entries)
+    for batch, attempt, name in staged:
+        known = outputs.get(batch)
+        if known is not None and not (known.running and known.attempt == attempt):
+            files.delete(f"{path}/_staging/{name}")
+
+
+def _undo_swap(files, path: str, outputs: dict, mover: int, attempt: int, entries: list) -> None:
+    """The outputs attempt `attempt` of batch `mover` moved aside (`entries`: (batch, name)).
+
+    When the control plane recorded a publish of that attempt or a later one of its batch, the
+    swap took effect and the asides are what its worker had not yet deleted: they go. Otherwise
+    the fence rolled back, and the sink goes back to what the control plane records: the moving
+    attempt's output, if it reached its place, leaves first; then each aside whose batch's output
+    is still recorded as shown goes back to its place, and the others go. A swap undone half-way
+    is finished by the next call: the moving batch's own earlier output goes back last, and while
+    any aside of that attempt is left, its batch's place holds nothing recorded."""
+    published = outputs[mover].published_attempt
+    if published is not None and published >= attempt:
+        for _, name in entries:
+            files.delete(f"{path}/_staging/{name}")
+        return
+    # what the killed attempt put in its batch's place, if it got that far, was never recorded
+    files.delete(f"{path}/batch_id={mover}")
+    for batch, name in sorted(entries, key=lambda entry: entry[0] == mover):
+        aside = f"{path}/_staging/{name}"
+        place = f"{path}/batch_id={batch}"
+        if outputs[batch].shown and not files.exists(place):
+            if not files.rename(aside, place):
+                raise SinkError(f"cannot put the output of batch {batch} back in {place}")
+        else:
+            files.delete(aside)  # replaced since, or back in its place already
 
 
 def _data_bytes(files, root: str) -> int:
