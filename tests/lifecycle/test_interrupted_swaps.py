@@ -5,8 +5,10 @@ publish of the job puts them back inside its fence, and takes away what the kill
 place (workers/spark/sinks.py, `_tidy_staging`)."""
 
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg2
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -24,7 +26,8 @@ from tests.support.files_job import (
     sink_rows,
     source_rows,
 )
-from workers.spark import sinks
+from workers.spark import fence, sinks
+from workers.spark.errors import BatchError
 from workers.spark.sink_files import HadoopFiles
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -257,3 +260,45 @@ def test_a_publish_drops_the_staging_of_attempts_that_can_no_longer_publish_and_
     run_and_commit(spark, retry)
     assert sink_rows(spark, sink) == expected_rows(range(4))
     assert list((out / "_staging").iterdir()) == []
+
+
+@pytest.mark.parametrize("commit", ["rolled back", "landed"])
+def test_a_fence_that_fails_at_its_end_leaves_the_swap_to_the_next_publish(
+    spark, tmp_path, monkeypatch, commit
+):
+    """The fence fails once the swap is done: its transaction rolled back (a lost connection), or
+    its commit landed and only the answer was lost. The worker cannot tell which, and by then the
+    job's lock is gone, so it undoes nothing itself: the next publish decides, inside its fence,
+    by what the control plane recorded."""
+    out, sink, job, committed, _backfill, mover = _backfill_over_two_committed(
+        spark, tmp_path, f"fence-end-{commit[:4]}"
+    )
+    real = fence.database_publish
+
+    def failing_at_the_end(**kwargs):
+        publish = real(**kwargs)
+
+        @contextmanager
+        def failing():
+            with publish() as replaced:
+                yield replaced
+                if commit == "rolled back":
+                    raise psycopg2.OperationalError("server closed the connection unexpectedly")
+            raise psycopg2.OperationalError("server closed the connection unexpectedly")
+
+        return failing
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fence, "database_publish", failing_at_the_end)
+        with pytest.raises(BatchError):
+            run_spark(spark, mover)
+    recorded = Batch.objects.get(pk=mover.pk).published_attempt
+    assert recorded == (1 if commit == "landed" else None)
+    assert len(_asides(out)) == 2 and mover.pk in _batch_dirs(out)  # left as the swap left it
+    assert sink_rows(spark, sink) == expected_rows(range(6))
+
+    expire_and_reap(mover)
+    drain(spark, job)  # the batch's retry publishes
+    assert sink_rows(spark, sink) == expected_rows(range(6))
+    assert _batch_dirs(out) == sorted([mover.pk, committed[2].pk])
+    assert _asides(out) == []

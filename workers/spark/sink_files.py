@@ -27,6 +27,9 @@ def sink_files(spark, path: str):
 
 
 class LocalFiles:
+    # a directory's rename is one step: a reader or a killed writer sees it whole on one side
+    atomic_renames = True
+
     def exists(self, uri: str) -> bool:
         return os.path.lexists(local_path(uri))
 
@@ -63,16 +66,28 @@ class LocalFiles:
             pass  # not there, or another batch's write has just put something in it
 
 
+# file systems whose directory rename is one step (HDFS's is a namespace operation); an object
+# store's (s3a:, gs:, abfs:, ...) copies file by file, so a writer killed mid-rename leaves part
+# on each side
+_ATOMIC_RENAME_SCHEMES = ("file", "hdfs", "viewfs")
+
+
 class HadoopFiles:
     def __init__(self, spark, path: str):
         self._path = spark._jvm.org.apache.hadoop.fs.Path
         self._fs = self._path(path).getFileSystem(spark._jsc.hadoopConfiguration())
+        self.atomic_renames = str(self._fs.getScheme()).lower() in _ATOMIC_RENAME_SCHEMES
 
     def exists(self, uri: str) -> bool:
         return bool(self._fs.exists(self._path(uri)))
 
     def rename(self, source: str, target: str) -> bool:
-        return bool(self._fs.rename(self._path(source), self._path(target)))
+        """Whether `source` now is `target`; False when `target` exists (Hadoop's rename would
+        move `source` into an existing directory, as the local one refuses)."""
+        destination = self._path(target)
+        if self._fs.exists(destination):
+            return False
+        return bool(self._fs.rename(self._path(source), destination))
 
     def delete(self, uri: str) -> None:
         self._fs.delete(self._path(uri), True)

@@ -9,13 +9,14 @@ which earlier batches' outputs the new one replaces; those leave in the same ste
   fence: the batch's previous output and every replaced batch's directory are renamed aside, the
   staged one renamed into place, the old ones deleted. Spark skips paths starting with `_`, so
   `spark.read.parquet(<path>)` sees each row once (with a `batch_id` partition column) and never a
-  half-written batch. An attempt cleans up only the staging of earlier attempts of its batch,
-  never a later one's. The renames are not one atomic step: a reader listing the directory in
-  the milliseconds between them may miss the replaced rows, never see them twice. A worker killed
-  during a swap leaves outputs moved aside (`_staging/replaced-batch_id=<id>-by-<batch>-a<attempt>-
+  half-written batch. Before it writes, an attempt cleans up only the staging of earlier
+  attempts of its batch, never a later one's. The renames are not one atomic step: a reader
+  listing the directory in the milliseconds between them may miss the replaced rows, never see
+  them twice. A worker killed during a swap leaves outputs moved aside (`_staging/replaced-batch_id=<id>-by-<batch>-a<attempt>-
   <token>`) and perhaps its own output in place, with its fence rolled back; the next publish of
-  the job undoes that swap inside its fence, before its own, and drops the staging of attempts
-  that can no longer publish (`_tidy_staging`).
+  the job undoes that swap inside its fence, before its own, and drops the staging of any of the
+  job's attempts that can no longer publish (`_tidy_staging`; not on object stores, whose
+  renames copy file by file).
 - "postgres": see workers/spark/pgsink.py.
 - "delta": a Delta Lake table, one Delta commit per batch; see workers/spark/delta_sink.py.
 - "iceberg": an Iceberg table, one catalog commit per batch; see workers/spark/iceberg_sink.py.
@@ -216,16 +217,20 @@ def write_files(
 
     final = f"{path}/batch_id={batch_id}"
     retired = None
+    tidied = False
     try:
         with publish() as replaced:
-            _tidy_staging(files, path, replaced)
+            tidied = _tidy_staging(files, path, replaced)
             retired = _swap_in(
                 files, path, staging, final, replaced, mover=f"{batch_id}-a{int(attempt)}-{token}"
             )
     except BaseException:
-        if retired is not None:
-            # swapped in, but the fence did not commit: the replaced outputs are still the
-            # committed ones, so they go back and this attempt's output leaves
+        if retired is not None and not tidied:
+            # swapped in, but the fence did not commit, and no control plane will say so later:
+            # the replaced outputs are still the committed ones, so they go back and this
+            # attempt's output leaves. With one, nothing is undone here: the fence's lock is gone
+            # by now and its commit may have landed all the same; the job's next publish undoes
+            # or finishes this swap inside its own fence, by what the control plane recorded.
             files.delete(final)
             for old, aside in reversed(retired):
                 files.rename(aside, old)
@@ -282,17 +287,22 @@ _MOVED_ASIDE = re.compile(
 _ATTEMPT_STAGING = re.compile(r"^batch_id=(?P<batch>\d+)-a(?P<attempt>\d+)-[0-9a-f]+$")
 
 
-def _tidy_staging(files, path: str, replaced) -> None:
+def _tidy_staging(files, path: str, replaced) -> bool:
     """Inside the fence, before this publish's own swap, put `_staging/` in order for the job:
     undo the swaps its killed attempts left half-done (`_undo_swap`), and drop the staging of
     attempts that can no longer publish (their batch is not running on that attempt: a later
     attempt took over, or it ended, was cancelled or skipped). What this publish's own batch is
     writing is its running attempt's, so it stays. Every publish of the job runs this first under
     the job's fence, so no other swap of the job runs meanwhile. Entries of batches outside the
-    job, or without a control plane to ask, are left as they are."""
+    job are left as they are.
+
+    Returns whether it could: there is a control plane to ask, and the file system renames a
+    directory in one step. On an object store a rename copies file by file, so a swap killed
+    mid-rename leaves an output split between its place and its aside, which no name tells
+    apart from a whole one: there the asides are left for an operator, as before."""
     ask = getattr(replaced, "outputs", None)  # a hand-made publish may yield a plain list
-    if ask is None:
-        return
+    if ask is None or not getattr(files, "atomic_renames", False):
+        return False
     moved: dict[tuple[int, int], list[tuple[int, str]]] = {}
     staged: list[tuple[int, int, str]] = []
     for name in files.matching(f"{path}/_staging/*batch_id=*"):
@@ -302,7 +312,7 @@ def _tidy_staging(files, path: str, replaced) -> None:
         elif match := _ATTEMPT_STAGING.match(name):
             staged.append((int(match["batch"]), int(match["attempt"]), name))
     if not moved and not staged:
-        return
+        return True
     asked = {mover for mover, _attempt in moved} | {batch for batch, _attempt, _name in staged}
     asked |= {batch for entries in moved.values() for batch, _name in entries}
     outputs = ask(sorted(asked))
@@ -313,6 +323,7 @@ def _tidy_staging(files, path: str, replaced) -> None:
         known = outputs.get(batch)
         if known is not None and not (known.running and known.attempt == attempt):
             files.delete(f"{path}/_staging/{name}")
+    return True
 
 
 def _undo_swap(files, path: str, outputs: dict, mover: int, attempt: int, entries: list) -> None:
@@ -322,24 +333,30 @@ def _undo_swap(files, path: str, outputs: dict, mover: int, attempt: int, entrie
     swap took effect and the asides are what its worker had not yet deleted: they go. Otherwise
     the fence rolled back, and the sink goes back to what the control plane records: the moving
     attempt's output, if it reached its place, leaves first; then each aside whose batch's output
-    is still recorded as shown goes back to its place, and the others go. A swap undone half-way
-    is finished by the next call: the moving batch's own earlier output goes back last, and while
-    any aside of that attempt is left, its batch's place holds nothing recorded."""
+    is still recorded as shown goes back to its place, and the others go.
+
+    The moving batch's place is emptied only while it cannot hold a recorded output: its own
+    earlier output is still aside (the swap moves that one first, and it goes back last), or it
+    has none. An aside whose batch is shown while something is already in its place is left as
+    it is: which of the two is whole, no name says. A call stopped half-way is finished by the
+    next one."""
     published = outputs[mover].published_attempt
     if published is not None and published >= attempt:
         for _, name in entries:
             files.delete(f"{path}/_staging/{name}")
         return
-    # what the killed attempt put in its batch's place, if it got that far, was never recorded
-    files.delete(f"{path}/batch_id={mover}")
+    own_aside = any(batch == mover for batch, _ in entries)
+    if own_aside or not outputs[mover].shown:
+        # what the killed attempt put in its batch's place, if it got that far, was never recorded
+        files.delete(f"{path}/batch_id={mover}")
     for batch, name in sorted(entries, key=lambda entry: entry[0] == mover):
         aside = f"{path}/_staging/{name}"
         place = f"{path}/batch_id={batch}"
-        if outputs[batch].shown and not files.exists(place):
+        if not outputs[batch].shown:
+            files.delete(aside)  # replaced since, or never recorded
+        elif not files.exists(place):
             if not files.rename(aside, place):
                 raise SinkError(f"cannot put the output of batch {batch} back in {place}")
-        else:
-            files.delete(aside)  # replaced since, or back in its place already
 
 
 def _data_bytes(files, root: str) -> int:
