@@ -240,9 +240,10 @@ def redact(value, *, names: set[str] = frozenset()):
 
 def scrub(value, *, names: set[str] = frozenset()):
     """`value` with every configured credential's value (and the named variables' values, and any
-    credential in a string) replaced by the mask; keys left as they are (a result's metrics).
-    The credentials' values are read from the environment at the first string met: a value of
-    numbers alone (a batch's row counts) costs no walk of the environment."""
+    credential in a string) replaced by the mask, in keys as in values: a result's or an error's
+    keys are stored and shown as its values are. The credentials' values are read from the
+    environment at the first string met: a value of numbers alone (a batch's row counts) costs
+    no walk of the environment."""
     secrets = None
 
     def values() -> list[str]:
@@ -254,18 +255,24 @@ def scrub(value, *, names: set[str] = frozenset()):
                 found.extend(_credentials_in(secret))
         return sorted(found, key=len, reverse=True)
 
-    def walk(inner):
+    def text(inner: str) -> str:
         nonlocal secrets
+        if secrets is None:
+            secrets = values()
+        for secret in secrets:
+            inner = inner.replace(secret, MASK)
+        return mask_text(inner)
+
+    def walk(inner):
         if isinstance(inner, dict):
-            return {key: walk(item) for key, item in inner.items()}
+            return {
+                (text(key) if isinstance(key, str) else key): walk(item)
+                for key, item in inner.items()
+            }
         if isinstance(inner, list):
             return [walk(item) for item in inner]
         if isinstance(inner, str):
-            if secrets is None:
-                secrets = values()
-            for secret in secrets:
-                inner = inner.replace(secret, MASK)
-            return mask_text(inner)
+            return text(inner)
         return inner
 
     return walk(value)

@@ -288,10 +288,23 @@ def test_a_result_is_scrubbed_of_configured_credentials_at_any_depth(monkeypatch
     }
 
 
-def test_a_result_of_numbers_alone_is_kept_without_reading_the_credentials(monkeypatch):
+def test_a_value_holding_no_text_is_kept_without_reading_the_credentials(monkeypatch):
     def unread():
         raise AssertionError("the credentials were read for a value holding no text")
 
     monkeypatch.setattr(secrets, "configured_credentials", unread)
-    result = {"rows": 3, "bytes": [1, 2.5, None], "ok": False}
-    assert secrets.scrub(result) == result
+    value = [3, [1, 2.5, None], False]
+    assert secrets.scrub(value) == value
+
+
+def test_a_credential_used_as_a_key_is_masked_in_results_and_errors(monkeypatch, settings):
+    """A result's or an error's keys are stored and shown as its values are."""
+    settings.TIDEMARK_CREDENTIALS = ["TM_TEST_SCRUB_*"]
+    monkeypatch.setenv("TM_TEST_SCRUB_TOKEN", CANARY)
+    result = {CANARY: 1, "by host": {f"db password={CANARY}": 2}, "rows": 3}
+    assert secrets.scrub(result) == {
+        secrets.MASK: 1,
+        "by host": {f"db password={secrets.MASK}": 2},
+        "rows": 3,
+    }
+    assert CANARY not in repr(secrets.redact({"type": "x", f"env {CANARY}": "v"}))
