@@ -6,11 +6,13 @@ all: it cannot be encoded as UTF-8, so PostgreSQL refuses it and a path holding 
 resolved. Refusing both here, for every field of every endpoint, keeps them from surfacing later
 as a database error or a 500.
 
-So does a document nested deeper than MAX_DEPTH levels: Python walks JSON recursively (parsing
+So does a number too large for a double (`1e999`, which Python reads as infinity and PostgreSQL's
+jsonb refuses), and a document nested deeper than MAX_DEPTH levels: Python walks JSON recursively (parsing
 it, checking a config for secrets, masking it on the way out), and a config of a few hundred
 levels, once stored, made every read of its job or connector a 500."""
 
 import io
+import math
 import re
 from itertools import accumulate
 
@@ -55,8 +57,11 @@ def _shown(key: str) -> str:
 
 
 def bad_field(value, path: str = "") -> tuple[str, str] | None:
-    """The path of the first key or string that cannot be stored, and why; or None. (The
+    """The path of the first key, string or number that cannot be stored, and why; or None. (The
     document's depth is bounded before it is parsed, nested_deeper_than.)"""
+    if isinstance(value, float) and not math.isfinite(value):
+        # `NaN` and `Infinity` are refused by the parser; `1e999` parses, to infinity
+        return (path or "body", "must be a finite number: this one is too large to store")
     if isinstance(value, str):
         problem = _problem(value)
         return (path or "body", problem) if problem else None

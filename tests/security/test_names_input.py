@@ -7,7 +7,8 @@ import logging
 
 import pytest
 
-from inventory.models import Batch
+from inventory.models import Batch, BatchStatus
+from inventory.services.assets import assets_register
 from inventory.services.secrets import RedactingFilter
 from tests.support.api_support import session_client, token_client
 from tests.support.factories import ConnectorFactory, make_job
@@ -158,6 +159,33 @@ def test_lone_surrogates_in_the_api_are_a_400_naming_the_field(role_users, tmp_p
         assert field in response.json(), (url, response.json())
     assert Batch.objects.filter(job=job).count() == 0
     assert connector.assets.count() == 0
+
+
+def test_a_number_too_large_to_store_is_a_400_naming_the_field(role_users, tmp_path):
+    # `1e999` is valid JSON text; Python reads it as infinity, which jsonb cannot hold: it was a
+    # 400 naming no field, from the database's "invalid input syntax for type json"
+    operator = token_client(role_users["operator"])
+    connector = ConnectorFactory(name="plain", config={"path": str(tmp_path)})
+    assets_register(connector=connector, items=[(str(tmp_path / "a.csv"), 1, {})])
+    job = make_job(connector=connector, name="j")
+    taken = operator.post("/api/v1/jobs/j/acquire/", {}, format="json").json()
+    for url, raw, field in [
+        (
+            f"/api/v1/batches/{taken['id']}/succeed/",
+            f'{{"attempt": {taken["attempt"]}, "result": {{"x": 1e999}}}}',
+            "result.x",
+        ),
+        (
+            "/api/v1/jobs/j/succeed-batches/",
+            f'{{"batches": [{{"id": {taken["id"]}, "attempt": 1, "result": {{"x": -1e999}}}}]}}',
+            "batches[0].result.x",
+        ),
+        (f"/api/v1/batches/{taken['id']}/fail/", '{"attempt": 1, "error": 1e999}', "error"),
+    ]:
+        response = operator.post(url, raw, content_type="application/json")
+        assert response.status_code == 400, (url, response.content)
+        assert field in response.json(), (url, response.json())
+    assert Batch.objects.get(job=job).status == BatchStatus.RUNNING
 
 
 def test_json_nested_too_deeply_is_a_400_and_stores_nothing(role_users):
