@@ -13,6 +13,7 @@ from inventory.services.lifecycle.shared import (
     config_snapshot,
     job_blocked_reason,
 )
+from inventory.services.urls import refuse_control_characters
 from inventory.sources.base import ItemSource
 from inventory.sources.registry import source_for_connector
 from inventory.sql import gateway
@@ -81,6 +82,8 @@ def _acquire_call(
     """The arguments of an acquire's SQL call, one batch or several."""
     if not worker:
         raise InvalidInput("worker", "name the worker taking the batch")
+    # a worker's name is stored and shown on pages, in the admin and in metrics' labels
+    refuse_control_characters(worker, field="worker")
     source = source or source_for_connector(job.connector)
     return {
         "job_id": job.pk,
