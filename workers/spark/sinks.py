@@ -12,11 +12,11 @@ which earlier batches' outputs the new one replaces; those leave in the same ste
   half-written batch. Before it writes, an attempt cleans up only the staging of earlier
   attempts of its batch, never a later one's. The renames are not one atomic step: a reader
   listing the directory in the milliseconds between them may miss the replaced rows, never see
-  them twice. A worker killed during a swap leaves outputs moved aside (`_staging/replaced-batch_id=<id>-by-<batch>-a<attempt>-
-  <token>`) and perhaps its own output in place, with its fence rolled back; the next publish of
-  the job undoes that swap inside its fence, before its own, and drops the staging of any of the
-  job's attempts that can no longer publish (`_tidy_staging`; not on object stores, whose
-  renames copy file by file).
+  them twice. A worker killed during a swap leaves outputs moved aside
+  (`_staging/replaced-batch_id=<id>-by-<batch>-a<attempt>-<token>`) and perhaps its own output
+  in place, with its fence rolled back; the next publish of the job undoes that swap inside its
+  fence, before its own, and drops the staging of any of the job's attempts that can no longer
+  publish (`_tidy_staging`; not on object stores, whose renames copy file by file).
 - "postgres": see workers/spark/pgsink.py.
 - "delta": a Delta Lake table, one Delta commit per batch; see workers/spark/delta_sink.py.
 - "iceberg": an Iceberg table, one catalog commit per batch; see workers/spark/iceberg_sink.py.
