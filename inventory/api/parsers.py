@@ -6,10 +6,10 @@ all: it cannot be encoded as UTF-8, so PostgreSQL refuses it and a path holding 
 resolved. Refusing both here, for every field of every endpoint, keeps them from surfacing later
 as a database error or a 500.
 
-So does a number too large for a double (`1e999`, which Python reads as infinity and PostgreSQL's
-jsonb refuses), and a document nested deeper than MAX_DEPTH levels: Python walks JSON recursively (parsing
-it, checking a config for secrets, masking it on the way out), and a config of a few hundred
-levels, once stored, made every read of its job or connector a 500."""
+So does a number too large for a double (`1e999`, which Python reads as infinity and
+PostgreSQL's jsonb refuses), and a document nested deeper than MAX_DEPTH levels: Python walks JSON
+recursively (parsing it, checking a config for secrets, masking it on the way out), and a config
+of a few hundred levels, once stored, made every read of its job or connector a 500."""
 
 import io
 import math

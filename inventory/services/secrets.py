@@ -242,8 +242,8 @@ def scrub(value, *, names: set[str] = frozenset()):
     """`value` with every configured credential's value (and the named variables' values, and any
     credential in a string) replaced by the mask, in keys as in values: a result's or an error's
     keys are stored and shown as its values are. The credentials' values are read from the
-    environment at the first string met: a value of numbers alone (a batch's row counts) costs
-    no walk of the environment."""
+    environment at the first string met, key or value: a value holding no text at all (numbers,
+    lists of them) costs no walk of the environment."""
     secrets = None
 
     def values() -> list[str]:
