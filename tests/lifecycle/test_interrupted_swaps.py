@@ -9,8 +9,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg2
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from inventory.models import Asset, Backfill, Batch, BatchStatus
@@ -20,11 +18,11 @@ from tests.support.files_job import (
     drain,
     expected_rows,
     expire_and_reap,
+    land_item,
     make_files_job,
     run_and_commit,
     run_spark,
     sink_rows,
-    source_rows,
 )
 from workers.spark import fence, sinks
 from workers.spark.errors import BatchError
@@ -91,13 +89,7 @@ def _batch_dirs(out: Path) -> list[int]:
 def _add_items(job, items) -> None:
     landing = Path(Asset.objects.filter(connector=job.connector).first().location).parent
     for item in items:
-        path = landing / f"{item:03d}.parquet"
-        keys, values = zip(*source_rows(item), strict=True)
-        pq.write_table(
-            pa.table({"key": pa.array(keys, pa.int64()), "v": pa.array(values, pa.string())}),
-            path,
-        )
-        Asset.objects.create(connector=job.connector, location=str(path), weight=1)
+        land_item(job.connector, landing, item)
 
 
 def _backfill_over_two_committed(spark, tmp_path, name: str):

@@ -25,18 +25,24 @@ def source_rows(item: int) -> list[tuple[int, str]]:
     return [(item * 100 + j, f"v{item}") for j in range(ROWS_PER_ITEM)]
 
 
+def land_item(connector, landing: Path, item: int) -> Asset:
+    """Item `item`'s parquet file (its source_rows) in `landing`, registered on `connector`."""
+    path = landing / f"{item:03d}.parquet"
+    keys, values = zip(*source_rows(item), strict=True)
+    pq.write_table(
+        pa.table({"key": pa.array(keys, pa.int64()), "v": pa.array(values, pa.string())}), path
+    )
+    return Asset.objects.create(
+        connector=connector, location=str(path), weight=1, extra={"n": item}
+    )
+
+
 def make_files_job(tmp_path: Path, name: str, sink: dict, *, items: int, max_items: int = 2):
     landing = tmp_path / f"landing-{name}"
     landing.mkdir()
     connector = connector_create(name=f"{name}-src", kind="files", config={"path": str(landing)})
     for item in range(items):
-        path = landing / f"{item:03d}.parquet"
-        keys, values = zip(*source_rows(item), strict=True)
-        pq.write_table(
-            pa.table({"key": pa.array(keys, pa.int64()), "v": pa.array(values, pa.string())}),
-            path,
-        )
-        Asset.objects.create(connector=connector, location=str(path), weight=1, extra={"n": item})
+        land_item(connector, landing, item)
     job = job_create(
         name=name,
         connector=connector,
