@@ -16,6 +16,7 @@ from django.core.exceptions import PermissionDenied
 from inventory.actions import ACTIONS, run
 from inventory.models import BackfillStatus
 from inventory.services import backfills, jobs, lifecycle
+from tests.support.python_ast import parse
 
 ROOT = Path(settings.BASE_DIR)
 FRONTS = ("inventory/api", "inventory/views", "inventory/admin")
@@ -56,7 +57,7 @@ def _direct_uses(source: str, declared: set[str]) -> list[str]:
     (`from inventory.services import jobs as job_services` ... `job_services.job_create`), a
     function it imported (`from inventory.services.jobs import job_create`), a full dotted path,
     or the path as a string (`import_string("inventory.services.jobs.job_create")`)."""
-    tree = ast.parse(source)
+    tree = parse(source)
     bound: dict[str, str] = {}  # local name -> what it stands for, dotted
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

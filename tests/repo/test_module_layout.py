@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from tests.support.python_ast import parse
+
 ROOT = Path(settings.BASE_DIR)
 PACKAGES = ("inventory", "workers", "controlplane")
 
@@ -36,7 +38,7 @@ def _parsed_imports() -> dict[str, frozenset[str]]:
     graph = {}
     for name, path in modules.items():
         targets = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -192,7 +194,7 @@ def test_a_services_import_of_another_sources_module_is_caught(imported):
 def _string_imports(path: Path) -> list[str]:
     """Tidemark modules a file imports by a name in a string (import_module, __import__, import_string)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path.read_text())):
         if not (isinstance(node, ast.Call) and node.args):
             continue
         func = node.func

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from tests.support.python_ast import parse
+
 ROOT = Path(settings.BASE_DIR)
 PACKAGES = ("inventory", "workers", "controlplane")
 ALLOWED = {
@@ -110,7 +112,7 @@ def test_no_module_outside_the_kinds_branches_on_a_kind():
     found = [
         f"{relative}:{line}: {code}"
         for relative, path in _python_files()
-        for line, code in kind_branches(ast.parse(path.read_text()), names)
+        for line, code in kind_branches(parse(path.read_text()), names)
     ]
     assert found == []
 
@@ -127,7 +129,7 @@ def test_the_scan_finds_what_it_looks_for():
         'if hasattr(module, "discover"): pass',
         'derived = getattr(module, "derived", None)',
     ):
-        assert kind_branches(ast.parse(sample), names), sample
+        assert kind_branches(parse(sample), names), sample
     for sample in (
         'if sink.get("kind") == "files": pass',  # a sink's kind
         'if sink_kind in ("files", "delta"): pass',
@@ -136,7 +138,7 @@ def test_the_scan_finds_what_it_looks_for():
         'getattr(exc, "field", None)',  # not a hook
         "kind_of(connector).discover(connector)",
     ):
-        assert kind_branches(ast.parse(sample), names) == [], sample
+        assert kind_branches(parse(sample), names) == [], sample
 
 
 def test_every_module_of_a_kind_is_inside_its_folder():

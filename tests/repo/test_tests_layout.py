@@ -11,6 +11,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from tests.support.python_ast import parse
+
 ROOT = Path(settings.BASE_DIR)
 TESTS = ROOT / "tests"
 # applied migration files are never edited (inventory/sql/README.md): what they name stays as it was
@@ -43,7 +45,7 @@ def _texts():
 
 
 def _defined_names(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse(path.read_text(encoding="utf-8"))
     return {
         node.name
         for node in ast.walk(tree)
@@ -94,7 +96,7 @@ def imported_test_modules(name: str, text: str) -> list[str]:
     any depth: `import tests.a.test_b`, `from tests.a.test_b import c`, `from tests.a import
     test_b`, and the relative forms."""
     found = []
-    for node in ast.walk(ast.parse(text)):
+    for node in ast.walk(parse(text)):
         if isinstance(node, ast.Import):
             named = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -119,7 +121,7 @@ def test_every_folder_with_python_is_a_package_that_says_what_goes_there():
         if not any(folder.glob("*.py")):
             continue  # data (tests/sql/fixtures)
         init = folder / "__init__.py"
-        if not init.is_file() or not ast.get_docstring(ast.parse(init.read_text())):
+        if not init.is_file() or not ast.get_docstring(parse(init.read_text())):
             found.append(str(folder.relative_to(ROOT)))
     assert found == []
 

@@ -12,6 +12,7 @@ from django.db import DatabaseError, DataError, connection
 
 from inventory.services.errors import Conflict, InvalidInput, NotFound
 from inventory.sql import gateway
+from tests.support.python_ast import parse
 
 ROOT = Path(settings.BASE_DIR)
 PACKAGES = ("inventory", "controlplane", "tidemark_cli", "tidemark_client", "workers")
@@ -37,7 +38,7 @@ def sql_sends(source: str) -> list[str]:
     """What in `source` runs SQL: `<x>.execute(...)` and its kin, `<x>.raw(...)`, and a cursor of
     Django's connection (`connection.cursor()`, `connections[...].cursor()`)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         name, owner = node.func.attr, node.func.value
@@ -98,7 +99,7 @@ def test_the_scan_finds_a_statement_sent_around_the_gateway(source):
 def test_only_the_gateway_reads_the_named_statements():
     for relative, path in _modules():
         if relative not in (GATEWAY, "inventory/sql/__init__.py"):
-            tree = ast.parse(path.read_text())
+            tree = parse(path.read_text())
             names = {
                 node.func.id
                 for node in ast.walk(tree)

@@ -17,6 +17,7 @@ from inventory.services import lifecycle
 from inventory.services.errors import Conflict
 from inventory.sql import SCHEMA_FILES, SQL_DIR
 from tests.support.factories import make_job
+from tests.support.python_ast import parse
 
 ROOT = Path(settings.BASE_DIR)
 PACKAGES = ("inventory", "workers", "controlplane")
@@ -93,7 +94,7 @@ def test_no_python_code_writes_a_status_outside_the_owner():
     strays = []
     for path in _python_files():
         relative = path.relative_to(ROOT).as_posix()
-        for line, function, what in _status_writes(ast.parse(path.read_text())):
+        for line, function, what in _status_writes(parse(path.read_text())):
             if (relative, function) not in PYTHON_OWNERS:
                 strays.append(f"{relative}:{line} ({function}): {what}")
     assert strays == []
@@ -110,9 +111,9 @@ def test_the_python_scan_finds_what_it_looks_for():
         "qs.update(status=BatchStatus.QUEUED)",
     ]
     for sample in samples:
-        assert _status_writes(ast.parse(sample)), sample
-    assert _status_writes(ast.parse("Batch.objects.filter(status=BatchStatus.RUNNING)")) == []
-    assert _status_writes(ast.parse("record.status = 'done'")) == []
+        assert _status_writes(parse(sample)), sample
+    assert _status_writes(parse("Batch.objects.filter(status=BatchStatus.RUNNING)")) == []
+    assert _status_writes(parse("record.status = 'done'")) == []
 
 
 # an INSERT into, or an UPDATE of, inventory_batch / inventory_backfill (not their attempt or
