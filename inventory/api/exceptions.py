@@ -1,6 +1,10 @@
 """Service errors as HTTP: InvalidInput 400 {field: [reason]}, NotFound 404, Conflict 409; a body
 that is not JSON 415 saying what the API reads.
 
+A serializer's 400 has the same flat shape: a reason about a nested value is keyed by its path, as
+the services name one (`batches[1].attempt`, `labels[0]`, `config.path`), not nested as DRF builds
+it (`{"batches": [{}, {"attempt": [...]}]}`, `{"labels": {"0": [...]}}`).
+
 Database errors that slip past validation are still the client's input, never a 500: an integrity
 error is a conflict with existing data, a data error is a value the database cannot store.
 """
@@ -9,8 +13,9 @@ import logging
 
 from django.db import DataError, IntegrityError
 from rest_framework import status
-from rest_framework.exceptions import UnsupportedMediaType
+from rest_framework.exceptions import UnsupportedMediaType, ValidationError
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from inventory.services.errors import Conflict, InvalidInput, NotFound, PlanChanged
@@ -47,7 +52,40 @@ def exception_handler(exc, context):
             },
             status=status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
         )
-    return drf_exception_handler(exc, context)
+    response = drf_exception_handler(exc, context)
+    if (
+        isinstance(exc, ValidationError)
+        and response is not None
+        and isinstance(response.data, dict)
+    ):
+        response.data = flat_errors(response.data)
+    return response
+
+
+def flat_errors(detail, path: str = "") -> dict:
+    """DRF's nested validation errors as {path: [reason, ...]}: a list's element is `[i]`, a key
+    `.key`, and a nested serializer's own (non-field) reasons belong to its path."""
+    found: dict = {}
+    if isinstance(detail, dict):
+        for key, inner in detail.items():
+            if key == api_settings.NON_FIELD_ERRORS_KEY and path:
+                where = path
+            elif isinstance(key, int):
+                where = f"{path}[{key}]"  # a ListField's element, keyed by its index (an int)
+            else:
+                where = f"{path}.{key}" if path else str(key)
+            for field, reasons in flat_errors(inner, where).items():
+                found.setdefault(field, []).extend(reasons)
+    elif isinstance(detail, list) and any(isinstance(inner, dict | list) for inner in detail):
+        for index, inner in enumerate(detail):  # a many=True serializer: one entry per element
+            if inner:
+                for field, reasons in flat_errors(inner, f"{path}[{index}]").items():
+                    found.setdefault(field, []).extend(reasons)
+    else:
+        found[path or api_settings.NON_FIELD_ERRORS_KEY] = (
+            list(detail) if isinstance(detail, list) else [detail]
+        )
+    return found
 
 
 def _first_line(exc: Exception) -> str:

@@ -120,18 +120,23 @@ def test_a_bad_commit_is_a_400_naming_the_field_and_commits_nothing(role_users):
         return client.post(url, {"batches": batches}, format="json")
 
     ok = {"id": mine["id"], "attempt": 1}
-    for batches, check in (
-        ([], lambda body: "batches" in body),
-        ([{"attempt": 1}], lambda body: "id" in body["batches"][0]),
-        ([{**ok, "colour": "red"}], lambda body: "colour" in body["batches"][0]),
-        ([{**ok, "result": [1]}], lambda body: "result" in body["batches"][0]),
-        ([ok, {"id": theirs["id"], "attempt": 1}], lambda body: "batches[1].id" in body),
-        ([ok, ok], lambda body: "batches[1].id" in body),
-        ([{**ok, "id": 2**63}], lambda body: "id" in body["batches"][0]),
+    # one shape for every 400, whether the serializer or the service refuses: {path: [reasons]}
+    for batches, field in (
+        ([], "batches"),
+        ("all", "batches"),
+        ([{"attempt": 1}], "batches[0].id"),
+        ([ok, {**ok, "colour": "red"}], "batches[1].colour"),
+        ([{**ok, "result": [1]}], "batches[0].result"),
+        ([{**ok, "attempt": "one"}], "batches[0].attempt"),
+        ([ok, {"id": theirs["id"], "attempt": 1}], "batches[1].id"),
+        ([ok, ok], "batches[1].id"),
+        ([{**ok, "id": 2**63}], "batches[0].id"),
     ):
         response = commit(batches)
         assert response.status_code == 400, (batches, response.content)
-        assert check(response.json()), response.json()
+        body = response.json()
+        assert list(body) == [field], body
+        assert body[field] and all(isinstance(reason, str) for reason in body[field]), body
     assert not Batch.objects.filter(status=BatchStatus.SUCCEEDED).exists()
 
 

@@ -98,6 +98,8 @@ def test_succeeding_a_batch_whose_lease_was_taken_over_is_a_409(role_users):
     assert "attempt" in late.json()["detail"]
     beat = api.post(f"/api/v1/batches/{first['id']}/heartbeat/", {"attempt": 1}, format="json")
     assert beat.status_code == 409
+    # the reason, as a late report gets it: the batch runs again under attempt 2
+    assert beat.json()["detail"] == f"batch {first['id']} is on attempt 2; attempt 1 may not report"
     assert Watermark.objects.get(job=job).value is None
     ok = api.post(f"/api/v1/batches/{first['id']}/succeed/", {"attempt": 2}, format="json")
     assert ok.status_code == 200
@@ -200,6 +202,13 @@ def test_retry_cancel_and_skip(role_users):
     assert cancel.status_code == 200
     assert cancel.json()["status"] == "cancelled"
     assert operator.post(f"/api/v1/batches/{running['id']}/cancel/").status_code == 409
+    beat = operator.post(
+        f"/api/v1/batches/{running['id']}/heartbeat/", {"attempt": 1}, format="json"
+    )
+    assert (beat.status_code, beat.json()["detail"]) == (
+        409,
+        f"batch {running['id']} is cancelled, not running",
+    )
 
 
 def test_batch_list_filters_and_pages_with_a_cursor(role_users):

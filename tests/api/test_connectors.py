@@ -237,6 +237,9 @@ def test_an_object_store_config_refuses_a_key_it_does_not_read_before_reaching_t
         ({"labels": ["nightly", "red\x1b[31m"]}, "labels[1]", "U+001B"),
         ({"labels": ["line\u2028break"]}, "labels[0]", "U+2028"),
         ({"start_after": "up\nstream"}, "start_after", "U+000A"),
+        # refused by the serializer's own list check, named the same way
+        ({"labels": ["nightly", ""]}, "labels[1]", "blank"),
+        ({"labels": ["nightly", "x" * 101]}, "labels[1]", "100 characters"),
     ],
 )
 def test_control_characters_in_labels_or_start_after_are_a_400_naming_where(

@@ -4,6 +4,7 @@ Invariants 1, 3 and 8 of docs/design.md: the watermark is the contiguous committ
 dead batch never moves it, and only the current attempt with a live lease may commit.
 """
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -225,12 +226,13 @@ def test_a_heartbeat_extends_the_lease_until_it_expires():
     assert stored == expires
     assert stored > before + timedelta(seconds=250)
 
-    with pytest.raises(StaleAttempt):
+    # a refused heartbeat says why, in the words a report from that attempt would get
+    with pytest.raises(StaleAttempt, match=f"on attempt {batch.attempt}; attempt 2 may not"):
         lifecycle.batch_heartbeat(batch_id=batch.id, attempt=batch.attempt + 1)
 
     _expire_lease(batch)
     expired_at = Batch.objects.get(pk=batch.id).lease_expires_at
-    with pytest.raises(StaleAttempt):
+    with pytest.raises(StaleAttempt, match=re.escape(f"lease expired at {expired_at.isoformat()}")):
         lifecycle.batch_heartbeat(batch_id=batch.id, attempt=batch.attempt, lease_seconds=300)
     assert Batch.objects.get(pk=batch.id).lease_expires_at == expired_at
 

@@ -11,6 +11,7 @@ from inventory.services.lifecycle.shared import (
     batch_due,
     batches_transition,
     config_snapshot,
+    fence,
     job_blocked_reason,
 )
 from inventory.services.urls import refuse_control_characters
@@ -199,7 +200,12 @@ def batch_heartbeat(*, batch_id: int, attempt: int, lease_seconds: int | None = 
         batch_id=batch_id, attempt=attempt, lease_seconds=lease_seconds
     )
     if expires is None:
-        if not Batch.objects.filter(pk=batch_id).exists():
+        batch = Batch.objects.annotate(db_now=Now()).filter(pk=batch_id).first()
+        if batch is None:
             raise NotFound(f"batch {batch_id} does not exist")
+        # why, in the words a report from that attempt would get (not running, another attempt,
+        # the lease expired at ...); the batch may have moved on since the refusal, so the last
+        # word is the refusal itself
+        fence(batch, attempt, require_lease=True)
         raise StaleAttempt(f"batch {batch_id} attempt {attempt} no longer holds the lease")
     return expires
