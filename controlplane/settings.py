@@ -216,7 +216,9 @@ REST_FRAMEWORK = {
         "inventory.api.permissions.HasRole",
         "inventory.api.permissions.DryRunWhereOffered",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # drf-spectacular's generator; each body described by its own docstring, lists with their
+    # bounds (inventory/api/schema.py)
+    "DEFAULT_SCHEMA_CLASS": "inventory.api.schema.TidemarkAutoSchema",
     # JSON only, a NUL anywhere in it refused naming the field (inventory/api/parsers.py)
     # JSON bodies only: a form-encoded or multipart body cannot carry the nested config,
     # params and sink, which such parsers dropped silently; any other type is a 415 saying so

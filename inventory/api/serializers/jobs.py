@@ -164,7 +164,8 @@ class JobDetailSerializer(JobSerializer):
 
 
 class JobWriteSerializer(KnownFieldsOnly, serializers.ModelSerializer):
-    """Validates job settings against the model's own bounds, so the database never refuses them."""
+    """A job's settings, each checked against the bounds the database keeps (a 400 naming the field
+    rather than a refusal from the database)."""
 
     connector = serializers.SlugRelatedField(slug_field="name", queryset=Connector.objects.all())
     params = serializers.DictField(required=False)
