@@ -55,7 +55,9 @@ from bench.soak_machine import (  # noqa: E402
 )
 from bench.soak_web import Web, WebFaults, operator_token, role_token  # noqa: E402
 
-MODES = ("files", "delta", "append", "upsert", "coalesce")
+MODES = ("files", "delta", "iceberg", "append", "upsert", "coalesce")
+# the sinks a reader can read at each of their versions (checked at every one)
+VERSIONED = ("delta", "iceberg")
 __all__ = ["FAULT_KINDS", "Settings", "Run", "soak"]
 PROCESSOR_MODULES = "tests.support.worker_processors,tests.chaos.processors,bench.soak_processors"
 
@@ -106,6 +108,13 @@ def setup(work: Path, sources, *, sink_env: str, tag: str, lease_seconds: int):
                 sink = {"kind": "files", "path": str(work / f"sink-{label}"), "format": "json"}
             elif mode == "delta":
                 sink = {"kind": "delta", "path": str(work / f"sink-{label}"), "mode": "append"}
+            elif mode == "iceberg":
+                sink = {
+                    "kind": "iceberg",
+                    "catalog_uri": f"sqlite:///{work}/catalog-{label}.db",
+                    "warehouse": str(work / f"sink-{label}"),
+                    "table": "soak.rows",
+                }
             else:
                 sink = {
                     "kind": "postgres",
@@ -142,9 +151,18 @@ def read_sink(label: str, job, source, *, work: Path, sink_dsn: str) -> list:
         )
     if mode == "delta":
         return sc.read_delta_sink(work / f"sink-{label}", identity=identity, content=source.content)
+    if mode == "iceberg":
+        return sc.read_iceberg_sink(job.sink, identity=identity, content=source.content)
     return sc.read_postgres_sink(
         sink_dsn, job.sink["table"], identity=identity, content=source.content
     )
+
+
+def read_versions(label: str, job, source, *, work: Path) -> list:
+    """What a reader of each version of the job's Delta or Iceberg sink sees, oldest first."""
+    if job.sink["kind"] == "delta":
+        return sc.delta_versions(work / f"sink-{label}", content=source.content)
+    return sc.iceberg_versions(job.sink, content=source.content)
 
 
 # ---- faults (bench/soak_faults.py) --------------------------------------------------------------
@@ -294,7 +312,7 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
     run.faults["crash_before_commit"] = sum(1 for m in jobs if (work / f"crashed-{m}").exists())
 
     sink_dsn = os.environ[sink_env]
-    expected, facts, sinks = {}, {}, {}
+    expected, facts, sinks, versions = {}, {}, {}, {}
     for label, job in jobs.items():
         source = source_of[label]
         mode = job.sink.get("mode") if job.sink["kind"] == "postgres" else job.sink["kind"]
@@ -320,7 +338,9 @@ def _soak(work, start_worker, sink_env, tag, settings, sources, beat_env, progre
             item_values=source.item_values(),
         )
         sinks[label] = (label, read_sink(label, job, source, work=work, sink_dsn=sink_dsn))
-    report = sc.check(sources=expected, jobs=facts, sinks=sinks)
+        if job.sink["kind"] in VERSIONED:
+            versions[label] = read_versions(label, job, source, work=work)
+    report = sc.check(sources=expected, jobs=facts, sinks=sinks, versions=versions)
     attempts = BatchAttempt.objects.filter(batch__job__in=jobs.values())
     summary = report.summary()
     figures = {

@@ -13,6 +13,11 @@ reports, per sink:
   late write, an uncommitted batch's output, a row under another batch's name, the output of a
   batch a backfill or replay rewrote: a committed batch with `replaced_by` covers nothing);
 
+and, for a table format read at each of its versions (Delta, Iceberg: `versions`, oldest first),
+what a reader of an older version saw: a row twice at a version, a row gone from the version after
+one that held it (a rewrite made as a delete and a later insert), and a row at a version whose
+content is no source row's (`version_twice`, `version_gone`, `version_altered`);
+
 and, per job: committed batches that overlap; outputs left standing (a batch whose output the
 inventory still counts as in the sink, not replaced, although it no longer owns its items: a
 replay superseded it and a committed batch now covers them, so its replacement's publish should
@@ -24,8 +29,9 @@ exits 1.
 
 No Django and no Spark: the inputs are plain data, so the checker's own tests plant each kind of
 error on purpose-built runs (tests/soak/test_checker.py). `read_json_lines_sink`,
-`read_postgres_sink` and `read_delta_sink` read a files sink (JSON), a PostgreSQL sink and a Delta
-table as a reader would, and recompute each row's checksum from its content.
+`read_postgres_sink`, `read_delta_sink` and `read_iceberg_sink` read a files sink (JSON), a
+PostgreSQL sink, a Delta table and an Iceberg table as a reader would, and recompute each row's
+checksum from its content; `delta_versions` and `iceberg_versions` read every version.
 
     python bench/soak_checker.py run.json    # {"sources": ..., "jobs": ..., "sinks": ...}
 """
@@ -95,10 +101,27 @@ class SinkVerdict:
     unexpected: list[str] = field(default_factory=list)
     altered: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
+    # a table format read at every version: how many, and "<version>: <key>" for each finding
+    versions: int = 0
+    version_twice: list[str] = field(default_factory=list)
+    version_gone: list[str] = field(default_factory=list)
+    version_altered: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.unexpected or self.altered or self.stale)
+        return not any(getattr(self, kind) for kind in SINK_FINDINGS)
+
+
+SINK_FINDINGS = (
+    "lost",
+    "duplicated",
+    "unexpected",
+    "altered",
+    "stale",
+    "version_twice",
+    "version_gone",
+    "version_altered",
+)
 
 
 @dataclass
@@ -133,7 +156,7 @@ class Report:
         """One line per kind of failure, naming it and a few examples."""
         lines = []
         for name, v in self.sinks.items():
-            for kind in ("lost", "duplicated", "unexpected", "altered", "stale"):
+            for kind in SINK_FINDINGS:
                 found = getattr(v, kind)
                 if found:
                     lines.append(f"{name}: {len(found)} {kind}, e.g. {found[:5]}")
@@ -163,10 +186,15 @@ class Report:
             "sinks": {
                 name: {
                     "rows_seen": v.rows_seen,
-                    **{
-                        k: len(getattr(v, k))
-                        for k in ("lost", "duplicated", "unexpected", "altered", "stale")
-                    },
+                    **{k: len(getattr(v, k)) for k in SINK_FINDINGS[:5]},
+                    **(
+                        {
+                            "versions": v.versions,
+                            **{k: len(getattr(v, k)) for k in SINK_FINDINGS[5:]},
+                        }
+                        if v.versions
+                        else {}
+                    ),
                 }
                 for name, v in self.sinks.items()
             },
@@ -264,16 +292,42 @@ def check_sink(sources: Iterable[SourceRow], rows: Iterable[SinkRow], job: JobFa
     return verdict
 
 
+def check_versions(
+    sources: Iterable[SourceRow], versions: list[tuple[str, list[SinkRow]]], verdict: SinkVerdict
+) -> None:
+    """Each version of a table format as its reader sees it (oldest first): no row twice, no row
+    that was there gone from the next version, no row whose content is no source row's."""
+    checksums = {row.key: row.checksum for row in sources}
+    before: set[str] = set()
+    verdict.versions = len(versions)
+    for version, rows in versions:
+        seen = Counter(row.key for row in rows)
+        verdict.version_twice += [f"{version}: {key}" for key, n in seen.items() if n > 1]
+        verdict.version_gone += [f"{version}: {key}" for key in sorted(before - set(seen))]
+        verdict.version_altered += sorted(
+            {f"{version}: {row.key}" for row in rows if checksums.get(row.key) != row.checksum}
+        )
+        before = set(seen)
+
+
 def check(
-    *, sources: dict[str, list[SourceRow]], jobs: dict[str, JobFacts], sinks: dict[str, tuple]
+    *,
+    sources: dict[str, list[SourceRow]],
+    jobs: dict[str, JobFacts],
+    sinks: dict[str, tuple],
+    versions: dict[str, list[tuple[str, list[SinkRow]]]] | None = None,
 ) -> Report:
     """`sinks` maps a sink's name to (job name, rows a reader sees); `sources` maps a job's name
-    to the source rows it reads."""
+    to the source rows it reads; `versions` a table format sink's name to what a reader sees at
+    each of its versions, oldest first."""
+    verdicts = {
+        name: check_sink(sources[job_name], rows, jobs[job_name])
+        for name, (job_name, rows) in sinks.items()
+    }
+    for name, each in (versions or {}).items():
+        check_versions(sources[sinks[name][0]], each, verdicts[name])
     return Report(
-        sinks={
-            name: check_sink(sources[job_name], rows, jobs[job_name])
-            for name, (job_name, rows) in sinks.items()
-        },
+        sinks=verdicts,
         jobs={name: check_job(job) for name, job in jobs.items()},
     )
 
@@ -339,6 +393,50 @@ def read_delta_sink(path, *, identity: str = "row_id", **columns) -> list[SinkRo
 
     records = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
     return [sink_row(r, identity=identity, **columns) for r in records]
+
+
+def read_iceberg_sink(sink: dict, *, identity: str = "row_id", **columns) -> list[SinkRow]:
+    """An Iceberg table, as a reader of its current snapshot sees it (pyiceberg: only the files
+    the snapshot's manifests name)."""
+    versions = iceberg_versions(sink, identity=identity, latest_only=True, **columns)
+    return versions[-1][1] if versions else []
+
+
+def iceberg_versions(
+    sink: dict, *, identity: str = "row_id", latest_only: bool = False, **columns
+) -> list[tuple[str, list[SinkRow]]]:
+    """Every snapshot of an Iceberg sink, oldest first, as a reader of that snapshot sees it."""
+    from workers.spark.iceberg_catalog import catalog_from
+
+    table = catalog_from(sink).load_table(tuple(sink["table"].split(".")))
+    snapshots = table.snapshots()[-1:] if latest_only else table.snapshots()
+    return [
+        (
+            f"snapshot {snapshot.snapshot_id}",
+            [
+                sink_row(r, identity=identity, **columns)
+                for r in table.scan(snapshot_id=snapshot.snapshot_id).to_arrow().to_pylist()
+            ],
+        )
+        for snapshot in snapshots
+    ]
+
+
+def delta_versions(path, *, identity: str = "row_id", **columns) -> list[tuple[str, list[SinkRow]]]:
+    """Every version of a Delta sink, oldest first, as a reader of that version sees it."""
+    from deltalake import DeltaTable
+
+    last = DeltaTable(str(path)).version()
+    return [
+        (
+            f"version {version}",
+            [
+                sink_row(r, identity=identity, **columns)
+                for r in DeltaTable(str(path), version=version).to_pyarrow_table().to_pylist()
+            ],
+        )
+        for version in range(last + 1)
+    ]
 
 
 # ---- command line -------------------------------------------------------------------------------

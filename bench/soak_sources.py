@@ -129,11 +129,12 @@ class Source:
         return tuple(row[c] for c in self.content)
 
     def expected(self, mode: str) -> list:
-        """What a reader of a `mode` sink must see: each source row (files, delta, append), or per
-        key the latest version (upsert) or the latest non-null value of each column (coalesce)."""
+        """What a reader of a `mode` sink must see: each source row (files, delta, iceberg,
+        append), or per key the latest version (upsert) or the latest non-null value of each
+        column (coalesce)."""
         item_of = self.items()
         rows = [{**row, **self.extra(row)} for row in self.rows_landed()]
-        if mode in ("files", "delta", "append"):
+        if mode in ("files", "delta", "iceberg", "append"):
             return [
                 sc.SourceRow(r["row_id"], sc.checksum(*self.values(r)), item_of[r["row_id"]])
                 for r in rows

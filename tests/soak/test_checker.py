@@ -255,6 +255,107 @@ def test_the_delta_reader_sees_the_latest_version_only(tmp_path):
     assert (verdict.duplicated, verdict.altered) == (["r10"], ["r10"])
 
 
+def _record(row_id, value, batch=7, attempt=1):
+    return {
+        "row_id": row_id,
+        "key": f"k{row_id[1:]}",
+        "value": value,
+        "note": None,
+        "src_batch": batch,
+        "src_attempt": attempt,
+    }
+
+
+ROW_SOURCES = [
+    sc.SourceRow(f"r{i}", sc.checksum(f"r{i}", f"k{i}", f"value {i}", None), i) for i in (10, 11)
+]
+
+
+def _versions(*states):
+    """Versions as a reader sees them, from states of {row_id: value}."""
+    return [
+        (f"version {n}", [sc.sink_row(_record(r, v), identity="row_id") for r, v in rows])
+        for n, rows in enumerate(states)
+    ]
+
+
+def _check_versions(versions):
+    job = sc.JobFacts("j", 10, 12, [sc.BatchFact(7, 10, 12, "succeeded", 1)])
+    last = versions[-1][1]
+    return sc.check(
+        sources={"j": ROW_SOURCES},
+        jobs={"j": job},
+        sinks={"t": ("j", last)},
+        versions={"t": versions},
+    ).sinks["t"]
+
+
+def test_a_row_twice_gone_or_altered_at_an_older_version_fails_the_run():
+    good = [("r10", "value 10")]
+    both = [("r10", "value 10"), ("r11", "value 11")]
+    verdict = _check_versions(_versions([], good, both))
+    assert verdict.ok and verdict.versions == 3
+
+    # the final version is right each time; an older one is not
+    twice = _check_versions(_versions(good, [*good, *good], both))
+    assert twice.version_twice == ["version 1: r10"] and not twice.ok
+    # a rewrite made as a delete, then an insert: a reader of version 1 misses r10
+    gone = _check_versions(_versions(good, [], both))
+    assert gone.version_gone == ["version 1: r10"] and not gone.ok
+    altered = _check_versions(_versions([("r10", "half written")], both))
+    assert altered.version_altered == ["version 0: r10"] and not altered.ok
+    report = sc.Report(sinks={"t": gone}, jobs={})
+    assert report.summary()["sinks"]["t"]["version_gone"] == 1
+    assert any("version_gone" in line for line in report.failures())
+
+
+def test_the_version_readers_read_each_delta_version_and_iceberg_snapshot(tmp_path):
+    """Real tables: Delta written with delta-rs, Iceberg with pyiceberg (a SQLite catalog)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from workers.spark.iceberg_catalog import catalog_from
+
+    schema = pa.schema(
+        [(c, pa.string()) for c in ("row_id", "key", "value", "note")]
+        + [("src_batch", pa.int64()), ("src_attempt", pa.int64())]
+    )
+    first = pa.Table.from_pylist([_record("r10", "value 10")], schema=schema)
+    both = pa.Table.from_pylist(
+        [_record("r10", "value 10"), _record("r11", "value 11")], schema=schema
+    )
+    write_deltalake(str(tmp_path / "delta"), first)
+    write_deltalake(str(tmp_path / "delta"), first, mode="append")  # r10 twice at version 1
+    write_deltalake(str(tmp_path / "delta"), both, mode="overwrite")
+    versions = sc.delta_versions(tmp_path / "delta")
+    assert [len(rows) for _, rows in versions] == [1, 2, 2]
+    verdict = _check_versions(versions)
+    assert verdict.version_twice == ["version 1: r10"] and verdict.version_gone == []
+
+    sink = {
+        "kind": "iceberg",
+        "catalog_uri": f"sqlite:///{tmp_path}/catalog.db",
+        "warehouse": str(tmp_path / "warehouse"),
+        "table": "soak.rows",
+    }
+    catalog = catalog_from(sink)
+    catalog.create_namespace("soak")
+    table = catalog.create_table("soak.rows", schema=first.schema)
+    table.append(first)
+    table.delete("row_id == 'r10'")  # a rewrite as a delete, then an insert
+    table.append(both)
+    versions = sc.iceberg_versions(sink)
+    assert [sorted(r.key for r in rows) for _, rows in versions] == [
+        ["r10"],
+        [],
+        ["r10", "r11"],
+    ]
+    verdict = _check_versions(versions)
+    assert verdict.version_gone == [f"{versions[1][0]}: r10"] and verdict.version_twice == []
+    latest = sc.read_iceberg_sink(sink)
+    assert sorted(r.key for r in latest) == ["r10", "r11"]
+
+
 # ---- a key_value watermark (a Kafka topic's {partition: end offset}) ----------------------------
 
 # the six items are offset slices of two partitions: 10, 12, 14 of partition 0, the others of 1

@@ -4,9 +4,10 @@ tests/soak/test_checker.py). `make soak` runs the large one (SOAK_FILES=2000).
 
 Real discovery of every source kind (bench/soak_sources.py: files landing in a directory, objects
 in the S3 test server, rows in a table of another PostgreSQL database, messages in the Kafka test
-broker), real Celery prefork workers on warm SparkSessions, real sinks (files, Delta, PostgreSQL
-append/upsert/coalesce), faults from bench/bench_soak.py. Sizes from the environment: SOAK_FILES
-(the files source feeds 5 jobs, one batch per file each; the other sources land one unit every 4
+broker), real Celery prefork workers on warm SparkSessions, real sinks (files, Delta, Iceberg,
+PostgreSQL append/upsert/coalesce; Delta and Iceberg read at every version), faults from
+bench/bench_soak.py. Sizes from the environment: SOAK_FILES
+(the files source feeds 6 jobs, one batch per file each; the other sources land one unit every 4
 files, each into its own job), SOAK_FAULTS_PER_KIND.
 """
 
@@ -143,6 +144,11 @@ def test_the_soak_loses_duplicates_alters_and_leaves_stale_nothing(
         len(feeds[name]) * delivered["items"] for name, delivered in per_source.items()
     )
     assert figures["failed_attempts"] >= run.faults["sigkill"]
+    if "files" in feeds:
+        # the table formats were read at every version: at least one per batch they committed
+        for label in bench_soak.VERSIONED:
+            sink = figures["check"]["sinks"][label]
+            assert sink["versions"] >= per_source["files"]["items"], (label, sink)
     # backfills asked through the REST API rewrote committed batches (checked exactly-once above)
     assert figures["backfills_created"] >= 1 and figures["replaced"] >= 1, figures
     # an admin replayed every job through the REST API, and an operator backfilled each job of
