@@ -54,6 +54,17 @@ class Change:
     refused: str = ""  # the server's answer to a dry run of the change (check_plan)
     not_checked: str = ""  # why the server was not asked
 
+    @property
+    def refusal(self) -> str:
+        """Why `apply` would refuse this change as it is ("" when it would not): a field fixed
+        after creation, or the server's answer to its dry run."""
+        if self.fixed:
+            return (
+                f"{', '.join(self.fixed)} cannot change after creation (delete it with tidemark "
+                f"{self.kind}s delete {self.name} and apply again, or restore the file's value)"
+            )
+        return self.refused
+
     def as_dict(self) -> dict:
         out = {
             "kind": self.kind,
@@ -334,12 +345,19 @@ def print_plan(changes: list[Change]) -> None:
         elif change.not_checked:
             print(f"    ({change.not_checked})")
     counts = summary(changes)
-    refused = sum(1 for c in changes if c.refused)
+    refused = ", ".join(
+        f"{n} {why}"
+        for n, why in (
+            (sum(1 for c in changes if c.fixed), "refused (fields fixed after creation)"),
+            (sum(1 for c in changes if c.refused and not c.fixed), "refused by the server"),
+        )
+        if n
+    )
     print(
         f"\nPlan: {counts['create']} to create, {counts['change']} to change, "
         f"{counts['reset']} to reset, {counts['unchanged']} unchanged"
         + (f", {counts['delete']} to delete" if counts["delete"] else "")
-        + (f"; {refused} refused by the server." if refused else ".")
+        + (f"; {refused}." if refused else ".")
     )
     if counts["reset"]:
         print("A reset makes every job of the connector start over: apply it with --allow-reset.")
@@ -364,12 +382,12 @@ def cmd_plan(api, out, args) -> int:
         emit_json({"changes": [c.as_dict() for c in changes], "summary": summary(changes)})
     else:
         print_plan(changes)
-    refused = [c for c in changes if c.refused]
+    refused = [c for c in changes if c.refusal]
     if refused:
         # the plan is printed; the exit status and one line say it cannot be applied as it is
         first = refused[0]
         raise UsageError(
-            f"{first.kind} {first.name}: {first.refused}"
+            f"{first.kind} {first.name}: {first.refusal}"
             + (f" (and {len(refused) - 1} more refused)" if len(refused) > 1 else "")
         )
     return 0
@@ -441,11 +459,7 @@ def applied_line(pipelines: Pipelines, done: list[dict], counts: dict) -> str:
 def _refuse(changes: list[Change], *, allow_reset: bool) -> None:
     for change in changes:
         if change.fixed:
-            raise UsageError(
-                f"{change.kind} {change.name}: {', '.join(change.fixed)} cannot change after "
-                f"creation (delete it with tidemark {change.kind}s delete {change.name} and "
-                "apply again, or restore the file's value); nothing applied"
-            )
+            raise UsageError(f"{change.kind} {change.name}: {change.refusal}; nothing applied")
     resets = [c for c in changes if c.resets]
     if resets and not allow_reset:
         first = resets[0]

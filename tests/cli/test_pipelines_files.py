@@ -1,6 +1,8 @@
 """Pipelines files and the plan's comparison, without a server (pure logic); the whole path
 against a server is tests/cli/test_commands.py."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from inventory.sources.identity import IDENTITY_KEYS
@@ -72,6 +74,21 @@ def test_a_job_compares_only_what_the_file_declares_and_refuses_fixed_fields():
     with pytest.raises(UsageError, match="connector cannot change after creation") as refused:
         pipelines._refuse([moved], allow_reset=True)
     assert "delete it with tidemark jobs delete j and apply again" in str(refused.value)
+
+
+def test_a_plan_with_a_fixed_field_changed_exits_1_as_apply_would_refuse_it(monkeypatch, capsys):
+    """A CI gate on `plan` must not pass a file `apply` refuses."""
+    server = {"connector": "c", "watermark_type": "int"}
+    moved = pipelines.job_change({"name": "j", "connector": "d"}, server)
+    monkeypatch.setattr(pipelines, "load", lambda file: {})
+    monkeypatch.setattr(pipelines, "make_plan", lambda api, declared, prune: [moved])
+    monkeypatch.setattr(pipelines, "check_plan", lambda api, changes, reason: None)
+    out = SimpleNamespace(json=False)
+    with pytest.raises(UsageError, match=r"^job j: connector cannot change after creation"):
+        pipelines.cmd_plan(None, out, SimpleNamespace(file="p.yaml", prune=None))
+    shown = capsys.readouterr().out
+    assert "change refused (fields fixed after creation)" in shown
+    assert "1 refused (fields fixed after creation)." in shown
 
 
 def test_connectors_come_before_their_jobs_and_upstream_jobs_before_job_output_connectors():
