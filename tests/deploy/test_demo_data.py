@@ -52,3 +52,45 @@ def test_a_users_job_on_a_demo_connector_stops_the_demo_with_one_line_naming_it(
     assert "\n" not in message
     assert "job my-copy use(s) the demo's pipeline" in message
     assert "tidemark jobs delete my-copy" in message
+    # the way out that needs no running server comes first
+    assert "TIDEMARK_DEMO_DELETE_DEPENDENTS=1 make demo" in message
+
+
+@pytest.mark.django_db
+def test_the_demo_deletes_a_users_dependents_when_asked_and_nothing_else():
+    from django.core.management.base import CommandError
+
+    from inventory.management.commands.demo import (
+        CONNECTOR,
+        delete_foreign_dependents,
+        foreign_dependents,
+    )
+    from inventory.models import BatchStatus, Connector, ConnectorKind, Job
+    from inventory.services import lifecycle
+    from tests.support.factories import make_assets
+
+    demo = ConnectorFactory(name=CONNECTOR)
+    make_job(connector=demo, name="demo-orders-hourly")
+    mine = make_job(connector=demo, name="my-copy", batch_weight=10, max_items=1)
+    reader = ConnectorFactory(
+        name="my-reader", kind=ConnectorKind.JOB_OUTPUT, config={"job": "demo-orders-hourly"}
+    )
+    make_job(connector=reader, name="my-downstream")
+    unrelated = make_job(name="unrelated")
+    make_assets(demo, [10])
+    running = lifecycle.batch_acquire(job=mine, worker="w")
+    said = []
+    with pytest.raises(CommandError, match="cannot delete job my-copy: batch .* is running"):
+        delete_foreign_dependents(said.append)
+    assert Job.objects.filter(name="my-copy").exists()
+
+    lifecycle.batch_cancel(batch_id=running.pk, actor="test")
+    assert running.__class__.objects.get(pk=running.pk).status == BatchStatus.CANCELLED
+    delete_foreign_dependents(said.append)
+    assert said == [
+        "deleted job my-copy, which used the demo's pipeline",
+        "deleted connector my-reader and its job(s) my-downstream, which used the demo's pipeline",
+    ]
+    assert foreign_dependents() == []
+    assert not Connector.objects.filter(name="my-reader").exists()
+    assert set(Job.objects.values_list("name", flat=True)) == {"demo-orders-hourly", unrelated.name}

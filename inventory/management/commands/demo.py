@@ -23,7 +23,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
+from django.db import connection, transaction
 
 from controlplane.env import env_bool
 from inventory.models import (
@@ -37,6 +37,7 @@ from inventory.models import (
 )
 from inventory.services import dispatch, lifecycle
 from inventory.services.connectors import connector_delete
+from inventory.services.errors import Conflict
 from inventory.services.jobs import job_delete
 from inventory.services.outputs import control_plane_dsn
 from inventory.sources.files import directory_discover
@@ -79,7 +80,8 @@ def foreign_dependents() -> list[str]:
 
 
 def refuse_foreign_dependents() -> None:
-    """One line saying what to do, before the demo changes anything (CommandError: no traceback)."""
+    """One line saying what to do, before the demo changes anything (CommandError: no traceback).
+    The first way out needs no server: the demo is often the only one, and it is not running."""
     found = foreign_dependents()
     if found:
         commands = "; ".join(
@@ -88,8 +90,32 @@ def refuse_foreign_dependents() -> None:
         )
         raise CommandError(
             f"{', '.join(found)} use(s) the demo's pipeline, which make demo creates afresh; "
-            f"delete them first ({commands}, or on the dashboard), then run make demo again"
+            f"run TIDEMARK_DEMO_DELETE_DEPENDENTS=1 make demo to delete them and start it (their "
+            f"batches and watermark history go, what their sinks hold stays), or delete them "
+            f"yourself with a Tidemark web server running ({commands}, or on the dashboard)"
         )
+
+
+def delete_foreign_dependents(say) -> None:
+    """Delete what foreign_dependents names, through the services the API's deletes use (a
+    job_output connector with the jobs that read it: a connector is refused while one does);
+    `say` gets a line for each."""
+    for item in foreign_dependents():
+        kind, name = item.split(" ", 1)
+        readers = []  # a job_output connector's own jobs go with it
+        try:
+            with transaction.atomic():
+                if kind == "job":
+                    job_delete(job=Job.objects.get(name=name))
+                else:
+                    for job in Job.objects.filter(connector__name=name).order_by("name"):
+                        job_delete(job=job)
+                        readers.append(job.name)
+                    connector_delete(connector=Connector.objects.get(name=name))
+        except Conflict as exc:  # a batch of it still running: one line, nothing changed
+            raise CommandError(f"cannot delete {item}: {exc}") from None
+        also = f" and its job(s) {', '.join(readers)}" if readers else ""
+        say(f"deleted {item}{also}, which used the demo's pipeline")
 
 
 def _sink_database() -> str:
@@ -111,12 +137,22 @@ class Command(DemoChildren, BaseCommand):
             default=env_bool("TIDEMARK_DEMO_ONCE", False),
             help="exit after the demonstration instead of serving until Ctrl-C",
         )
+        parser.add_argument(
+            "--delete-dependents",
+            action="store_true",
+            default=env_bool("TIDEMARK_DEMO_DELETE_DEPENDENTS", False),
+            help="delete the jobs and connectors of your own that use the demo's pipeline "
+            "(a job on a demo connector, a job_output connector on a demo job) instead of "
+            "stopping at them",
+        )
         parser.add_argument("--port", type=int, default=8000, help="web server port")
         parser.add_argument(
             "--timeout", type=int, default=600, help="seconds to wait for each processing round"
         )
 
-    def handle(self, *args, once: bool, port: int, timeout: int, **options):
+    def handle(
+        self, *args, once: bool, port: int, timeout: int, delete_dependents: bool, **options
+    ):
         self.children: list[tuple[str, subprocess.Popen]] = []
         self._named_children: list[tuple[str, subprocess.Popen]] = []
         self.timeout = timeout
@@ -126,7 +162,7 @@ class Command(DemoChildren, BaseCommand):
         signal.signal(signal.SIGINT, _raise_interrupt)
         signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
-            self._demonstrate(once=once, port=port)
+            self._demonstrate(once=once, port=port, delete_dependents=delete_dependents)
         except KeyboardInterrupt:
             self.stdout.write("\nstopping...")
         finally:
@@ -142,13 +178,15 @@ class Command(DemoChildren, BaseCommand):
                 "the next run; `make stop` stops them."
             )
 
-    def _demonstrate(self, *, once: bool, port: int) -> None:
+    def _demonstrate(self, *, once: bool, port: int, delete_dependents: bool) -> None:
         root = Path(settings.DATA_DIR) / "demo"
         self.landing, self.sink, self.logs = root / "landing", root / "sinks", root / "logs"
         self.pipelines = root / "pipelines"
         self.began = time.monotonic()
         self._say("1. database", "migrating the embedded PostgreSQL (or DATABASE_URL)")
         call_command("migrate", verbosity=0)
+        if delete_dependents:
+            delete_foreign_dependents(lambda line: self._say("1. database", line))
         refuse_foreign_dependents()  # before the demo changes anything
         if not settings.STATIC_FROM_SOURCE:
             call_command("collectstatic", interactive=False, verbosity=0)
