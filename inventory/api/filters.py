@@ -9,7 +9,7 @@ from django_filters.fields import IsoDateTimeField
 from django_filters.rest_framework import DjangoFilterBackend
 
 from inventory.api.paging import refuse_unknown_parameters
-from inventory.models import Backfill, BackfillStatus, Batch, BatchKind, BatchStatus
+from inventory.models import Backfill, BackfillStatus, Batch, BatchKind, BatchStatus, Job
 
 
 class UTCIsoDateTimeField(IsoDateTimeField):
@@ -28,6 +28,40 @@ class UTCIsoDateTimeField(IsoDateTimeField):
 
 class UTCIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
     field_class = UTCIsoDateTimeField
+
+
+class StrictBooleanField(forms.Field):
+    """`true` or `false` (also `1`, `0`, any case); anything else is refused. django-filter's own
+    boolean reads every other word (`maybe`, `yes`) as no filter at all, so the whole list came
+    back as if it had been asked for."""
+
+    def to_python(self, value):
+        if value in (None, ""):
+            return None
+        word = str(value).strip().lower()
+        if word in ("true", "1"):
+            return True
+        if word in ("false", "0"):
+            return False
+        raise forms.ValidationError("must be true or false", code="invalid")
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    field_class = StrictBooleanField
+
+    def __init__(self, *args, **kwargs):
+        # the raw text reaches the field: the boolean select widget turns a bad word into None
+        kwargs.setdefault("widget", forms.TextInput)
+        super().__init__(*args, **kwargs)
+
+
+class JobFilter(django_filters.FilterSet):
+    connector__name = django_filters.CharFilter(field_name="connector__name")
+    paused = StrictBooleanFilter(field_name="paused", help_text="true or false")
+
+    class Meta:
+        model = Job
+        fields = ["connector__name", "paused"]
 
 
 class BatchFilter(django_filters.FilterSet):

@@ -153,3 +153,21 @@ def test_the_restatements_list_still_reads_its_status_filter(api):
     url = f"/api/v1/jobs/{job.name}/restatements/"
     assert api.get(f"{url}?status=applied").status_code == 200
     assert "status" in api.get(f"{url}?status=nonsense").json()
+
+
+def test_the_jobs_list_reads_paused_as_true_or_false_and_refuses_another_word(api):
+    make_inventory(name="running-job")
+    make_inventory(name="paused-job", paused=True)
+
+    def names(query):
+        response = api.get(f"/api/v1/jobs/?{query}")
+        assert response.status_code == 200, response.content
+        return [job["name"] for job in response.json()["results"]]
+
+    assert names("paused=true") == names("paused=1") == ["paused-job"]
+    assert names("paused=False") == names("paused=0") == ["running-job"]
+    assert sorted(names("paused=")) == ["paused-job", "running-job"]
+    for word in ("maybe", "yes", "2"):
+        refused = api.get(f"/api/v1/jobs/?paused={word}")
+        assert refused.status_code == 400, refused.content
+        assert refused.json() == {"paused": ["must be true or false"]}

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from inventory import selectors, selectors_coverage, selectors_health
 from inventory.actions import api_roles, run
 from inventory.api import serializers as s
-from inventory.api.filters import StrictFilterBackend
+from inventory.api.filters import JobFilter, StrictFilterBackend
 from inventory.api.paging import NewestFirst
 from inventory.api.views.base import (
     DRY_RUN,
@@ -54,7 +54,7 @@ class JobViewSet(mixins.ListModelMixin, NamedViewSet):
     queryset = Job.objects.select_related("connector", "watermark")
     serializer_class = s.JobSerializer
     filter_backends = [StrictFilterBackend]
-    filterset_fields = {"connector__name": ["exact"], "paused": ["exact"]}
+    filterset_class = JobFilter
     noun = "job"
     action_roles = api_roles("jobs")  # inventory/actions.py
     # ?dry_run=true (views/base.kept_unless; any other write refuses it: permissions.py)
