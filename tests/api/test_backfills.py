@@ -109,6 +109,8 @@ def test_bad_backfill_input_is_a_400_naming_the_field(role_users, change, field)
     response = token_client(role_users["operator"]).post("/api/v1/backfills/", body, format="json")
     assert response.status_code == 400
     assert field in response.json(), response.json()
+    if change == {"job": "missing"}:  # the words every other unknown name gets
+        assert response.json()["job"] == ["there is no job named 'missing'"]
 
 
 def test_pause_resume_and_cancel(role_users):

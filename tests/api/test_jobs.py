@@ -48,7 +48,15 @@ def test_it_creates_a_job_with_its_watermark(role_users):
         ({"name": "Not A Slug!"}, "name"),
         ({"sink": {"path": "/out", "password": "x"}}, "sink.password"),
         ({"sink": {"kind": "s3", "path": "/out"}}, "sink"),
-        ({"sink": {"kind": "postgres", "table": "t;drop", "dsn_env": "X"}}, "sink"),
+        ({"sink": {"kind": "postgres", "table": "t;drop", "dsn_env": "X"}}, "sink.table"),
+        (
+            {"sink": {"kind": "postgres", "table": "t", "mode": "apend", "dsn_env": "X"}},
+            "sink.mode",
+        ),
+        (
+            {"sink": {"kind": "postgres", "table": "t", "mode": "upsert", "dsn_env": "X"}},
+            "sink.key",
+        ),
     ],
 )
 def test_bad_job_input_is_a_400_naming_the_field(role_users, change, field):
@@ -59,6 +67,8 @@ def test_bad_job_input_is_a_400_naming_the_field(role_users, change, field):
     assert response.status_code == 400
     assert field in response.json(), response.json()
     assert not Job.objects.filter(name="hourly").exists()
+    if field == "connector":  # the words every other unknown name gets
+        assert response.json()["connector"] == ["there is no connector named 'no-such-connector'"]
 
 
 @pytest.mark.parametrize(

@@ -41,22 +41,22 @@ from workers.spark.sinks import check_sink, write_sink
 
 
 @pytest.mark.parametrize(
-    ("sink", "reason"),
+    ("sink", "reason", "field"),
     [
-        ({"kind": "delta"}, "'path'"),
-        ({"kind": "delta", "path": "s3://bucket/t"}, "absolute local directory"),
-        ({"kind": "delta", "path": "/t", "mode": "upsert"}, "'mode'"),
-        ({"kind": "delta", "path": "/t", "partition_by": "day"}, "'partition_by'"),
-        ({"kind": "delta", "path": "/t", "format": "csv"}, "unknown keys"),
+        ({"kind": "delta"}, "'path'", "sink.path"),
+        ({"kind": "delta", "path": "s3://bucket/t"}, "absolute local directory", "sink.path"),
+        ({"kind": "delta", "path": "/t", "mode": "upsert"}, "'mode'", "sink.mode"),
+        ({"kind": "delta", "path": "/t", "partition_by": "day"}, "'partition_by'", None),
+        ({"kind": "delta", "path": "/t", "format": "csv"}, "unknown keys", "sink.format"),
     ],
 )
-def test_a_bad_delta_sink_is_refused_naming_the_field(sink, reason):
+def test_a_bad_delta_sink_is_refused_naming_the_field(sink, reason, field):
     with pytest.raises(SinkError, match=reason):
         check_sink(sink)
     with pytest.raises(InvalidInput) as refused:
         job_validate_runtime(sink=sink)
-    # a key the kind does not read is named itself (job_config: check_known_keys)
-    assert refused.value.field == ("sink.format" if reason == "unknown keys" else "sink")
+    # the key the check names (a key the kind does not read by itself: check_known_keys)
+    assert refused.value.field == (field or "sink.partition_by")
 
 
 def test_a_valid_delta_sink_passes():

@@ -12,8 +12,29 @@ class ReadError(Exception):
     """The batch's input cannot be read (missing, malformed, unknown format)."""
 
 
+# "sink 'mode' must be ...": the key a sink check names first
+_SINK_KEY = re.compile(r"sink '(\w+)'")
+
+
 class SinkError(Exception):
-    """The batch's output cannot be written (bad sink config, unknown columns, database error)."""
+    """The batch's output cannot be written (bad sink config, unknown columns, database error).
+
+    `field`: the sink key the error is about, for a 400 naming `sink.<key>` when a job is saved;
+    set where it is raised, else read from a message that starts "sink '<key>'" (the form every
+    sink check uses), else None."""
+
+    _field: str | None = None
+
+    @property
+    def field(self) -> str | None:
+        if self._field is not None:
+            return self._field
+        named = _SINK_KEY.match(str(self))
+        return named.group(1) if named else None
+
+    @field.setter
+    def field(self, value: str | None) -> None:
+        self._field = value
 
 
 class BatchError(Exception):

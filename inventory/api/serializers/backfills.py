@@ -5,9 +5,10 @@ from rest_framework import serializers
 
 from inventory import selectors_backfills
 from inventory.api.serializers.connectors import WEIGHT_UNIT_HELP
-from inventory.api.serializers.fields import BIGINT, INT, SMALLINT
 from inventory.api.serializers.strict import Input
+from inventory.bounds import BIGINT, INT, SMALLINT
 from inventory.models import Backfill, Job
+from inventory.services.reasons import REASON_MAX
 
 
 class BackfillProgressSerializer(serializers.Serializer):
@@ -101,7 +102,11 @@ class BackfillPlanSerializer(Input):
     """A closed range of a job, by item ids or by time (exactly one of the two pairs), and the
     batch budget to cover it with."""
 
-    job = serializers.SlugRelatedField(slug_field="name", queryset=Job.objects.all())
+    job = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Job.objects.all(),
+        error_messages={"does_not_exist": "there is no job named '{value}'"},
+    )
     range_start = serializers.IntegerField(
         min_value=-BIGINT, max_value=BIGINT, required=False, help_text="first item id"
     )
@@ -148,7 +153,9 @@ class BackfillCreateSerializer(BackfillPlanSerializer):
         default=0,
         help_text="above 0 runs before incremental work, below 0 after it",
     )
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    reason = serializers.CharField(
+        max_length=REASON_MAX, required=False, allow_blank=True, default=""
+    )
     fingerprint = serializers.RegexField(
         r"^[0-9a-f]{16}$",
         required=False,

@@ -3,11 +3,13 @@
 from rest_framework import serializers
 
 from inventory.api.serializers.connectors import WEIGHT_UNIT_HELP
-from inventory.api.serializers.fields import BIGINT, AnyJSONField, PublicJSONField
+from inventory.api.serializers.fields import AnyJSONField, PublicJSONField
 from inventory.api.serializers.retention import RetentionForecastSerializer
 from inventory.api.serializers.strict import Input, KnownFieldsOnly
+from inventory.bounds import BIGINT
 from inventory.models import Connector, ConnectorEvent, Job, Watermark, WatermarkEvent
 from inventory.services.jobs import FIXED_JOB_FIELDS, JOB_SETTINGS
+from inventory.services.reasons import REASON_MAX
 
 
 class WatermarkSerializer(serializers.ModelSerializer):
@@ -58,7 +60,7 @@ class WatermarkCorrectionSerializer(Input):
     position = serializers.IntegerField(
         required=False, min_value=-BIGINT, max_value=BIGINT, help_text="non-int watermarks only"
     )
-    reason = serializers.CharField(max_length=2000)
+    reason = serializers.CharField(max_length=REASON_MAX)
     replay = serializers.BooleanField(
         default=False, help_text="confirm moving the watermark backwards (items are reprocessed)"
     )
@@ -167,7 +169,12 @@ class JobWriteSerializer(KnownFieldsOnly, serializers.ModelSerializer):
     """A job's settings, each checked against the bounds the database keeps (a 400 naming the field
     rather than a refusal from the database)."""
 
-    connector = serializers.SlugRelatedField(slug_field="name", queryset=Connector.objects.all())
+    connector = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Connector.objects.all(),
+        # the words every other "no such name" answer uses (views/base.NamedViewSet)
+        error_messages={"does_not_exist": "there is no connector named '{value}'"},
+    )
     params = serializers.DictField(required=False)
     sink = serializers.DictField(required=False)
 

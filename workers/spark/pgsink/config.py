@@ -12,11 +12,14 @@ IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 BOOKKEEPING_SCHEMA = "tidemark_sink"
 
 
-def valid_identifier(name, what: str) -> str:
+def valid_identifier(name, what: str, *, field: str | None = None) -> str:
+    """`name` if it is a plain identifier; SinkError naming the sink key `field` otherwise."""
     if not isinstance(name, str) or not IDENTIFIER.fullmatch(name):
-        raise SinkError(
+        error = SinkError(
             f"{what} {name!r} is not a valid identifier (letters, digits, _; at most 63 chars)"
         )
+        error.field = field
+        raise error
     return name
 
 
@@ -32,13 +35,13 @@ def table_name_of(value) -> tuple[str, str]:
         raise SinkError(f"sink 'table' {value!r} must be 'schema.table' or 'table'")
     if len(parts) == 1:
         parts = ["public", parts[0]]
-    schema = valid_identifier(parts[0], "sink schema")
+    schema = valid_identifier(parts[0], "sink schema", field="table")
     if schema == BOOKKEEPING_SCHEMA:
         raise SinkError(
             f"sink 'table' {value!r} is in schema {BOOKKEEPING_SCHEMA}, where Tidemark keeps "
             "which batches each sink table holds; choose another schema"
         )
-    return schema, valid_identifier(parts[1], "sink table")
+    return schema, valid_identifier(parts[1], "sink table", field="table")
 
 
 def mode_of(sink: dict) -> str:

@@ -36,7 +36,7 @@ def check_postgres(sink: dict) -> None:
     mode = mode_of(sink)
     key = key_of(sink.get("key"), mode=mode, columns=None)
     for name in key:
-        valid_identifier(name, "sink key column")
+        valid_identifier(name, "sink key column", field="key")
     env_name = sink.get("dsn_env")
     if env_name is None and not sink.get("dsn"):
         raise SinkError("sink needs 'dsn_env': the name of an environment variable holding the DSN")
