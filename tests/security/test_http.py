@@ -121,6 +121,13 @@ def test_pages_need_the_viewer_role_and_actions_the_operator_role(world, role_us
     assert viewer.post(change, {"batch_weight": 1}).status_code == 403
     assert viewer.get("/admin/auth/user/").status_code == 403
     assert operator.get("/admin/authtoken/tokenproxy/").status_code == 403
+    # users, their groups and tokens are the superusers' alone (docs/security.md)
+    admin = Client()
+    admin.force_login(role_users["admin"])
+    for url in ("/admin/auth/user/", "/admin/auth/user/add/", "/admin/auth/group/"):
+        assert admin.get(url).status_code == 403, url
+    assert admin.get("/admin/authtoken/tokenproxy/").status_code == 403
+    assert admin.get(change).status_code == 200  # while Tidemark's own objects are its to edit
 
 
 def _database_state() -> str:
