@@ -9,8 +9,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from inventory.actions import role_of, run
-from inventory.api.serializers.fields import BIGINT
 from inventory.api.serializers.strict import Input
+from inventory.bounds import BIGINT
 from inventory.roles import actor_name
 from inventory.selectors_freshness import ThrottleStatus, throttle_status
 
@@ -28,7 +28,7 @@ class PinSerializer(Input):
 
 class ControllerSettingsSerializer(Input):
     enabled = serializers.BooleanField(required=False)
-    increase_fraction = serializers.FloatField(required=False, min_value=0.0001)
+    increase_fraction = serializers.FloatField(required=False, min_value=0.0001, max_value=1)
     decrease_factor = serializers.FloatField(required=False, min_value=0.0001, max_value=0.9999)
     floor_fraction = serializers.FloatField(required=False, min_value=0, max_value=0.9999)
     slow_above = serializers.FloatField(required=False, min_value=0.0001, max_value=1)

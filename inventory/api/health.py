@@ -11,8 +11,8 @@ from rest_framework.views import APIView
 
 from inventory import selectors_alerts, selectors_backfills
 from inventory.actions import role_of, run
-from inventory.api.serializers.fields import BIGINT, INT, SMALLINT
 from inventory.api.serializers.strict import Input
+from inventory.bounds import BIGINT, INT, SMALLINT
 from inventory.models import Connector, Job
 from inventory.roles import actor_name
 from inventory.selectors_coverage import (

@@ -19,6 +19,7 @@ from inventory.models import Job, Restatement, RestatementStatus
 from inventory.roles import actor_name
 from inventory.selectors_coverage import job_restatements
 from inventory.services.errors import NotFound
+from inventory.services.reasons import REASON_MAX
 
 
 class RestatementSerializer(serializers.ModelSerializer):
@@ -67,7 +68,9 @@ class ApplySerializer(Input):
 
 
 class DismissSerializer(Input):
-    reason = serializers.CharField(max_length=2000, help_text="why the outputs stay as they are")
+    reason = serializers.CharField(
+        max_length=REASON_MAX, help_text="why the outputs stay as they are"
+    )
 
 
 def _job(name: str) -> Job:

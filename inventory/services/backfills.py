@@ -34,6 +34,7 @@ from inventory.services.backfill_ranges import (  # noqa: F401 (the API, forms a
 from inventory.services.errors import Conflict, InvalidInput, PlanChanged
 from inventory.services.jobs import validate_budget
 from inventory.services.planning import PlannedRange, plan_closed_range
+from inventory.services.reasons import reason_checked
 from inventory.sources.registry import source_for_connector
 from inventory.sql import gateway
 
@@ -140,6 +141,7 @@ def backfill_create(
         or max_concurrency < 1
     ):
         raise InvalidInput("max_concurrency", "must be a positive integer")
+    reason = reason_checked(reason)
     span = backfill_range(
         job=job,
         range_start=range_start,

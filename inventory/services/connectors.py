@@ -24,6 +24,7 @@ from inventory.services.orchestration import (
     connector_transition,
     predecessors_completed,
 )
+from inventory.services.reasons import reason_checked
 from inventory.services.secrets import check_no_secrets
 from inventory.sources.registry import kind_for
 
@@ -181,9 +182,7 @@ def connector_reset(
     written to sinks stays. Refused while a batch of these jobs runs.
     Locks: connector, then jobs -> watermark -> backfill -> batch (the lock order of lifecycle.py).
     """
-    reason = (reason or "").strip()
-    if not reason:
-        raise InvalidInput("reason", "resetting a connector needs a reason")
+    reason = reason_checked(reason, needed="resetting a connector needs a reason")
     connector = Connector.objects.select_for_update().get(pk=connector.pk)
     config = validate_config(connector.kind, config or {})
     kind = kind_for(connector.kind, config)

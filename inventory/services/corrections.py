@@ -22,6 +22,7 @@ from inventory.models import (
 from inventory.selectors_coverage import source_extent
 from inventory.services import lifecycle, watermarks
 from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.reasons import reason_checked
 from inventory.sources.registry import kind_of
 
 
@@ -48,9 +49,7 @@ def watermark_correct(
     it; with it, the range past the last item is skipped as such and the gap report lists it
     with the items that arrive in it.
     """
-    reason = (reason or "").strip()
-    if not reason:
-        raise InvalidInput("reason", "a watermark correction needs a reason")
+    reason = reason_checked(reason, needed="a watermark correction needs a reason")
     Job.objects.select_for_update().filter(pk=job.pk).first()
     watermark = watermarks.watermark_lock(job.pk)
     wm_type = watermark.type

@@ -13,6 +13,8 @@ The observation is read before the row is locked: acquire takes that row while i
 reads (a lag probe per targeted job) must not hold it up.
 """
 
+import math
+
 from django.db import transaction
 from django.db.models import DurationField, ExpressionWrapper, Max, Min, Sum
 from django.db.models.functions import Now
@@ -210,7 +212,7 @@ def throttle_control_configure(*, actor: str = "", **changes) -> FreshnessThrott
     if "enabled" in changes and not isinstance(changes["enabled"], bool):
         raise InvalidInput("enabled", "must be true or false")
     bounds = {
-        "increase_fraction": (0, None, "must be above 0"),
+        "increase_fraction": (0, 1 + 1e-12, "must be above 0 and at most 1"),
         "decrease_factor": (0, 1, "must be between 0 and 1 (both excluded)"),
         "floor_fraction": (-1e-12, 1, "must be at least 0 and below 1"),
         "slow_above": (0, 1 + 1e-12, "must be above 0 and at most 1"),
@@ -222,6 +224,9 @@ def throttle_control_configure(*, actor: str = "", **changes) -> FreshnessThrott
         value = changes[field]
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise InvalidInput(field, f"must be a number, got {value!r}")
+        # NaN passes every comparison below as false: refused first, infinities with it
+        if not math.isfinite(value):
+            raise InvalidInput(field, f"must be a finite number, got {value!r}")
         if value <= low or (high is not None and value >= high):
             raise InvalidInput(field, f"{says}, got {value!r}")
     if "interval_seconds" in changes:

@@ -25,6 +25,7 @@ from inventory.models import (
 from inventory.services import backfills, lifecycle
 from inventory.services.backfills import BackfillRange
 from inventory.services.errors import Conflict, InvalidInput
+from inventory.services.reasons import reason_checked
 
 ACTOR = "tidemark"
 
@@ -219,12 +220,11 @@ def restatement_apply(
 
 def restatement_dismiss(*, restatement: Restatement, actor: str, reason: str) -> Restatement:
     """Dismiss a proposed replay with a reason: the outputs stay as they are."""
-    if not isinstance(reason, str) or not reason.strip():
-        raise InvalidInput("reason", "say why the outputs stay as they are")
+    reason = reason_checked(reason, needed="say why the outputs stay as they are")
     with transaction.atomic():
         record = _locked_proposal(restatement)
         record.status = RestatementStatus.DISMISSED
-        record.dismiss_reason = reason.strip()
+        record.dismiss_reason = reason
         record.decided_by = actor
         record.decided_at = Now()
         record.save(

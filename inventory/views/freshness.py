@@ -6,6 +6,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from inventory.actions import role_of, run
+from inventory.bounds import BIGINT
 from inventory.roles import actor_name
 from inventory.services.errors import TidemarkError
 from inventory.views.base import require_allowed, role_required
@@ -15,6 +16,7 @@ class PinForm(forms.Form):
     pinned_rate = forms.IntegerField(
         required=False,
         min_value=1,
+        max_value=BIGINT,
         label="Pinned rate",
         help_text="weight per minute for all backfills, instead of the controller's; empty: unpin",
     )

@@ -9,6 +9,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from inventory import selectors, selectors_alerts, selectors_freshness, selectors_health
+from inventory.bounds import INT
 from inventory.roles import VIEWER
 from inventory.views.base import is_htmx, page_context, role_required
 
@@ -43,8 +44,9 @@ class _HealthPages:
 
 
 def _page_number(value) -> int:
+    # past the last page reads the last page; beyond INT the offset would not fit a bigint
     try:
-        return max(int(value), 1)
+        return min(max(int(value), 1), INT)
     except (TypeError, ValueError):
         return 1
 

@@ -256,3 +256,15 @@ def test_batch_detail_has_attempts_error_result_and_items(role_users):
     assert body["config_snapshot"]["processor"] == job.processor
     items = api.get(f"/api/v1/batches/{batch.pk}/items/").json()
     assert [i["item"] for i in items] == [a.location for a in connector.assets.order_by("id")]
+
+
+@pytest.mark.parametrize("reason", ["clear \x1b[2J", "bell \x07", "x" * 2001])
+def test_a_reason_with_a_control_character_or_too_long_is_a_400_naming_it(role_users, reason):
+    """Reasons are shown in the CLI's tables and the gap report: no escape sequence gets there."""
+    _, job = make_inventory(max_attempts=1)
+    api = token_client(role_users["admin"])
+    batch = _acquire(api, job)
+    Batch.objects.filter(pk=batch["id"]).update(status=BatchStatus.DEAD)
+    refused = api.post(f"/api/v1/batches/{batch['id']}/skip/", {"reason": reason}, format="json")
+    assert refused.status_code == 400 and list(refused.json()) == ["reason"], refused.content
+    assert Batch.objects.get(pk=batch["id"]).status == BatchStatus.DEAD

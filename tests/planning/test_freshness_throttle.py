@@ -3,6 +3,7 @@ missing its target slows the running backfills (rate and concurrency, as acquire
 they speed up again once it is inside, never below the floor; a person's pin overrides it; every
 decision is recorded and shown."""
 
+import math
 from datetime import timedelta
 
 import pytest
@@ -241,6 +242,30 @@ def test_the_api_shows_decisions_and_takes_a_pin_from_an_operator(role_users):
     )
     assert done.status_code == 200
     assert done.json()["controller"]["decrease_factor"] == 0.7
+
+
+@pytest.mark.parametrize(
+    "field", ["increase_fraction", "decrease_factor", "floor_fraction", "slow_above", "speed_below"]
+)
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", 1e308])
+def test_a_setting_that_is_no_finite_share_is_a_400_naming_it_and_nothing_changes(
+    role_users, field, value
+):
+    """DRF reads the strings "NaN" and "Infinity" as floats, and NaN passes every comparison:
+    the service refuses it by name (it used to be stored, and every later read was a 500)."""
+    admin = token_client(role_users["admin"])
+    url = "/api/v1/backfill-throttle/freshness/"
+    before = admin.get(url).json()["controller"]
+    refused = admin.patch(url, {field: value}, format="json")
+    assert refused.status_code == 400, refused.content
+    assert list(refused.json()) == [field], refused.json()
+    shown = admin.get(url)
+    assert shown.status_code == 200 and shown.json()["controller"] == before
+    row = FreshnessThrottle.objects.first()  # made on the first change
+    assert row is None or math.isfinite(getattr(row, field))
+    # the service's own rule, whichever caller: a value is a finite number in its range
+    with pytest.raises(InvalidInput, match=field):
+        freshness.throttle_control_configure(**{field: float(value)})
 
 
 def test_the_job_api_takes_a_freshness_target_and_refuses_a_bad_one_by_name(role_users):

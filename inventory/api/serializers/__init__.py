@@ -50,9 +50,6 @@ from inventory.api.serializers.connectors import (
     DiscoverResultSerializer,
 )
 from inventory.api.serializers.fields import (
-    BIGINT,
-    INT,
-    SMALLINT,
     AnyJSONField,
     ErrorSerializer,
     PublicJSONField,
@@ -84,7 +81,6 @@ __all__ = [
     "AnyJSONField",
     "AssetSerializer",
     "AttemptSerializer",
-    "BIGINT",
     "BackfillCreateSerializer",
     "BackfillPlanSerializer",
     "BackfillPreviewRequestSerializer",
@@ -109,7 +105,6 @@ __all__ = [
     "SucceedBatchesSerializer",
     "SucceededBatchesSerializer",
     "HeartbeatSerializer",
-    "INT",
     "JobDetailSerializer",
     "JobListSerializer",
     "JobSerializer",
@@ -119,7 +114,6 @@ __all__ = [
     "PlannedBatchSerializer",
     "PublicJSONField",
     "RunResultSerializer",
-    "SMALLINT",
     "SkipSerializer",
     "SucceedSerializer",
     "TimeOrValueField",

@@ -4,10 +4,12 @@ heartbeat, succeed, fail)."""
 from rest_framework import serializers
 
 from inventory.api.serializers.connectors import WEIGHT_UNIT_HELP
-from inventory.api.serializers.fields import BIGINT, SMALLINT, AnyJSONField, PublicJSONField
+from inventory.api.serializers.fields import AnyJSONField, PublicJSONField
 from inventory.api.serializers.strict import Input
+from inventory.bounds import BIGINT, SMALLINT
 from inventory.models import Batch, BatchAttempt
 from inventory.services.lifecycle import MAX_BATCHES_PER_CALL
+from inventory.services.reasons import REASON_MAX
 
 
 class BatchSerializer(serializers.ModelSerializer):
@@ -162,8 +164,10 @@ class FailSerializer(AttemptSerializer):
 
 
 class CancelSerializer(Input):
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    reason = serializers.CharField(
+        max_length=REASON_MAX, required=False, allow_blank=True, default=""
+    )
 
 
 class SkipSerializer(Input):
-    reason = serializers.CharField(max_length=2000)
+    reason = serializers.CharField(max_length=REASON_MAX)

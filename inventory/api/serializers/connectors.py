@@ -9,6 +9,7 @@ from rest_framework import serializers
 from inventory.api.serializers.fields import AnyJSONField, PublicJSONField
 from inventory.api.serializers.strict import Input
 from inventory.models import Asset, Connector, ConnectorKind
+from inventory.services.reasons import REASON_MAX
 from inventory.sources import registry as source_kinds
 
 WEIGHT_UNIT_HELP = (
@@ -103,7 +104,9 @@ class ConnectorResetSerializer(Input):
     config = serializers.DictField(
         help_text="the new config, source identity (path, meta_table, table, topic) included"
     )
-    reason = serializers.CharField(max_length=2000, help_text="recorded on each job's watermark")
+    reason = serializers.CharField(
+        max_length=REASON_MAX, help_text="recorded on each job's watermark"
+    )
 
 
 class AssetSerializer(serializers.ModelSerializer):

@@ -1,12 +1,9 @@
-"""What every API shape shares: integer bounds, configs shown masked, the error body."""
+"""What every API shape shares: configs shown masked, the error body (integer bounds:
+inventory.bounds)."""
 
 from rest_framework import serializers
 
 from inventory.services.secrets import mask
-
-BIGINT = 2**63 - 1
-INT = 2**31 - 1
-SMALLINT = 2**15 - 1
 
 
 def public_config(value):

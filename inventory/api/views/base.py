@@ -11,6 +11,7 @@ from rest_framework.exceptions import ValidationError
 
 from inventory.api import serializers as s
 from inventory.api.serializers.strict import NoBody
+from inventory.bounds import BIGINT
 from inventory.services.errors import NotFound
 
 NAME_PATTERN = r"[-a-zA-Z0-9_]+"
@@ -91,7 +92,7 @@ class IdViewSet(viewsets.GenericViewSet):
 
     def object_id(self) -> int:
         value = int(self.kwargs["pk"])
-        if value > s.BIGINT:
+        if value > BIGINT:
             raise NotFound(f"{self.noun} {value} does not exist")
         return value
 

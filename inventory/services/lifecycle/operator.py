@@ -6,12 +6,13 @@ from django.db.models import QuerySet
 
 from inventory.models import OPEN_STATUSES, Backfill, Batch, BatchKind, BatchStatus, Job
 from inventory.services import watermarks
-from inventory.services.errors import Conflict, InvalidInput, NotFound
+from inventory.services.errors import Conflict, NotFound
 from inventory.services.lifecycle.shared import (
     batches_transition,
     complete_backfill_if_done,
     locked,
 )
+from inventory.services.reasons import reason_checked
 from inventory.sql import gateway
 
 
@@ -35,6 +36,7 @@ def batch_retry(*, batch_id: int, actor: str) -> Batch:
 @transaction.atomic
 def batch_cancel(*, batch_id: int, actor: str, reason: str = "") -> Batch:
     """queued|running|failed -> cancelled. A running worker then fails its fence at commit."""
+    reason = reason_checked(reason)
     backfill_id = Batch.objects.filter(pk=batch_id).values_list("backfill_id", flat=True).first()
     if backfill_id is not None:
         # lock order backfill -> batch: its completion below updates the backfill's row
@@ -63,9 +65,7 @@ def batch_cancel(*, batch_id: int, actor: str, reason: str = "") -> Batch:
 @transaction.atomic
 def batch_skip(*, batch_id: int, actor: str, reason: str) -> Batch:
     """dead -> skipped with a reason; the watermark may then move over it."""
-    reason = (reason or "").strip()
-    if not reason:
-        raise InvalidInput("reason", "skipping a batch needs a reason")
+    reason = reason_checked(reason, needed="skipping a batch needs a reason")
     job_id = Batch.objects.values_list("job_id", flat=True).filter(pk=batch_id).first()
     if job_id is None:
         raise NotFound(f"batch {batch_id} does not exist")
