@@ -29,7 +29,9 @@ def parse_value(watermark_type: str, value, *, field: str = "value"):
     if watermark_type == WatermarkType.INT:
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidInput(field, f"an int watermark needs an integer, got {value!r}")
-        check_bigint(value + 1, field)  # its position (value + 1) is a bigint too
+        # its position (value + 1) is a bigint too: the value's own range is one less at the top
+        if not BIGINT_MIN <= value <= BIGINT_MAX - 1:
+            raise InvalidInput(field, f"{value} is out of range ({BIGINT_MIN} to {BIGINT_MAX - 1})")
         return value
     if watermark_type == WatermarkType.DATETIME:
         if not isinstance(value, str):

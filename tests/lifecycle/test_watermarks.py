@@ -363,6 +363,10 @@ def test_a_correction_below_the_start_or_beyond_bigint_is_refused_naming_the_fie
     with pytest.raises(InvalidInput) as refused:
         watermark_correct(job=job, actor="a", reason="r", replay=True, **arguments)
     assert refused.value.field == field
+    if "value" in arguments and arguments["value"] > 0:
+        # the message names the value given and the values allowed, not its position
+        given = arguments["value"]
+        assert refused.value.message == f"{given} is out of range (-{2**63} to {2**63 - 2})"
     assert Watermark.objects.get(job=job).position > job.start_position
     assert not WatermarkEvent.objects.filter(watermark__job=job, source="api").exists()
 
