@@ -239,7 +239,7 @@ def _validate_orders_hourly(params: dict) -> None:
 
 @register("orders_hourly", validate=_validate_orders_hourly)
 def orders_hourly(df: DataFrame, ctx: ProcessorContext) -> DataFrame:
-    """Order events -> one row per hour: hour, orders, revenue, customers.
+    """Order events -> one row per hour of the batch's events: hour, orders, revenue, customers.
 
     An order counted twice (the same event in two files) counts once; its amount once too.
     The hours are those of this batch's events: an hour spread over two batches gets one row in
