@@ -26,7 +26,11 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
 _HOST = re.compile(r"[A-Za-z0-9._-]*")
 _IPV6 = re.compile(r"\[[0-9A-Fa-f:.]+\]")
 _PORT = re.compile(r"[0-9]{1,5}")
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
+# control characters, invisible line breaks, a byte order mark, and the invisible characters that
+# reorder or hide text where it is shown (bidirectional overrides and isolates, zero-width ones)
+_UNSAFE = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069]"
+)
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,9 @@ def _where(char: str) -> str:
 
 
 def refuse_control_characters(value: str, *, field: str) -> None:
-    """InvalidInput naming `field` and the first control character (or invisible line or byte
-    order mark) in `value`: the rule for every name and URL a user gives."""
+    """InvalidInput naming `field` and the first control character (or invisible line break, byte
+    order mark, or character that reorders or hides text) in `value`: the rule for every name and
+    URL a user gives."""
     unsafe = _UNSAFE.search(value)
     if unsafe:
         raise InvalidInput(field, f"must not contain control characters ({_where(unsafe.group())})")

@@ -97,6 +97,7 @@ def test_nothing_waiting_is_an_empty_list(role_users):
         # a worker's name is shown on pages and in the admin: no control characters
         ({"count": 2, "worker": "w\x01ctl"}, "worker"),
         ({"count": 2, "worker": "w\u2028x"}, "worker"),
+        ({"count": 2, "worker": "w\u202ex"}, "worker"),
     ],
 )
 def test_a_bad_acquire_is_a_400_naming_the_field(role_users, body, field):

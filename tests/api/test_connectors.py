@@ -236,6 +236,9 @@ def test_an_object_store_config_refuses_a_key_it_does_not_read_before_reaching_t
     [
         ({"labels": ["nightly", "red\x1b[31m"]}, "labels[1]", "U+001B"),
         ({"labels": ["line\u2028break"]}, "labels[0]", "U+2028"),
+        # text that reorders what is shown after it (a label reading "gnp.exe" as "exe.png")
+        ({"labels": ["ok", "rlo\u202egnp.exe"]}, "labels[1]", "U+202E"),
+        ({"labels": ["zero\u200bwidth"]}, "labels[0]", "U+200B"),
         ({"start_after": "up\nstream"}, "start_after", "U+000A"),
         # refused by the serializer's own list check, named the same way
         ({"labels": ["nightly", ""]}, "labels[1]", "blank"),
