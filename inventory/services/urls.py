@@ -27,9 +27,11 @@ _HOST = re.compile(r"[A-Za-z0-9._-]*")
 _IPV6 = re.compile(r"\[[0-9A-Fa-f:.]+\]")
 _PORT = re.compile(r"[0-9]{1,5}")
 # control characters, invisible line breaks, a byte order mark, and the invisible characters that
-# reorder or hide text where it is shown (bidirectional overrides and isolates, zero-width ones)
+# reorder or hide text where it is shown: bidirectional embeddings, overrides and isolates, the
+# zero-width space and word joiners. Not the zero-width (non-)joiners: Persian and Indic names
+# and emoji hold them.
 _UNSAFE = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069]"
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\u200b\u202a-\u202e\u2060-\u2064\u2066-\u2069]"
 )
 
 

@@ -265,3 +265,23 @@ def test_control_characters_in_labels_or_start_after_are_a_400_naming_where(
     assert field in changed.json()
     connector.refresh_from_db()
     assert connector.labels == ["kept"] and connector.start_after == ""
+
+
+def test_labels_in_scripts_that_join_letters_invisibly_are_kept(role_users, tmp_path):
+    """The zero-width joiners are letters' business in Persian, Indic scripts and emoji: kept,
+    where the characters that reorder or hide text are refused (above)."""
+    (tmp_path / "in").mkdir()
+    api = token_client(role_users["admin"])
+    labels = ["\u0641\u0627\u06cc\u0644\u200c\u0647\u0627", "\U0001f468\u200d\U0001f469"]
+    created = api.post(
+        "/api/v1/connectors/",
+        {
+            "name": "scripts",
+            "kind": "files",
+            "config": {"path": str(tmp_path / "in")},
+            "labels": labels,
+        },
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+    assert Connector.objects.get(name="scripts").labels == labels
