@@ -91,7 +91,9 @@ def table(rows: list[dict], columns: list[str], *, out=None, indent: int = 0) ->
         print(" " * indent + "(none)", file=out)
         return
     cells = [[cell(pluck(row, c)) for c in columns] for row in rows]
-    headers = [c.replace(".", " ").upper() for c in columns]
+    # one word a column (`progress.percent` -> PROGRESS_PERCENT): a header a space splits reads
+    # as two columns to a person and to `awk`
+    headers = [c.replace(".", "_").upper() for c in columns]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     for line in [headers, *cells]:
         text = "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()

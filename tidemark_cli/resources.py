@@ -72,6 +72,9 @@ def connector_show(api, out, args) -> int:
 
 def connector_items(api, out, args) -> int:
     rows = api.listing(f"connectors/{quote(args.name)}/items/", limit=args.limit)
+    if not out.json:  # in the connector's unit, as every other weight (docs/cli.md)
+        unit = api.get(f"connectors/{quote(args.name)}/").get("weight_unit")
+        rows = [{**r, "weight": weight(r["weight"], unit)} for r in rows]
     out.rows(rows, ["id", "item", "weight", "discovered_at"])
     return 0
 
@@ -273,7 +276,11 @@ def batch_show(api, out, args) -> int:
 
 
 def batch_items(api, out, args) -> int:
-    out.rows(api.get(f"batches/{args.id}/items/"), ["id", "item", "weight"])
+    rows = api.get(f"batches/{args.id}/items/")
+    if not out.json:
+        unit = api.get(f"batches/{args.id}/").get("weight_unit")
+        rows = [{**r, "weight": weight(r["weight"], unit)} for r in rows]
+    out.rows(rows, ["id", "item", "weight"])
     return 0
 
 

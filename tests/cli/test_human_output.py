@@ -108,6 +108,27 @@ def test_connectors_and_alerts_have_no_json_in_cells_and_nothing_cut_short(tidem
         assert message in alerts  # whole, on its line
 
 
+@pytest.mark.django_db(transaction=True)
+def test_item_listings_show_weights_in_their_connectors_unit(tidemark):
+    dead = _plant()  # landing's files weigh 2000 and 3000 bytes; stuck-src's one 10
+    items = tidemark("connectors", "items", "landing").splitlines()
+    assert items[0].split() == ["ID", "ITEM", "WEIGHT", "DISCOVERED_AT"]
+    assert sorted(re.findall(r"\b\d\.\d kB\b", "\n".join(items[1:]))) == ["2.0 kB", "3.0 kB"]
+    assert "10 B" in tidemark("batches", "items", dead.id)
+    raw = json.loads(tidemark("-o", "json", "connectors", "items", "landing"))
+    assert sorted(r["weight"] for r in raw) == [2000, 3000]
+
+
+def test_a_table_header_is_one_word_a_column(capsys):
+    output.table(
+        [{"id": 1, "progress": {"batches_done": 2, "percent": 50.0}}],
+        ["id", "progress.batches_done", "progress.percent"],
+    )
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split() == ["ID", "PROGRESS_BATCHES_DONE", "PROGRESS_PERCENT"]
+    assert len(row.split()) == 3
+
+
 def test_watch_names_a_blocker_only_when_the_batch_needs_a_person():
     state = {
         "job": "j",
