@@ -9,6 +9,7 @@ from inventory.services.errors import InvalidInput
 from inventory.services.own_database import is_own_database
 from inventory.services.secrets import credential_value, mask_text
 from inventory.sources.identity import source_table_check
+from inventory.sql import source_query
 
 CONNECT_TIMEOUT = 5
 
@@ -56,6 +57,16 @@ def first_line(exc: BaseException) -> str:
 
 def refuse_own_tables(conn, relation: str, *, field: str) -> None:
     """A DSN that points at Tidemark's own database may name no Tidemark table (invariant 10);
-    `relation` is quoted as for SQL ('"public"."orders"')."""
+    `relation` is quoted as for SQL ('"public"."orders"'). On any database, a relation in a
+    system schema (`pg_*`, `information_schema`) is no source: the shared catalogs (`pg_authid`
+    with every role's password hash) are one per server, Tidemark's own server included."""
     if is_own_database(conn):
         source_table_check(relation, field=field)
+        return
+    with conn.cursor() as cursor:
+        cursor.execute(source_query("relation_schema"), {"relation": relation})
+        found = cursor.fetchone()
+    if found and (found[0].startswith("pg_") or found[0] == "information_schema"):
+        raise InvalidInput(
+            field, f"{found[0]}.{found[1]} is a system catalog; it cannot be a source"
+        )

@@ -9,6 +9,12 @@ FROM pg_attribute AS a JOIN pg_type AS t ON t.oid = a.atttypid
 WHERE a.attrelid = to_regclass(%(relation)s) AND a.attname = %(column)s
   AND a.attnum > 0 AND NOT a.attisdropped;
 
+-- name: relation_schema
+-- the schema of the relation the name resolves to (an unqualified name through search_path, where
+-- pg_catalog comes first), or no row when there is none; a system schema is never a source
+SELECT n.nspname, c.relname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass(%(relation)s);
+
 -- name: table_identity
 -- which server and database this is: the same pair as Tidemark's own means Tidemark's database
 SELECT (SELECT system_identifier FROM pg_control_system())::text, current_database();

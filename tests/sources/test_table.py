@@ -11,7 +11,7 @@ import psycopg2
 import pytest
 from psycopg2 import sql as psql
 
-from inventory.models import Asset, Backfill, Batch, BatchStatus, Watermark
+from inventory.models import Asset, Backfill, Batch, BatchStatus, Connector, Watermark
 from inventory.services import lifecycle
 from inventory.services.discovery import discover
 from inventory.services.errors import InvalidInput
@@ -116,6 +116,34 @@ def test_bad_configs_are_a_400_naming_the_field(source_dsn, role_users, config, 
     assert response.status_code == 400, response.content
     assert field in response.json(), response.json()
     assert reason in str(response.json()[field])
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "shown"),
+    [
+        ("pg_catalog.pg_authid", "rolconnlimit", "pg_catalog.pg_authid"),
+        ("pg_authid", "rolconnlimit", "pg_catalog.pg_authid"),  # search_path: pg_catalog first
+        ("pg_database", "datconnlimit", "pg_catalog.pg_database"),
+        ("information_schema.sql_sizing", "sizing_id", "information_schema.sql_sizing"),
+    ],
+)
+def test_a_system_catalog_of_another_database_is_no_source(
+    source_dsn, role_users, table, column, shown
+):
+    """The shared catalogs are one per server: through a database of its own on Tidemark's
+    server, pg_authid would hand out every role's password hash, Tidemark's included."""
+    api = token_client(role_users["admin"])
+    body = {
+        "name": "catalog",
+        "kind": "table",
+        "config": {"dsn_env": SOURCE_ENV, "table": table, "column": column},
+    }
+    response = api.post("/api/v1/connectors/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json() == {
+        "config.table": [f"{shown} is a system catalog; it cannot be a source"]
+    }
+    assert not Connector.objects.filter(name="catalog").exists()
 
 
 def test_an_unreachable_source_is_a_400_and_the_dsn_is_never_shown(monkeypatch, role_users):

@@ -85,10 +85,11 @@ def validate(config: dict) -> dict:
         raise InvalidInput("config.snapshot", "must be true or false")
     checked = dict(config)
     with source_connection(checked, field="config.dsn_env") as conn:
-        checked["column_type"] = _column_type(conn, checked)
+        # what the table is before what its column is: a catalog is refused as such
         refuse_own_tables(
             conn, quote_table(checked["table"], field_name="config.table"), field="config.table"
         )
+        checked["column_type"] = _column_type(conn, checked)
     if "start_value" in checked:
         checked["start_value"] = to_json(
             from_json(checked["start_value"], checked["column_type"], field="config.start_value")
