@@ -163,6 +163,8 @@ class AcquiredBatch:
     lease_expires_at: str
     items: list[dict] = field(default_factory=list)
     raw: dict = field(default_factory=dict, repr=False)
+    # the lease asked for at acquire (None: the job's); heartbeats ask for it again
+    lease_seconds: int | None = None
 
     @classmethod
     def from_json(cls, data: dict) -> "AcquiredBatch":
@@ -247,7 +249,11 @@ class Tidemark:
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
         data = self.post(f"jobs/{_quote(job)}/acquire/", body)
-        return None if data is None else AcquiredBatch.from_json(data)
+        if data is None:
+            return None
+        batch = AcquiredBatch.from_json(data)
+        batch.lease_seconds = lease_seconds
+        return batch
 
     def acquire_batches(
         self, job: str, *, worker: str, count: int, lease_seconds: int | None = None
@@ -258,30 +264,45 @@ class Tidemark:
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
         data = self.post(f"jobs/{_quote(job)}/acquire-batches/", body)
-        return [AcquiredBatch.from_json(item) for item in data["batches"]]
+        batches = [AcquiredBatch.from_json(item) for item in data["batches"]]
+        for batch in batches:
+            batch.lease_seconds = lease_seconds
+        return batches
 
     def succeed_batches(
-        self, batches: list[AcquiredBatch], *, results: dict[int, dict] | None = None
+        self,
+        batches: list[AcquiredBatch],
+        *,
+        results: dict[int, dict] | None = None,
+        watermark_values: dict[int, object] | None = None,
     ) -> dict:
-        """Commit several batches of one job in one call; `results`: batch id -> its result.
-        Returns {"committed": [batch, ...], "refused": [{"id", "reason"}, ...]}: a batch whose
-        lease was lost is refused and the others commit."""
+        """Commit several batches of one job in one call; `results`: batch id -> its result,
+        `watermark_values`: batch id -> the value it reached (for `datetime`, `key_value` and
+        `file_set` watermarks, as `succeed`'s `watermark_value`). Returns {"committed": [batch,
+        ...], "refused": [{"id", "reason"}, ...]}: a batch whose lease was lost is refused and
+        the others commit."""
         if not batches:
             return {"committed": [], "refused": []}
         jobs = {batch.job for batch in batches}
         if len(jobs) != 1:
             raise ValueError("succeed_batches commits batches of one job at a time")
-        results = results or {}
-        body = {
-            "batches": [
-                {"id": b.id, "attempt": b.attempt, "result": results.get(b.id, {})} for b in batches
-            ]
-        }
-        return self.post(f"jobs/{_quote(jobs.pop())}/succeed-batches/", body)
+        results, values = results or {}, watermark_values or {}
+        unknown = sorted(set(values) - {b.id for b in batches})
+        if unknown:
+            raise ValueError(f"watermark_values names batches not committed here: {unknown}")
+        commits = []
+        for b in batches:
+            commit = {"id": b.id, "attempt": b.attempt, "result": results.get(b.id, {})}
+            if values.get(b.id) is not None:
+                commit["watermark_value"] = values[b.id]
+            commits.append(commit)
+        return self.post(f"jobs/{_quote(jobs.pop())}/succeed-batches/", {"batches": commits})
 
     def heartbeat(self, batch: AcquiredBatch, *, lease_seconds: int | None = None) -> str:
-        """Extend the lease; returns the new expiry. Raises Conflict when the lease is lost."""
+        """Extend the lease (by `lease_seconds`, else by the lease the batch was acquired with,
+        else by the job's); returns the new expiry. Raises Conflict when the lease is lost."""
         body = {"attempt": batch.attempt}
+        lease_seconds = lease_seconds if lease_seconds is not None else batch.lease_seconds
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
         data = self.post(f"batches/{batch.id}/heartbeat/", body)

@@ -46,8 +46,13 @@ SELECT id FROM tidemark_backfill_transition(%(backfill)s, %(from)s::text[], %(to
 SELECT 1 FROM inventory_job WHERE id = %(job)s FOR SHARE;
 
 -- name: batch_heartbeat
+-- Extends, never shortens: a lease taken for longer than the job's (acquire's lease_seconds) is
+-- not cut down to the job's by a heartbeat that names no length.
 UPDATE inventory_batch AS b
-SET lease_expires_at = statement_timestamp() + make_interval(secs => coalesce(%(lease)s, j.lease_seconds))
+SET lease_expires_at = greatest(
+    b.lease_expires_at,
+    statement_timestamp() + make_interval(secs => coalesce(%(lease)s, j.lease_seconds))
+)
 FROM inventory_job AS j
 WHERE b.id = %(batch)s AND j.id = b.job_id AND b.status = 'running' AND b.attempt = %(attempt)s
   AND b.lease_expires_at > statement_timestamp()

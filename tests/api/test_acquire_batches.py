@@ -239,3 +239,31 @@ def test_more_batches_a_call_add_only_their_items_read_not_a_query_of_attempts_e
     # four batches more: four reads of their items on acquire, nothing more on commit
     assert sizes[6][0] - sizes[2][0] == 4, sizes
     assert sizes[6][1] == sizes[2][1], sizes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_python_client_commits_each_batchs_watermark_value(live_server, role_users):
+    from rest_framework.authtoken.models import Token
+
+    from tidemark_client import Tidemark
+
+    _, job = make_inventory(
+        weights=WEIGHTS, batch_weight=80, max_items=2, watermark_type="datetime"
+    )
+    token = Token.objects.create(user=role_users["operator"])
+    client = Tidemark(live_server.url, token=token.key, timeout=30)
+    taken = client.acquire_batches(job.name, worker="etl", count=2)
+    reached = {
+        taken[0].id: "2026-01-01T10:00:00+00:00",
+        taken[1].id: "2026-01-01T11:30:00+00:00",
+    }
+    with pytest.raises(ValueError, match="not committed here"):
+        client.succeed_batches(taken[:1], watermark_values=reached)
+    outcome = client.succeed_batches(taken, watermark_values=reached)
+    assert outcome["refused"] == []
+    stored = {b.pk: b.watermark_value for b in Batch.objects.filter(job=job)}
+    assert stored == {
+        taken[0].id: "2026-01-01T10:00:00+00:00",
+        taken[1].id: "2026-01-01T11:30:00+00:00",
+    }
+    assert Watermark.objects.get(job=job).value == "2026-01-01T11:30:00+00:00"

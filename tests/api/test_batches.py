@@ -268,3 +268,40 @@ def test_a_reason_with_a_control_character_or_too_long_is_a_400_naming_it(role_u
     refused = api.post(f"/api/v1/batches/{batch['id']}/skip/", {"reason": reason}, format="json")
     assert refused.status_code == 400 and list(refused.json()) == ["reason"], refused.content
     assert Batch.objects.get(pk=batch["id"]).status == BatchStatus.DEAD
+
+
+def test_a_heartbeat_never_shortens_a_lease_taken_for_longer_than_the_jobs(role_users):
+    """acquire/ with a lease of 600 s on a job whose lease is 30 s: a heartbeat naming no length
+    (or a shorter one) leaves it as it is; one naming a longer one extends it."""
+    _, job = make_inventory(lease_seconds=30)
+    api = token_client(role_users["operator"])
+    batch = _acquire(api, job, lease_seconds=600)
+    taken = Batch.objects.get(pk=batch["id"]).lease_expires_at
+    url = f"/api/v1/batches/{batch['id']}/heartbeat/"
+    for body in ({"attempt": 1}, {"attempt": 1, "lease_seconds": 5}):
+        beat = api.post(url, body, format="json")
+        assert beat.status_code == 200, beat.content
+        assert Batch.objects.get(pk=batch["id"]).lease_expires_at == taken
+    longer = api.post(url, {"attempt": 1, "lease_seconds": 3600}, format="json")
+    assert longer.status_code == 200
+    assert Batch.objects.get(pk=batch["id"]).lease_expires_at > taken + timedelta(seconds=2900)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_python_clients_heartbeat_asks_again_for_the_lease_it_acquired_with(
+    live_server, role_users
+):
+    from rest_framework.authtoken.models import Token
+
+    from tidemark_client import Tidemark
+
+    _, job = make_inventory(lease_seconds=2)
+    token = Token.objects.create(user=role_users["operator"])
+    client = Tidemark(live_server.url, token=token.key, timeout=30)
+    batch = client.acquire(job.name, worker="etl", lease_seconds=600)
+    assert batch.lease_seconds == 600
+    Batch.objects.filter(pk=batch.id).update(  # most of the first lease gone
+        lease_expires_at=timezone.now() + timedelta(seconds=60)
+    )
+    client.heartbeat(batch)
+    assert Batch.objects.get(pk=batch.id).lease_expires_at > timezone.now() + timedelta(seconds=500)

@@ -116,7 +116,12 @@ class AttemptSerializer(Input):
 
 
 class HeartbeatSerializer(AttemptSerializer):
-    lease_seconds = serializers.IntegerField(min_value=1, max_value=7 * 24 * 3600, required=False)
+    lease_seconds = serializers.IntegerField(
+        min_value=1,
+        max_value=7 * 24 * 3600,
+        required=False,
+        help_text="the lease from now (default: the job's); a heartbeat never shortens a lease",
+    )
 
 
 class LeaseSerializer(Input):
