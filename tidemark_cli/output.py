@@ -33,8 +33,19 @@ def cell(value) -> str:
         return ", ".join(cell(v) for v in value)
     if isinstance(value, dict):
         return ", ".join(f"{k}={cell(v)}" for k, v in value.items())
-    text = " ".join(str(value).split())
+    text = shown(" ".join(str(value).split()))
     return when(text) if _ISO_TIME.match(text) else text
+
+
+# what a terminal would act on rather than show: C0/C1 controls (an ESC starts a sequence that
+# can clear the screen or retitle the window), and the invisible characters that reorder text
+_UNSHOWABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b\u202a-\u202e\u2060-\u2064\u2066-\u2069]")
+
+
+def shown(text: str) -> str:
+    """`text` with each character a terminal would act on written as its escape (`\\x1b`,
+    `\\u202e`): a file name or a message from the server is shown, never obeyed."""
+    return _UNSHOWABLE.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 def duration(seconds: float) -> str:

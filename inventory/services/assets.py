@@ -15,7 +15,12 @@ from django.db import transaction
 from inventory.models import Connector
 from inventory.services.confinement import location_within
 from inventory.services.errors import InvalidInput
-from inventory.services.urls import is_object_store_path, url_parse, url_scheme
+from inventory.services.urls import (
+    is_object_store_path,
+    refuse_control_characters,
+    url_parse,
+    url_scheme,
+)
 from inventory.sql import gateway
 
 log = logging.getLogger(__name__)
@@ -129,8 +134,11 @@ def _announced_items(items) -> list[tuple[str, int, dict]]:
         location = item.get("location")
         if not isinstance(location, str) or not location.strip():
             raise InvalidInput(f"{where}.location", "a non-empty string is required")
-        if "\x00" in location:
-            raise InvalidInput(f"{where}.location", "must not contain NUL characters")
+        # what reaches pages and operators' terminals as it is: the names rule (control
+        # characters, invisible ones that reorder text; NUL among them)
+        refuse_control_characters(location, field=f"{where}.location")
+        if location.endswith("/"):
+            raise InvalidInput(f"{where}.location", "names a directory; announce its files")
         _check_location_size(location, field=f"{where}.location")
         if location in seen:
             raise InvalidInput(f"{where}.location", f"repeats assets[{seen[location]}].location")

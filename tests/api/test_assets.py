@@ -238,6 +238,14 @@ def test_a_location_too_long_for_the_index_is_a_400_not_a_500(role_users, tmp_pa
         ({"assets": [{"location": "a"}, {"location": "a"}]}, "assets[1].location", "repeats"),
         ({"assets": [{"location": "a", "extra": [1]}]}, "assets[0].extra", "object"),
         ({"assets": [{"location": "a", "size": 3}]}, "assets[0]", "unknown key"),
+        # shown on pages and printed by the CLI as they are
+        (
+            {"assets": [{"location": "a"}, {"location": "h\x1b[31m.parquet"}]},
+            "assets[1].location",
+            "U+001B",
+        ),
+        ({"assets": [{"location": "g\u202egnp.parquet"}]}, "assets[0].location", "U+202E"),
+        ({"assets": [{"location": "sub/"}]}, "assets[0].location", "directory"),
     ],
 )
 def test_a_bad_element_is_a_400_naming_it_and_registers_nothing(role_users, payload, field, reason):

@@ -119,6 +119,16 @@ def test_item_listings_show_weights_in_their_connectors_unit(tidemark):
     assert sorted(r["weight"] for r in raw) == [2000, 3000]
 
 
+def test_a_cell_shows_what_a_terminal_would_obey_as_its_escape():
+    # a file named by whoever writes into a landing directory reaches operators' terminals
+    assert output.cell("h\x1b[31m.parquet") == "h\\x1b[31m.parquet"
+    assert output.cell("g\u202egnp.exe") == "g\\u202egnp.exe"
+    assert output.cell("bell\x07") == "bell\\x07"
+    assert output.cell("caf\u00e9 \u0641\u0627\u06cc\u0644\u200c\u0647\u0627") == (
+        "caf\u00e9 \u0641\u0627\u06cc\u0644\u200c\u0647\u0627"
+    )
+
+
 def test_a_table_header_is_one_word_a_column(capsys):
     output.table(
         [{"id": 1, "progress": {"batches_done": 2, "percent": 50.0}}],
