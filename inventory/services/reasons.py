@@ -1,7 +1,11 @@
 """The one rule for a reason an operator gives (a skip, a cancel, a backfill, a correction, a
 reset, a dismissed restatement): text of at most REASON_MAX characters, stripped, with no control
 character but a tab or a line break. Reasons are shown on pages, in the admin, in the CLI's
-tables and in the gap report; an escape sequence in one would reach an operator's terminal."""
+tables and in the gap report; an escape sequence in one would reach an operator's terminal.
+
+`reason_fitted` is the same rule for the reasons Tidemark writes itself (a restatement's names the
+files that changed, whatever their names and however many): it makes them fit rather than
+refusing them, so an automatic restatement never fails on its own wording."""
 
 import re
 
@@ -30,3 +34,10 @@ def reason_checked(value, *, needed: str | None = None, field: str = "reason") -
             field, f"must not contain control characters (U+{ord(unsafe.group()):04X})"
         )
     return value
+
+
+def reason_fitted(text: str) -> str:
+    """A reason Tidemark writes itself, made to pass `reason_checked`: each character it refuses
+    written as its escape (`\\x1b`), and cut to REASON_MAX characters (the last one an ellipsis)."""
+    text = _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode(), text.strip())
+    return text if len(text) <= REASON_MAX else text[: REASON_MAX - 1] + "\u2026"

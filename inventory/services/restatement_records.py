@@ -25,7 +25,7 @@ from inventory.models import (
 from inventory.services import backfills, lifecycle
 from inventory.services.backfills import BackfillRange
 from inventory.services.errors import Conflict, InvalidInput
-from inventory.services.reasons import reason_checked
+from inventory.services.reasons import reason_checked, reason_fitted
 
 ACTOR = "tidemark"
 
@@ -173,7 +173,9 @@ def _take_over(*, job: Job, after: int, through: int, reason: str) -> None:
         lifecycle.batch_cancel(
             batch_id=batch_id,
             actor=ACTOR,
-            reason=f"taken over by the restatement that carries item {through}: {reason}",
+            reason=reason_fitted(
+                f"taken over by the restatement that carries item {through}: {reason}"
+            ),
         )
 
 
@@ -205,7 +207,7 @@ def restatement_apply(
             range_start=record.range_start,
             range_end=record.range_end,
             priority=record.priority,
-            reason=f"restatement {record.pk}: {record.reason}",
+            reason=reason_fitted(f"restatement {record.pk}: {record.reason}"),
             actor=actor,
             fingerprint=pinned,
         )

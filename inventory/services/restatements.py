@@ -29,6 +29,7 @@ from django.dispatch import receiver
 from inventory.models import Backfill, BatchStatus, Connector, ConnectorKind, RestatementCause
 from inventory.services import restatement_records as records
 from inventory.services.errors import TidemarkError
+from inventory.services.reasons import reason_fitted
 from inventory.services.signals import batch_committed
 from inventory.sql import gateway
 
@@ -57,6 +58,7 @@ def restate_items(
     (recorded as pending); the caller then keeps its record to try again."""
     if not ids:
         return [], True
+    reason = reason_fitted(reason)  # it names files or slices: whatever their names, it fits
     jobs = list(jobs if jobs is not None else connector.jobs.select_related("watermark"))
     span = (min(ids), max(ids) + 1)
     detail = detail or {}

@@ -151,3 +151,29 @@ def test_the_policy_is_a_job_setting_checked_like_the_others(role_users):
     assert good.status_code == 200 and good.json()["restatements"] == "proposed"
     job.refresh_from_db()
     assert job.restatements == "proposed"
+
+
+@pytest.mark.parametrize("policy", ["automatic", "proposed"])
+def test_a_restatement_naming_files_whatever_their_names_runs_with_its_reason_fitted(
+    role_users, policy
+):
+    """Tidemark's own reasons name files: an escape sequence in a file's name, or five names of
+    2,000 bytes, would be refused from an operator; a restatement fits them instead (escaped,
+    cut to 2,000 characters) and runs."""
+    connector, job = make_inventory(name=f"fitted-{policy}", restatements=policy)
+    ids = _committed(job)
+    reason = "files changed after registration: h\x1b[2J.parquet, " + "long-name-" * 500
+    created, done = restatements.restate_items(
+        connector, ids[2:4], reason=reason, cause="changed_files"
+    )
+    assert done
+    record = Restatement.objects.get(job=job)
+    assert "\x1b" not in record.reason and "h\\x1b[2J.parquet" in record.reason
+    assert len(record.reason) == 2000 and record.reason.endswith("\u2026")
+    if policy == "proposed":
+        applied = token_client(role_users["operator"]).post(
+            f"/api/v1/jobs/{job.name}/restatements/{record.pk}/apply/", {}, format="json"
+        )
+        assert applied.status_code == 200, applied.content
+    backfill = Backfill.objects.get(job=job)
+    assert len(backfill.reason) <= 2000 and "\x1b" not in backfill.reason
