@@ -128,9 +128,14 @@ def _announced_items(items) -> list[tuple[str, int, dict]]:
         where = f"assets[{index}]"
         if not isinstance(item, dict):
             raise InvalidInput(where, "expected an object {location, weight, extra}")
-        unknown = set(item) - {"location", "weight", "extra"}
+        unknown = sorted(set(item) - {"location", "weight", "extra"})
         if unknown:
-            raise InvalidInput(where, f"unknown key(s) {sorted(unknown)}")
+            # named as every call names a key it does not take: the key, then what it takes
+            raise InvalidInput(
+                f"{where}.{unknown[0]}",
+                "unknown key; an asset takes extra, location, weight"
+                + (f" (also unknown: {', '.join(unknown[1:])})" if unknown[1:] else ""),
+            )
         location = item.get("location")
         if not isinstance(location, str) or not location.strip():
             raise InvalidInput(f"{where}.location", "a non-empty string is required")

@@ -237,7 +237,7 @@ def test_a_location_too_long_for_the_index_is_a_400_not_a_500(role_users, tmp_pa
         ({"assets": [{"weight": 4}]}, "assets[0].location", "non-empty"),
         ({"assets": [{"location": "a"}, {"location": "a"}]}, "assets[1].location", "repeats"),
         ({"assets": [{"location": "a", "extra": [1]}]}, "assets[0].extra", "object"),
-        ({"assets": [{"location": "a", "size": 3}]}, "assets[0]", "unknown key"),
+        ({"assets": [{"location": "a", "size": 3}]}, "assets[0].size", "unknown key; an asset"),
         # shown on pages and printed by the CLI as they are
         (
             {"assets": [{"location": "a"}, {"location": "h\x1b[31m.parquet"}]},

@@ -79,7 +79,8 @@ def validate(config: dict) -> dict:
     lag = config.get("lag", 0)
     if isinstance(lag, bool) or not isinstance(lag, int | float) or lag < 0:
         raise InvalidInput(
-            "config.lag", "must be a non-negative number (seconds for a timestamp column)"
+            "config.lag",
+            "must be a non-negative number (seconds for a timestamp column, values for an integer one)",
         )
     if not isinstance(config.get("snapshot", False), bool):
         raise InvalidInput("config.snapshot", "must be true or false")
