@@ -405,38 +405,65 @@ def read_iceberg_sink(sink: dict, *, identity: str = "row_id", **columns) -> lis
 def iceberg_versions(
     sink: dict, *, identity: str = "row_id", latest_only: bool = False, **columns
 ) -> list[tuple[str, list[SinkRow]]]:
-    """Every snapshot of an Iceberg sink, oldest first, as a reader of that snapshot sees it."""
+    """Every snapshot of an Iceberg sink, oldest first, as a reader of that snapshot sees it: the
+    rows of the data files its manifests name. A data file is read once however many snapshots
+    hold it (a soak of thousands of commits would read every file thousands of times); a
+    snapshot whose files carry delete files is scanned whole by pyiceberg instead."""
     from workers.spark.iceberg_catalog import catalog_from
 
     table = catalog_from(sink).load_table(tuple(sink["table"].split(".")))
     snapshots = table.snapshots()[-1:] if latest_only else table.snapshots()
-    return [
-        (
-            f"snapshot {snapshot.snapshot_id}",
-            [
-                sink_row(r, identity=identity, **columns)
-                for r in table.scan(snapshot_id=snapshot.snapshot_id).to_arrow().to_pylist()
-            ],
-        )
-        for snapshot in snapshots
-    ]
+    files: dict[str, list[SinkRow]] = {}
+    found = []
+    for snapshot in snapshots:
+        scan = table.scan(snapshot_id=snapshot.snapshot_id)
+        tasks = list(scan.plan_files())
+        if any(task.delete_files for task in tasks):
+            records = scan.to_arrow().to_pylist()
+            rows = [sink_row(r, identity=identity, **columns) for r in records]
+        else:
+            rows = []
+            for task in tasks:
+                rows += _file_rows(files, task.file.file_path, identity, columns)
+        found.append((f"snapshot {snapshot.snapshot_id}", rows))
+    return found
 
 
 def delta_versions(path, *, identity: str = "row_id", **columns) -> list[tuple[str, list[SinkRow]]]:
-    """Every version of a Delta sink, oldest first, as a reader of that version sees it."""
+    """Every version of a Delta sink, oldest first, as a reader of that version sees it: the rows
+    of the files delta-rs lists as its own. A file is read once however many versions hold it; a
+    partitioned table (values kept in the log, not the files) or one with deletion vectors is
+    read whole at each version by delta-rs instead."""
     from deltalake import DeltaTable
 
-    last = DeltaTable(str(path)).version()
-    return [
-        (
-            f"version {version}",
-            [
-                sink_row(r, identity=identity, **columns)
-                for r in DeltaTable(str(path), version=version).to_pyarrow_table().to_pylist()
-            ],
-        )
-        for version in range(last + 1)
-    ]
+    table = DeltaTable(str(path))
+    last = table.version()
+    whole = bool(table.metadata().partition_columns) or "deletionVectors" in (
+        table.protocol().reader_features or []
+    )
+    files: dict[str, list[SinkRow]] = {}
+    found = []
+    for version in range(last + 1):
+        table.load_as_version(version)
+        if whole:
+            records = table.to_pyarrow_table().to_pylist()
+            rows = [sink_row(r, identity=identity, **columns) for r in records]
+        else:
+            rows = []
+            for uri in table.file_uris():
+                rows += _file_rows(files, uri, identity, columns)
+        found.append((f"version {version}", rows))
+    return found
+
+
+def _file_rows(files: dict, uri: str, identity: str, columns: dict) -> list[SinkRow]:
+    """The rows of one immutable Parquet data file, read the first time it is asked for."""
+    if uri not in files:
+        import pyarrow.parquet as pq
+
+        records = pq.read_table(uri).to_pylist()
+        files[uri] = [sink_row(r, identity=identity, **columns) for r in records]
+    return files[uri]
 
 
 # ---- command line -------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ correction and a skip can never deadlock each other.
 from dataclasses import asdict
 from datetime import datetime
 
+from inventory.bounds import BIGINT
 from inventory.models import (
     Batch,
     Job,
@@ -60,7 +61,7 @@ def parse_value(watermark_type: str, value, *, field: str = "value"):
     raise InvalidInput("type", f"unknown watermark type {watermark_type!r}")
 
 
-BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+BIGINT_MIN, BIGINT_MAX = -BIGINT - 1, BIGINT  # a bigint column's range (inventory.bounds)
 
 
 def check_bigint(number: int, field: str) -> None:
